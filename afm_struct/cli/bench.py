@@ -1,0 +1,23 @@
+"""``afm-struct bench KIND``: each benchmark lives in ``afm_struct/bench/<kind>.py``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# Each module defines register(subparsers) for its own ``bench <kind>`` subcommand.
+BENCHMARKS = ("masks", "decode")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``bench`` and its benchmarks."""
+    parser = sub.add_parser("bench", help="benchmarks (masks, decode, ...)")
+    kinds = parser.add_subparsers(dest="bench", metavar="KIND")
+    for name in BENCHMARKS:
+        try:
+            module = importlib.import_module(f"afm_struct.bench.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"afm_struct.bench.{name}":
+                raise
+            continue
+        module.register(kinds)

@@ -1,0 +1,1 @@
+"""The generation loop: sampling, masks, fast-forward, stop sequences, detokenization."""

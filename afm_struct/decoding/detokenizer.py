@@ -1,0 +1,37 @@
+"""Streaming detokenization that never splits a UTF-8 character."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class _Decoder(Protocol):
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class StreamingDetokenizer:
+    """Turn tokens into text deltas.
+
+    Byte-level BPE tokens can end inside a multi-byte character; the decoder then yields
+    U+FFFD.  Pending tokens are held until they decode cleanly, and only the pending segment
+    is re-decoded, so the cost per token stays constant.
+    """
+
+    def __init__(self, tokenizer: _Decoder) -> None:
+        self._tokenizer = tokenizer
+        self._pending: list[int] = []
+
+    def add(self, token: int) -> str:
+        """Feed one token; return the text that is now complete (maybe empty)."""
+        self._pending.append(token)
+        text = self._tokenizer.decode(self._pending)
+        if text.endswith("\ufffd") and len(self._pending) < 8:
+            return ""
+        self._pending.clear()
+        return text
+
+    def flush(self) -> str:
+        """Whatever is pending, replacement characters included (end of generation)."""
+        text = self._tokenizer.decode(self._pending) if self._pending else ""
+        self._pending.clear()
+        return text

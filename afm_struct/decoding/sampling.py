@@ -1,0 +1,120 @@
+"""Sampling parameters, seeded samplers and logits processors.
+
+A processor is ``(tokens, logits) -> logits`` as in mlx-lm; ``tokens`` are the ids generated
+so far.  Samplers carry their own PRNG key so that the same seed gives the same output however
+many other requests run beside it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+
+LogitsProcessor = Callable[[Sequence[int], mx.array], mx.array]
+Sampler = Callable[[mx.array], mx.array]
+
+_NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings (OpenAI names; 0 or 1.0 means 'off' for the filters)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+    repetition_context: int = 64
+    max_tokens: int = 256
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        from ..errors import InvalidRequestError
+
+        checks = [
+            (self.temperature >= 0, "temperature", "must be >= 0"),
+            (0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
+            (self.top_k >= 0, "top_k", "must be >= 0"),
+            (0 <= self.min_p < 1, "min_p", "must be in [0, 1)"),
+            (self.repetition_penalty > 0, "repetition_penalty", "must be > 0"),
+            (self.max_tokens >= 1, "max_tokens", "must be >= 1"),
+        ]
+        for ok, name, why in checks:
+            if not ok:
+                raise InvalidRequestError(f"{name} {why}, got {getattr(self, name)!r}", param=name)
+
+
+def apply_top_k(logits: mx.array, k: int) -> mx.array:
+    """Keep the ``k`` largest logits of each row."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = mx.sort(logits, axis=-1)[..., -k][..., None]
+    return mx.where(logits >= kth, logits, _NEG_INF)
+
+
+def apply_top_p(logits: mx.array, p: float) -> mx.array:
+    """Keep the smallest set of tokens whose probability mass reaches ``p``."""
+    if p >= 1.0:
+        return logits
+    probs = mx.softmax(logits, axis=-1)
+    order = mx.argsort(-probs, axis=-1)
+    sorted_probs = mx.take_along_axis(probs, order, axis=-1)
+    # A token stays if the mass before it is still below p (so the top token always stays).
+    keep_sorted = (mx.cumsum(sorted_probs, axis=-1) - sorted_probs) < p
+    inverse = mx.argsort(order, axis=-1)
+    keep = mx.take_along_axis(keep_sorted, inverse, axis=-1)
+    return mx.where(keep, logits, _NEG_INF)
+
+
+def apply_min_p(logits: mx.array, min_p: float) -> mx.array:
+    """Drop tokens whose probability is below ``min_p`` times the top token's."""
+    if min_p <= 0.0:
+        return logits
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    threshold = mx.max(logprobs, axis=-1, keepdims=True) + mx.log(mx.array(min_p))
+    return mx.where(logprobs >= threshold, logits, _NEG_INF)
+
+
+def make_sampler(params: SamplingParams) -> Sampler:
+    """A closure ``logits (B, V) -> tokens (B,)`` with its own seeded PRNG key."""
+    if params.temperature == 0:
+        return lambda logits: mx.argmax(logits, axis=-1)
+    seed = params.seed if params.seed is not None else random.getrandbits(63)
+    state = {"key": mx.random.key(seed)}
+
+    def sample(logits: mx.array) -> mx.array:
+        logits = logits.astype(mx.float32) / params.temperature
+        logits = apply_top_k(logits, params.top_k)
+        logits = apply_top_p(logits, params.top_p)
+        logits = apply_min_p(logits, params.min_p)
+        state["key"], sub = mx.random.split(state["key"])
+        return mx.random.categorical(logits, key=sub)
+
+    return sample
+
+
+def make_repetition_penalty(penalty: float, context: int = 64) -> LogitsProcessor:
+    """CTRL-style penalty on the last ``context`` generated tokens."""
+
+    def process(tokens: Sequence[int], logits: mx.array) -> mx.array:
+        if not tokens:
+            return logits
+        recent = mx.array(sorted(set(tokens[-context:])))
+        picked = logits[..., recent]
+        picked = mx.where(picked < 0, picked * penalty, picked / penalty)
+        logits[..., recent] = picked
+        return logits
+
+    return process
+
+
+def make_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:
+    """The processors implied by ``params`` (the grammar mask is added by the generator)."""
+    if params.repetition_penalty != 1.0:
+        return [make_repetition_penalty(params.repetition_penalty, params.repetition_context)]
+    return []

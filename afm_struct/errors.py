@@ -1,0 +1,111 @@
+"""The error tree of afm-struct.
+
+Every error is a value with a machine-readable ``type``, a message a user can act on and the
+HTTP status the server maps it to. Nothing in the engine raises a bare exception across a
+public boundary::
+
+    AfmError
+    ├── ModelLoadError          (the model file is missing, corrupt or of an unsupported kind)
+    ├── InvalidRequestError     (400: bad parameters, bad messages)
+    │   ├── ContextOverflowError
+    │   ├── SchemaError         (invalid JSON Schema / grammar, with the JSON path of the problem)
+    │   └── UnknownToolError
+    ├── NotFoundError           (404)
+    ├── PayloadTooLargeError    (413)
+    ├── OverloadedError         (503, with a retry-after hint)
+    └── GenerationError         (500: a failure while generating)
+"""
+
+from __future__ import annotations
+
+
+class AfmError(Exception):
+    """Base class: ``type`` names the error, ``status`` is its HTTP status, ``param`` the field."""
+
+    type: str = "server_error"
+    status: int = 500
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def to_dict(self) -> dict[str, str | None]:
+        """The OpenAI-style error body fields."""
+        return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+
+
+class ModelLoadError(AfmError):
+    """The model could not be loaded; the message says what to do about it."""
+
+    type = "model_load_error"
+    status = 500
+    code = "model_load_failed"
+
+
+class InvalidRequestError(AfmError):
+    """The request is malformed or asks for something impossible."""
+
+    type = "invalid_request_error"
+    status = 400
+
+
+class ContextOverflowError(InvalidRequestError):
+    """The prompt (plus the requested completion) does not fit the model's context."""
+
+    code = "context_length_exceeded"
+
+
+class SchemaError(InvalidRequestError):
+    """A JSON Schema, regex or grammar is invalid; ``path`` points at the problem."""
+
+    code = "invalid_schema"
+
+    def __init__(self, message: str, *, path: str = "$", param: str | None = None) -> None:
+        super().__init__(f"{message} (at {path})", param=param)
+        self.path = path
+
+
+class UnknownToolError(InvalidRequestError):
+    """``tool_choice`` names a function that is not among ``tools``."""
+
+    code = "unknown_tool"
+
+
+class NotFoundError(AfmError):
+    """The named model, request or resource does not exist."""
+
+    type = "not_found_error"
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLargeError(AfmError):
+    """The request body exceeds the configured limit."""
+
+    type = "invalid_request_error"
+    status = 413
+    code = "payload_too_large"
+
+
+class OverloadedError(AfmError):
+    """The request queue is full; retry after ``retry_after`` seconds."""
+
+    type = "overloaded_error"
+    status = 503
+    code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class GenerationError(AfmError):
+    """Generation failed after it started (model or matcher failure)."""
+
+    type = "server_error"
+    status = 500
+    code = "generation_failed"

@@ -1,0 +1,1 @@
+"""Constraint compilation: JSON Schema, regex, Lark and tool grammars to token-mask engines."""

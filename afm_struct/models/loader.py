@@ -1,0 +1,155 @@
+"""Load a model and its tokenizer from a GGUF file, an mlx-lm directory / hub id, or the default."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..errors import ModelLoadError
+from .embedded import EMBEDDED_NAME, embedded_model_path
+from .tokenizer import Tokenizer
+
+WEIGHT_MODES = ("auto", "float32", "float16", "bfloat16", "quantized")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What was loaded, for logs, ``/v1/models`` and profiles."""
+
+    id: str
+    path: str
+    source: str  # "embedded", "gguf" or "mlx"
+    context_length: int
+    weights: str  # "float32", "float16", "bfloat16" or "quantized"
+    weight_bytes: int
+    device: str
+    load_seconds: float
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run: ``model(tokens, cache=...)`` returns ``(B, L, vocab)`` logits."""
+
+    model: nn.Module
+    tokenizer: Tokenizer
+    info: ModelInfo
+
+    def make_cache(self) -> list[Any]:
+        """A fresh KV cache for one sequence."""
+        from mlx_lm.models.cache import make_prompt_cache
+
+        return make_prompt_cache(self.model)
+
+
+def device_name() -> str:
+    """'gpu (metal)', 'gpu (cuda)' or 'cpu' for the default MLX device."""
+    dev = mx.default_device()
+    if dev.type == mx.gpu:
+        return "gpu (metal)" if mx.metal.is_available() else "gpu (cuda)"
+    return "cpu"
+
+
+def choose_weights(mode: str) -> str:
+    """The weight representation for this backend: measured fastest per backend.
+
+    On the CPU, fp32 GEMM with an optimized BLAS beat MLX's 4-bit quantized matmul by ~2x
+    (benchmarks/blas_weights.md); on GPUs the quantized kernels read less memory and win.
+    """
+    if mode not in WEIGHT_MODES:
+        raise ModelLoadError(f"unknown weights mode {mode!r}; choose one of {', '.join(WEIGHT_MODES)}")
+    if mode != "auto":
+        return mode
+    return "quantized" if mx.default_device().type == mx.gpu else "float32"
+
+
+def _nbytes(model: nn.Module) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+
+
+def _cast(model: nn.Module, weights: str) -> None:
+    if weights in ("float16", "bfloat16", "float32"):
+        dtype = getattr(mx, weights)
+        model.set_dtype(dtype, predicate=lambda d: mx.issubdtype(d, mx.floating))
+
+
+def _load_gguf(path: Path, weights: str, progress: Callable[[str], None]) -> tuple[nn.Module, Tokenizer, int]:
+    from .gguf import build_model, read_gguf
+    from .tokenizer import from_gguf
+
+    progress(f"reading {path.name}")
+    contents = read_gguf(path)
+    progress("building tokenizer")
+    tokenizer = from_gguf(contents)
+    progress(f"mapping weights ({weights})")
+    model, config = build_model(contents, dequantize=weights != "quantized")
+    _cast(model, weights if weights != "quantized" else "")
+    return model, tokenizer, int(config["max_position_embeddings"])
+
+
+def _load_mlx(spec: str, weights: str, progress: Callable[[str], None]) -> tuple[nn.Module, Tokenizer, int]:
+    import mlx_lm
+
+    progress(f"loading {spec} with mlx_lm")
+    try:
+        model, wrapper, config = mlx_lm.load(spec, return_config=True)
+    except Exception as exc:  # mlx_lm raises many kinds: missing files, network, arch
+        raise ModelLoadError(f"cannot load model {spec!r}: {exc}") from exc
+    if weights != "quantized" and weights in ("float16", "bfloat16", "float32"):
+        _cast(model, weights)
+    hf = wrapper._tokenizer
+    eos = list(getattr(wrapper, "eos_token_ids", []) or [])
+    tokenizer = Tokenizer(hf, eos_ids=eos, add_bos=bool(getattr(hf, "add_bos_token", False)),
+                          vocab_size=config.get("vocab_size"))
+    ctx = int(config.get("max_position_embeddings") or config.get("context_length") or 4096)
+    return model, tokenizer, ctx
+
+
+def load_model(spec: str | None = None, *, weights: str = "auto",
+               progress: Callable[[str], None] | None = None) -> LoadedModel:
+    """Load ``spec`` (GGUF path, mlx-lm directory or hub id), or the embedded model when None."""
+    progress = progress or (lambda _msg: None)
+    chosen = choose_weights(weights)
+    start = time.perf_counter()
+    if spec is None:
+        path = embedded_model_path()
+        model, tokenizer, ctx = _load_gguf(path, chosen, progress)
+        ident, source = EMBEDDED_NAME, "embedded"
+    elif spec.endswith(".gguf") or Path(spec).is_file():
+        path = Path(spec)
+        model, tokenizer, ctx = _load_gguf(path, chosen, progress)
+        ident, source = path.stem, "gguf"
+    else:
+        path = Path(spec)
+        if chosen == "float32" and weights == "auto":
+            chosen = "as-stored"
+        model, tokenizer, ctx = _load_mlx(spec, chosen, progress)
+        ident, source = spec.rstrip("/").split("/")[-1], "mlx"
+    model.eval()
+    info = ModelInfo(id=ident, path=str(path), source=source, context_length=ctx, weights=chosen,
+                     weight_bytes=_nbytes(model), device=device_name(),
+                     load_seconds=time.perf_counter() - start)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def load_tokenizer(spec: str | None = None) -> Tokenizer:
+    """Only the tokenizer of ``spec`` (or of the embedded model): fast, no weights mapped."""
+    if spec is None or spec.endswith(".gguf"):
+        from .gguf import read_gguf
+        from .tokenizer import from_gguf
+
+        return from_gguf(read_gguf(embedded_model_path() if spec is None else spec))
+    from mlx_lm.tokenizer_utils import load as load_tok  # type: ignore[attr-defined]
+
+    try:
+        wrapper = load_tok(Path(spec))
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load the tokenizer of {spec!r}: {exc}") from exc
+    return Tokenizer(wrapper._tokenizer, eos_ids=list(wrapper.eos_token_ids or []))

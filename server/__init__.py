@@ -1,0 +1,1 @@
+"""The HTTP face of afm-struct: a FastAPI app implementing the streaming contract."""
