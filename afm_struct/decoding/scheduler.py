@@ -1,0 +1,164 @@
+"""One thread owns the model and steps every admitted sequence; callers talk to it by queues.
+
+``Scheduler.submit`` is safe from any thread (the HTTP event loop included): it admits the
+request into a bounded queue or raises :class:`OverloadedError` at once, before any response
+starts.  Events come back on the returned :class:`Handle`, as a blocking iterator or, when a
+loop is given, through an ``asyncio.Queue`` fed with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+from ..errors import AfmError, GenerationError, OverloadedError
+from .generator import Event, Finished, GenerationRequest, Generator, Timings, Usage
+
+log = logging.getLogger("afm_struct")
+
+
+class Handle:
+    """A submitted request: its events, and a cooperative cancel switch."""
+
+    def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.request = request
+        self.cancel_event = threading.Event()
+        self.finished = threading.Event()
+        self.submitted = time.perf_counter()
+        self._loop = loop
+        self._async_q: asyncio.Queue[Event] | None = asyncio.Queue() if loop is not None else None
+        self._sync_q: queue.Queue[Event] = queue.Queue()
+
+    def cancel(self) -> None:
+        """Ask the scheduler to stop this request at its next step."""
+        self.cancel_event.set()
+
+    def _deliver(self, event: Event) -> None:
+        if isinstance(event, Finished):
+            self.finished.set()
+        if self._loop is not None and self._async_q is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._async_q.put_nowait, event)
+            except RuntimeError:  # the loop closed (client gone); nothing to deliver to
+                self.cancel_event.set()
+        else:
+            self._sync_q.put(event)
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            event = self._sync_q.get()
+            yield event
+            if isinstance(event, Finished):
+                return
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The events as an async iterator (the handle must have been made with a loop)."""
+        assert self._async_q is not None, "submit(..., loop=...) for async iteration"
+        while True:
+            event = await self._async_q.get()
+            yield event
+            if isinstance(event, Finished):
+                return
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """Admission limits: sequences stepped together, and requests waiting behind them."""
+
+    max_active: int = 8
+    max_queue: int = 16
+    retry_after_s: int = 1
+
+
+class Scheduler:
+    """The model-owning thread."""
+
+    def __init__(self, generator: Generator, limits: SchedulerLimits | None = None) -> None:
+        self.generator = generator
+        self.limits = limits or SchedulerLimits()
+        self._incoming: queue.Queue[Handle] = queue.Queue()
+        self._waiting: list[Handle] = []
+        self._active: dict[int, Handle] = {}
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the stepping thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="afm-scheduler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Cancel everything and stop the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    @property
+    def load(self) -> tuple[int, int]:
+        """(active or waiting requests, capacity)."""
+        with self._lock:
+            return self._pending, self.limits.max_active + self.limits.max_queue
+
+    def submit(self, request: GenerationRequest, *,
+               loop: asyncio.AbstractEventLoop | None = None) -> Handle:
+        """Queue ``request``; raise :class:`OverloadedError` when full, admission errors at once."""
+        self.generator.check(request)  # context overflow etc. before any response starts
+        with self._lock:
+            capacity = self.limits.max_active + self.limits.max_queue
+            if self._pending >= capacity:
+                raise OverloadedError(
+                    f"the server is busy ({self._pending} requests in flight, limit {capacity}); "
+                    f"retry after {self.limits.retry_after_s}s", retry_after=self.limits.retry_after_s)
+            self._pending += 1
+        handle = Handle(request, loop)
+        self._incoming.put(handle)
+        return handle
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._admit(block=not self.generator.has_work)
+            if self.generator.has_work:
+                self.generator.step()
+        for handle in [*self._waiting, *self._active.values()]:
+            handle.cancel()
+
+    def _admit(self, *, block: bool) -> None:
+        try:
+            while True:
+                handle = self._incoming.get(timeout=0.05) if block else self._incoming.get_nowait()
+                self._waiting.append(handle)
+                block = False
+        except queue.Empty:
+            pass
+        while self._waiting and len(self.generator.active) < self.limits.max_active:
+            handle = self._waiting.pop(0)
+            self._start(handle)
+
+    def _start(self, handle: Handle) -> None:
+        def sink(event: Event) -> None:
+            if isinstance(event, Finished):
+                with self._lock:
+                    self._pending -= 1
+                event.timings.queued_s = time.perf_counter() - handle.submitted - (
+                    event.timings.prefill_s + event.timings.decode_s)
+            handle._deliver(event)
+
+        if handle.cancel_event.is_set():
+            sink(Finished("cancelled", Usage(len(handle.request.prompt_ids)), Timings(), ""))
+            return
+        try:
+            self.generator.add(handle.request, sink, handle.cancel_event)
+        except AfmError as exc:
+            sink(Finished("error", Usage(len(handle.request.prompt_ids)), Timings(), "", error=exc))
+        except Exception as exc:
+            log.exception("admission failed")
+            sink(Finished("error", Usage(), Timings(), "", error=GenerationError(str(exc))))

@@ -1,0 +1,114 @@
+"""A deterministic scripted model behind the same interface as a real one, for fast tests.
+
+It favours the next token of a script (a string, or a function of the prompt) at every
+position, with fixed pseudo-random logits elsewhere, so masks and samplers behave as with a
+real model while the output is known in advance.  It can also fail or slow down on purpose.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from .models.loader import LoadedModel, ModelInfo
+from .models.tokenizer import Tokenizer
+
+
+class ScriptedCache:
+    """Tracks how many tokens the model has seen (all a scripted model needs of a KV cache)."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.prompt_len: int | None = None
+        self.fed: list[int] = []
+
+    @property
+    def state(self) -> list[mx.array]:
+        """Something evaluable, like a real cache's state."""
+        return [mx.array(self.offset)]
+
+
+@dataclass
+class Script:
+    """What the scripted model says: text, or text chosen from the prompt token ids."""
+
+    text: str | Callable[[list[int]], str]
+    fail_at: int | None = None  # raise after generating this many tokens
+    delay_s: float = 0.0  # sleep per forward call (to make cancellation observable)
+
+
+class ScriptedModel:
+    """``model(tokens, cache=...) -> logits`` with the script's next token far ahead."""
+
+    def __init__(self, tokenizer: Tokenizer, script: Script, *, vocab_size: int | None = None,
+                 seed: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.script = script
+        self.vocab_size = vocab_size or tokenizer.vocab_size
+        self.args = SimpleNamespace(vocab_size=self.vocab_size)
+        rng = np.random.default_rng(seed)
+        self._noise = mx.array(rng.standard_normal(self.vocab_size).astype(np.float32))
+        self._eos = min(tokenizer.eos_token_ids) if tokenizer.eos_token_ids else 0
+        self._scripts: dict[int, list[int]] = {}
+        self.calls = 0
+
+    def make_cache(self) -> list[ScriptedCache]:
+        """One scripted cache per sequence."""
+        return [ScriptedCache()]
+
+    def eval(self) -> ScriptedModel:
+        """nn.Module compatibility."""
+        return self
+
+    def _script_ids(self, cache: ScriptedCache) -> list[int]:
+        key = id(cache)
+        if key not in self._scripts:
+            prompt = cache.fed[: cache.prompt_len]
+            text = self.script.text(prompt) if callable(self.script.text) else self.script.text
+            ids = [*self.tokenizer.encode(text), self._eos]
+            self._scripts[key] = ids
+        return self._scripts[key]
+
+    def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
+        self.calls += 1
+        if self.script.delay_s:
+            time.sleep(self.script.delay_s)
+        c: ScriptedCache = cache[0]
+        tokens = inputs.tolist()[0]
+        c.fed.extend(tokens)
+        c.offset += len(tokens)
+        if c.prompt_len is None:
+            # The first call is the whole prompt: scripted tests keep prompts under one
+            # prefill chunk (512 tokens), so its last row is the first generated position.
+            c.prompt_len = c.offset
+        rows = []
+        for i in range(len(tokens)):
+            pos = c.offset - len(tokens) + i + 1  # tokens seen once this position is consumed
+            if pos < c.prompt_len:
+                rows.append(self._noise)
+                continue
+            generated = pos - c.prompt_len
+            if self.script.fail_at is not None and generated >= self.script.fail_at:
+                raise RuntimeError(f"scripted failure after {generated} tokens")
+            ids = self._script_ids(c)
+            target = ids[generated] if generated < len(ids) else self._eos
+            rows.append(self._noise + mx.where(mx.arange(self.vocab_size) == target, 30.0, 0.0))
+        return mx.stack(rows)[None]
+
+
+def scripted_loaded_model(tokenizer: Tokenizer, script: Script | str, *,
+                          context_length: int = 8192) -> LoadedModel:
+    """A :class:`LoadedModel` whose model follows ``script``."""
+    if isinstance(script, str):
+        script = Script(script)
+    model = ScriptedModel(tokenizer, script)
+    info = ModelInfo(id="scripted", path="<scripted>", source="scripted",
+                     context_length=context_length, weights="none", weight_bytes=0, device="cpu",
+                     load_seconds=0.0)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)  # type: ignore[arg-type]
