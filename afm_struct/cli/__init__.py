@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from .. import __version__
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: re-exec with an optimized BLAS if needed, then dispatch the subcommand."""
     args_list = sys.argv[1:] if argv is None else argv
+    # transformers prints an advisory about PyTorch on import; afm-struct never needs torch.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     if args_list and args_list[0] not in ("--version", "-h", "--help", "compile"):
         from ..models.blas import reexec_with_optimized_blas
 

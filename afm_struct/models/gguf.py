@@ -18,6 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..errors import ModelLoadError
+from .gguf_header import check_gguf
 
 SUPPORTED_ARCHITECTURES = ("llama",)
 
@@ -58,18 +59,17 @@ def read_gguf(path: str | Path) -> GGUFContents:
     path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"GGUF file not found: {path}")
-    try:
-        tensors, metadata = mx.load(str(path), return_metadata=True)
-    except Exception as exc:  # mlx raises plain RuntimeError/ValueError on corrupt files
-        raise ModelLoadError(f"cannot read GGUF file {path}: {exc} (is the file complete?)") from exc
-    contents = GGUFContents(path=path, tensors=tensors, metadata=metadata)
-    arch = contents.meta("general.architecture")
+    arch = check_gguf(path)
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelLoadError(
             f"unsupported GGUF architecture {arch!r} in {path}; supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)} (use an mlx-lm model directory for others)"
         )
-    return contents
+    try:
+        tensors, metadata = mx.load(str(path), return_metadata=True)
+    except Exception as exc:  # mlx raises plain RuntimeError/ValueError on corrupt files
+        raise ModelLoadError(f"cannot read GGUF file {path}: {exc} (is the file complete?)") from exc
+    return GGUFContents(path=path, tensors=tensors, metadata=metadata)
 
 
 def model_config(contents: GGUFContents) -> dict[str, Any]:

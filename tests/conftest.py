@@ -1,0 +1,24 @@
+"""Shared fixtures: the embedded tokenizer, the real embedded model, scripted models."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+import pytest
+
+from afm_struct.models import LoadedModel, load_model, load_tokenizer
+from afm_struct.models.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Tokenizer:
+    """The embedded model's tokenizer (no weights)."""
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def embedded() -> LoadedModel:
+    """The real embedded SmolLM2-135M, loaded once per session."""
+    return load_model()

@@ -1,0 +1,72 @@
+"""Sampling filters and seeded samplers."""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import pytest
+
+from afm_struct.decoding.sampling import (
+    SamplingParams,
+    apply_min_p,
+    apply_top_k,
+    apply_top_p,
+    make_repetition_penalty,
+    make_sampler,
+)
+from afm_struct.errors import InvalidRequestError
+
+LOGITS = mx.array([[2.0, 1.0, 0.0, -1.0, 3.0]])
+
+
+def kept(x: mx.array) -> list[int]:
+    return [i for i, v in enumerate(x[0].tolist()) if v != -math.inf]
+
+
+def test_top_k_keeps_the_k_largest():
+    assert kept(apply_top_k(LOGITS, 2)) == [0, 4]
+    assert kept(apply_top_k(LOGITS, 0)) == [0, 1, 2, 3, 4]
+
+
+def test_top_p_keeps_the_smallest_nucleus():
+    probs = mx.softmax(LOGITS, axis=-1)[0].tolist()  # ~[.23, .09, .03, .01, .64]
+    assert kept(apply_top_p(LOGITS, 0.5)) == [4]
+    assert kept(apply_top_p(LOGITS, probs[4] + 0.01)) == [0, 4]
+    assert kept(apply_top_p(LOGITS, 1.0)) == [0, 1, 2, 3, 4]
+
+
+def test_min_p_is_relative_to_the_top_token():
+    # p(token)/p(top) = exp(l - 3): 0.37, 0.14, 0.05, 0.02, 1
+    assert kept(apply_min_p(LOGITS, 0.1)) == [0, 1, 4]
+    assert kept(apply_min_p(LOGITS, 0.5)) == [4]
+
+
+def test_greedy_and_seeded_sampling():
+    assert make_sampler(SamplingParams(temperature=0))(LOGITS).item() == 4
+    a = [make_sampler(SamplingParams(temperature=1.5, seed=7)) for _ in range(2)]
+    draws = [[int(s(LOGITS).item()) for _ in range(30)] for s in a]
+    assert draws[0] == draws[1]
+    other = make_sampler(SamplingParams(temperature=1.5, seed=8))
+    assert [int(other(LOGITS).item()) for _ in range(30)] != draws[0]
+    assert len(set(draws[0])) > 1
+
+
+def test_filters_bound_what_can_be_sampled():
+    s = make_sampler(SamplingParams(temperature=5.0, top_k=2, seed=1))
+    assert {int(s(LOGITS).item()) for _ in range(50)} == {0, 4}
+
+
+def test_repetition_penalty_lowers_seen_tokens():
+    proc = make_repetition_penalty(2.0)
+    out = proc([0, 3], mx.array(LOGITS))
+    assert out[0].tolist() == [1.0, 1.0, 0.0, -2.0, 3.0]
+
+
+@pytest.mark.parametrize("field,value", [("temperature", -1), ("top_p", 0), ("top_k", -2),
+                                         ("min_p", 1.5), ("max_tokens", 0)])
+def test_invalid_parameters_are_request_errors(field, value):
+    with pytest.raises(InvalidRequestError) as err:
+        SamplingParams(**{field: value})
+    assert err.value.param == field
+    assert err.value.status == 400
