@@ -46,7 +46,8 @@ def test_missing_model_is_one_line_error(tmp_path):
     out = cli("generate", "hi", "--model", str(tmp_path / "missing.gguf"))
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
-    assert out.stderr.strip().splitlines() == [f"afm-struct: error: GGUF file not found: {tmp_path}/missing.gguf"]
+    expected = f"afm-struct: error: GGUF file not found: {tmp_path}/missing.gguf"
+    assert out.stderr.strip().splitlines() == [expected]
 
 
 def test_bad_messages_file(tmp_path):
