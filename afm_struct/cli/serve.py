@@ -1,0 +1,68 @@
+"""``afm-struct serve``: load a model and run the OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import AfmError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``serve`` subcommand."""
+    from server.settings import ServerSettings
+
+    d = ServerSettings()
+    p = sub.add_parser("serve", help="run the OpenAI-compatible server",
+                       description="Serve POST /v1/chat/completions (SSE streaming), cancellation, "
+                                   "/v1/models, /health and /openapi.json.")
+    p.add_argument("--host", default=d.host, help=f"bind address (default {d.host})")
+    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port})")
+    p.add_argument("--model", default=None,
+                   help="GGUF file, mlx-lm directory or hub id (default: the embedded SmolLM2-135M)")
+    p.add_argument("--weights", default="auto",
+                   help="auto, float32, float16, bfloat16 or quantized (default auto)")
+    p.add_argument("--log-level", default=d.log_level,
+                   choices=["critical", "error", "warning", "info", "debug"], help="log level")
+    p.add_argument("--max-queue", type=int, default=d.max_queue,
+                   help=f"requests allowed to wait; beyond it 503 + Retry-After (default {d.max_queue})")
+    p.add_argument("--max-active", type=int, default=d.max_active,
+                   help=f"sequences generated together (default {d.max_active})")
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
+                   help=f"request body limit, 413 beyond it (default {d.max_body_bytes})")
+    p.set_defaults(func=run)
+
+
+def _progress(message: str) -> None:
+    print(f"  … {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the model (with progress), print what runs where, then serve until interrupted."""
+    import uvicorn
+
+    from server.app import create_app
+    from server.settings import ServerSettings
+
+    from ..models.blas import blas_in_use, warn_if_reference_blas
+    from ..models.loader import load_model
+
+    try:
+        settings = ServerSettings(host=args.host, port=args.port, log_level=args.log_level,
+                                  max_queue=args.max_queue, max_active=args.max_active,
+                                  max_body_bytes=args.max_body_bytes)
+    except ValueError as exc:
+        raise AfmError(f"invalid server settings: {exc}") from None
+    print(f"afm-struct: loading {args.model or 'the embedded model'}", file=sys.stderr, flush=True)
+    loaded = load_model(args.model, weights=args.weights, progress=_progress)
+    info = loaded.info
+    print(f"afm-struct: model {info.id} ({info.source}, {info.weights}, "
+          f"{info.weight_bytes / 1e6:.0f} MB, context {info.context_length}) "
+          f"loaded in {info.load_seconds:.1f}s", file=sys.stderr)
+    print(f"afm-struct: MLX device {info.device}; BLAS {blas_in_use()}", file=sys.stderr)
+    warn_if_reference_blas()
+    print(f"afm-struct: serving on http://{settings.host}:{settings.port} "
+          "(POST /v1/chat/completions, GET /v1/models, GET /health)", file=sys.stderr, flush=True)
+    uvicorn.run(create_app(loaded, settings), host=settings.host, port=settings.port,
+                log_level=settings.log_level, timeout_graceful_shutdown=5)
+    return 0

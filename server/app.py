@@ -1,0 +1,84 @@
+"""``create_app``: the FastAPI application over one loaded model.
+
+The lifespan builds the generator and starts the scheduler thread (the only thread that touches
+the model) and stops it on shutdown; handlers reach them through ``app.state.afm``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from afm_struct import __version__
+from afm_struct.decoding.generator import Generator
+from afm_struct.decoding.scheduler import Scheduler, SchedulerLimits
+from afm_struct.models.loader import LoadedModel
+
+from .cancel import InflightRegistry
+from .channels import THINK_CLOSE, THINK_OPEN
+from .completions import ServerState
+from .errors import install_error_handlers
+from .middleware import BodyLimitMiddleware, RequestIdMiddleware
+from .routes import router
+from .settings import ServerSettings
+from .structured import Compile, default_compiler
+
+
+def wants_reasoning_split(loaded: LoadedModel, mode: str) -> bool:
+    """Whether ``<think>`` blocks go to reasoning_content for this model."""
+    if mode != "auto":
+        return mode == "think"
+    vocab = loaded.tokenizer.hf.get_vocab()
+    return THINK_OPEN in vocab and THINK_CLOSE in vocab
+
+
+def _openapi_without_422(app: FastAPI) -> dict[str, Any]:
+    """FastAPI documents a 422 on every body route; this server answers 400 with the envelope."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                             routes=app.routes)
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                operation.get("responses", {}).pop("422", None)
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
+               compile_fn: Compile | None = None) -> FastAPI:
+    """The app serving ``loaded``; ``compile_fn`` overrides the grammar compiler (tests)."""
+    settings = settings or ServerSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from afm_struct.models.blas import blas_in_use
+
+        scheduler = Scheduler(Generator.from_loaded(loaded),
+                              SchedulerLimits(max_active=settings.max_active, max_queue=settings.max_queue,
+                                              retry_after_s=settings.retry_after_s))
+        scheduler.start()
+        app.state.afm = ServerState(
+            loaded=loaded, settings=settings, scheduler=scheduler,
+            registry=InflightRegistry(settings.recent_ids),
+            split_reasoning=wants_reasoning_split(loaded, settings.reasoning),
+            blas=blas_in_use(), compile_fn=compile_fn or default_compiler())
+        app.state.started_at = time.time()
+        try:
+            yield
+        finally:
+            scheduler.stop()
+
+    app = FastAPI(title="afm-struct", version=__version__, lifespan=lifespan,
+                  description="OpenAI-compatible chat completions with grammar-constrained output.")
+    install_error_handlers(app)
+    app.include_router(router)
+    app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response has the IDs
+    return app

@@ -1,0 +1,278 @@
+"""One chat completion from admission to the last byte, streaming or not.
+
+:func:`prepare` turns the validated request into a :class:`GenerationRequest` (compile and
+tokenize run off the event loop); :func:`admit` registers the correlation ID and submits to the
+scheduler — every failure up to here happens before headers, as an HTTP error.  A :class:`Run`
+then turns scheduler events into protocol deltas and one :class:`Outcome`; :func:`sse_body`
+frames them as SSE and :func:`collect` as a ``chat.completion``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from afm_struct.decoding.generator import Finished, GenerationRequest, TextDelta, Timings, Usage
+from afm_struct.decoding.scheduler import Handle, Scheduler
+from afm_struct.errors import AfmError, GenerationError
+from afm_struct.models.loader import LoadedModel
+
+from . import sse
+from .cancel import Inflight, InflightRegistry
+from .channels import Delta, make_router
+from .profile import (
+    PROFILE_EXTENDED,
+    ProfileSampler,
+    TokenCounter,
+    build_extended,
+    build_profile,
+    read_energy_uj,
+)
+from .request import check_model, check_n, sampling_params, template_messages, template_tools
+from .schemas import ChatCompletionRequest
+from .settings import ServerSettings
+from .structured import Compile, StructuredPlan, plan_structured
+
+log = logging.getLogger("afm_struct.server")
+
+
+@dataclass
+class ServerState:
+    """What the handlers share: the model, the scheduler thread and the in-flight registry."""
+
+    loaded: LoadedModel
+    settings: ServerSettings
+    scheduler: Scheduler
+    registry: InflightRegistry
+    split_reasoning: bool
+    blas: str | None = None
+    compile_fn: Compile | None = None
+
+
+@dataclass
+class Prepared:
+    """An admissible request, not yet submitted."""
+
+    request_id: str
+    ident: sse.StreamIdentity
+    generation: GenerationRequest
+    plan: StructuredPlan
+    stream: bool
+    include_usage: bool
+    profile_key: str | None
+    counter: TokenCounter
+    started: float
+
+
+@dataclass
+class Outcome:
+    """How the generation ended, as the wire reports it."""
+
+    reason: str  # stop, length, tool_calls, cancelled or error
+    finished: Finished
+    error: AfmError | None = None
+
+
+async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id: str,
+                  profile_key: str | None) -> Prepared:
+    """Validate, compile the constraint and tokenize (400/404 errors raised here)."""
+    started = time.perf_counter()
+    check_n(body.n)
+    check_model(body.model, state.loaded.info.id)
+    messages = template_messages(body.messages)
+    tools = template_tools(body)
+    params = sampling_params(body, default_max_tokens=state.settings.default_max_tokens)
+    tokenizer = state.loaded.tokenizer
+    plan = await plan_structured(tokenizer, body.response_format, compile_fn=state.compile_fn)
+    # Template rendering and tokenization of a long chat take milliseconds: keep them off the loop.
+    prompt_ids = await asyncio.to_thread(tokenizer.encode_chat, messages, tools=tools)
+    counter = TokenCounter()
+    generation = GenerationRequest(prompt_ids=prompt_ids, params=params, constraint=plan.constraint,
+                                   logits_processors=[counter], request_id=request_id)
+    ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
+                               model=state.loaded.info.id)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return Prepared(request_id=request_id, ident=ident, generation=generation, plan=plan,
+                    stream=body.stream, include_usage=include_usage, profile_key=profile_key,
+                    counter=counter, started=started)
+
+
+class Run:
+    """An admitted generation: its events as deltas, then one outcome; closes idempotently."""
+
+    def __init__(self, state: ServerState, prepared: Prepared, entry: Inflight, handle: Handle) -> None:
+        self.state = state
+        self.prepared = prepared
+        self.entry = entry
+        self.handle = handle
+        self.outcome: Outcome | None = None
+        self._energy0 = read_energy_uj()
+        self._sampler: ProfileSampler | None = None
+        if prepared.profile_key == PROFILE_EXTENDED:
+            self._sampler = ProfileSampler(prepared.counter, state.settings.profile_interval_s).start()
+
+    def close(self) -> None:
+        """Stop generation if still running (client gone) and release the request ID."""
+        if not self.handle.finished.is_set():
+            self.handle.cancel()
+        self.state.registry.complete(self.entry)
+        if self._sampler is not None:
+            self._sampler.stop()
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        """Protocol deltas in order; afterwards :attr:`outcome` is set."""
+        plan = self.prepared.plan
+        router = make_router(split_reasoning=self.state.split_reasoning)
+        deferred: list[str] = []
+
+        def route(items: list[Delta]) -> list[Delta]:
+            if not plan.defer:
+                return items
+            out = []
+            for d in items:  # best-effort JSON: hold content back for sanitizing at the end
+                if "content" in d:
+                    deferred.append(d.pop("content"))
+                if d:
+                    out.append(d)
+            return out
+
+        async for event in self.handle.events():
+            if isinstance(event, TextDelta):
+                for d in route(router.feed(event.text)):
+                    yield d
+                continue
+            assert isinstance(event, Finished)
+            for d in route(router.finish()):
+                yield d
+            cancelled = self.state.registry.complete(self.entry)
+            if event.reason == "error":
+                err = event.error or GenerationError("generation failed")
+                self.outcome = Outcome("error", event, err)
+                break
+            if deferred:
+                text = plan.sanitize("".join(deferred))
+                if text:
+                    yield {"content": text}
+            reason = "cancelled" if cancelled else router.finish_reason(event.reason)
+            self.outcome = Outcome(reason, event)
+        if self.outcome is None:  # the scheduler stopped without a Finished (shutdown)
+            self.outcome = Outcome("error", Finished("error", _usage(self), _timings(), ""),
+                                   GenerationError("the server is shutting down"))
+
+    def profile(self) -> dict[str, Any] | None:
+        """The profile event payload for this run, if one was asked for."""
+        key, outcome = self.prepared.profile_key, self.outcome
+        if key is None or outcome is None:
+            return None
+        samples = self._sampler.stop() if self._sampler is not None else []
+        wall = time.perf_counter() - self.prepared.started
+        summary = build_profile(self.state.loaded, outcome.finished, request_id=self.prepared.request_id,
+                                wall_s=wall, blas=self.state.blas,
+                                energy_uj=(self._energy0, read_energy_uj()))
+        if key == PROFILE_EXTENDED:
+            return build_extended(summary, samples, self.state.settings.profile_interval_s)
+        return summary
+
+
+def _usage(run: Run) -> Usage:
+    return Usage(prompt_tokens=len(run.prepared.generation.prompt_ids))
+
+
+def _timings() -> Timings:
+    return Timings()
+
+
+def admit(state: ServerState, prepared: Prepared) -> Run:
+    """Register the request ID (409 if in flight) and submit (503 when full, 400 on overflow)."""
+    entry = state.registry.register(prepared.request_id)
+    try:
+        handle = state.scheduler.submit(prepared.generation, loop=asyncio.get_running_loop())
+    except BaseException:
+        state.registry.discard(entry)
+        raise
+    state.registry.attach(entry, handle)
+    return Run(state, prepared, entry, handle)
+
+
+async def sse_body(run: Run) -> AsyncIterator[bytes]:
+    """The SSE byte stream: deltas, finish (or error) chunk, usage, profile, ``[DONE]``."""
+    ident = run.prepared.ident
+    first = True
+    try:
+        async for delta in run.deltas():
+            if first:
+                delta = {"role": "assistant", **delta}
+                first = False
+            yield sse.encode_event(sse.delta_chunk(ident, delta))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a server bug mid-stream: the status is sent, so report in-band
+        log.exception("stream failed")
+        err = GenerationError(f"internal error while streaming: {type(exc).__name__}: {exc}")
+        run.outcome = Outcome("error", Finished("error", _usage(run), _timings(), ""), err)
+    outcome = run.outcome
+    assert outcome is not None
+    if first:
+        yield sse.encode_event(sse.delta_chunk(ident, {"role": "assistant", "content": ""}))
+    if outcome.error is not None:
+        yield sse.encode_event(sse.error_chunk(ident, outcome.error))
+    else:
+        yield sse.encode_event(sse.finish_chunk(ident, outcome.reason))
+    if run.prepared.include_usage:
+        yield sse.encode_event(sse.usage_chunk(ident, outcome.finished.usage))
+    profile = run.profile()
+    if profile is not None and run.prepared.profile_key is not None:
+        yield sse.encode_event(sse.profile_event(run.prepared.profile_key, profile))
+    yield sse.DONE
+
+
+async def collect(run: Run) -> dict[str, Any]:
+    """The whole ``chat.completion`` body; a generation error is raised (headers not sent yet)."""
+    content: list[str] = []
+    reasoning: list[str] = []
+    tool_calls: dict[int, dict[str, Any]] = {}
+    async for delta in run.deltas():
+        content.append(delta.get("content") or "")
+        reasoning.append(delta.get("reasoning_content") or "")
+        for call in delta.get("tool_calls") or ():
+            _merge_tool_call(tool_calls, call)
+    outcome = run.outcome
+    assert outcome is not None
+    if outcome.error is not None:
+        raise outcome.error
+    body = sse.completion_body(
+        run.prepared.ident, content="".join(content) if any(content) or not tool_calls else None,
+        reasoning_content="".join(reasoning) or None,
+        tool_calls=[tool_calls[i] for i in sorted(tool_calls)] or None,
+        finish_reason=outcome.reason, usage=outcome.finished.usage)
+    profile = run.profile()
+    if profile is not None and run.prepared.profile_key is not None:
+        body[run.prepared.profile_key] = profile
+    return body
+
+
+def _merge_tool_call(calls: dict[int, dict[str, Any]], delta: dict[str, Any]) -> None:
+    """Merge a tool_calls delta by index: first non-null id/type/name, arguments appended."""
+    call = calls.setdefault(delta["index"], {"id": None, "type": None,
+                                             "function": {"name": None, "arguments": ""}})
+    call["id"] = call["id"] or delta.get("id")
+    call["type"] = call["type"] or delta.get("type")
+    fn = delta.get("function") or {}
+    call["function"]["name"] = call["function"]["name"] or fn.get("name")
+    call["function"]["arguments"] += fn.get("arguments") or ""
+
+
+def response_headers(prepared: Prepared) -> dict[str, str]:
+    """Headers beyond the correlation IDs (added by the middleware for every response)."""
+    headers: dict[str, str] = {}
+    if prepared.stream:
+        headers.update({"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                        "X-Accel-Buffering": "no"})
+    if prepared.plan.downgraded:
+        headers["X-Grammar-Constraints"] = "downgraded"
+    return headers

@@ -1,0 +1,91 @@
+"""Every failure becomes the JSON error envelope with the right status — never FastAPI's 422
+shape and never a bare 500 page."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from afm_struct.errors import AfmError, GenerationError, InvalidRequestError, NotFoundError, OverloadedError
+
+from .sse import error_envelope
+
+log = logging.getLogger("afm_struct.server")
+
+
+class MethodNotAllowedError(InvalidRequestError):
+    """The path exists but not with this method."""
+
+    status = 405
+    code = "method_not_allowed"
+
+
+def validation_error(errors: Sequence[Any]) -> InvalidRequestError:
+    """Map pydantic/FastAPI validation errors (plain dicts) to one 400 error naming the field."""
+    if not errors:
+        return InvalidRequestError("the request body is invalid")
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        ctx = first.get("ctx") or {}
+        where = f" at position {loc[0]}" if loc else ""
+        return InvalidRequestError(
+            f"the body is not valid JSON{where}: {ctx.get('error', first.get('msg', ''))}",
+            code="invalid_json")
+    # Drop pydantic's union-branch names (e.g. "str", "list[...]") so param is the field path.
+    param = ".".join(p for p in loc if not (p[:1].isalpha() and ("[" in p or p in ("str", "int"))))
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    code = "missing_required_parameter" if first.get("type") == "missing" else "invalid_value"
+    return InvalidRequestError(f"{param or 'body'}: {first.get('msg', 'invalid')}{more}",
+                               param=param or None, code=code)
+
+
+def error_response(err: AfmError) -> JSONResponse:
+    """The HTTP response of ``err`` (503s carry Retry-After)."""
+    headers = {"Retry-After": str(err.retry_after)} if isinstance(err, OverloadedError) else None
+    return JSONResponse(error_envelope(err), status_code=err.status, headers=headers)
+
+
+async def _on_afm_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AfmError)
+    if exc.status >= 500:
+        log.error("request failed: %s", exc.message)
+    return error_response(exc)
+
+
+async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(validation_error(exc.errors()))
+
+
+async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    err: AfmError
+    if exc.status_code == 404:
+        err = NotFoundError(f"no such route: {_request.method} {_request.url.path}")
+    elif exc.status_code == 405:
+        err = MethodNotAllowedError(f"{_request.method} is not allowed on {_request.url.path}")
+    else:
+        err = InvalidRequestError(str(exc.detail))
+        err.status = exc.status_code
+    return error_response(err)
+
+
+async def _on_unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected server error", exc_info=exc)
+    return error_response(GenerationError(f"internal server error: {type(exc).__name__}: {exc}",
+                                          code="internal_error"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the envelope-producing handlers on ``app``."""
+    app.add_exception_handler(AfmError, _on_afm_error)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,101 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it would buffer streams and hide disconnects).
+
+* :class:`RequestIdMiddleware` takes the inbound ``X-Request-ID`` (or makes one), stores it in
+  ``scope["state"]["request_id"]`` and echoes it as ``X-Request-ID`` and ``OpenAI-Request-ID``
+  on every response, errors included.
+* :class:`BodyLimitMiddleware` refuses bodies over the limit with 413 — from Content-Length
+  before reading, or while reading a chunked body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from afm_struct.errors import AfmError, InvalidRequestError, PayloadTooLargeError
+
+from .sse import error_envelope
+
+# Printable ASCII without '/' (the ID is a path segment of the cancel route), bounded length.
+_REQUEST_ID = re.compile(r"^[!-.0-~]{1,128}$")
+
+
+def new_request_id() -> str:
+    """A fresh correlation ID."""
+    return f"req_{uuid.uuid4().hex}"
+
+
+async def _send_error(send: Send, err: AfmError, extra: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+    body = json.dumps(error_envelope(err)).encode()
+    await send({"type": "http.response.start", "status": err.status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *extra]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestIdMiddleware:
+    """Correlation IDs in, correlation IDs out."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        inbound = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
+        request_id = inbound if inbound is not None else new_request_id()
+        echo = request_id.encode("latin-1") if _REQUEST_ID.match(request_id) else new_request_id().encode()
+        extra = [(b"x-request-id", echo), (b"openai-request-id", echo)]
+        if inbound is not None and not _REQUEST_ID.match(inbound):
+            await _send_error(send, InvalidRequestError(
+                "X-Request-ID must be 1-128 printable ASCII characters without '/' or spaces",
+                param="X-Request-ID", code="invalid_request_id"), extra)
+            return
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_ids(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []),
+                                      *(h for h in extra if h[0] not in names)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_ids)
+
+
+class BodyLimitMiddleware:
+    """413 for request bodies larger than ``max_bytes``."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await _send_error(send, self._too_large(int(length)))
+            return
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message: dict[str, Any] = dict(await receive())
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise self._too_large(seen)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _too_large(self, size: int) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"the request body has {size}+ bytes; the limit is {self.max_bytes} bytes", param="body")

@@ -1,0 +1,108 @@
+"""Pydantic request → engine values: chat messages, tool definitions, sampling parameters.
+
+Admission checks that need no model live here (n, model name, tool_choice, content parts); they
+raise typed 400/404 errors that carry the offending parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from afm_struct.decoding.sampling import SamplingParams
+from afm_struct.errors import InvalidRequestError, NotFoundError, UnknownToolError
+
+from .schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
+
+
+def check_model(requested: str | None, loaded_id: str) -> None:
+    """404 unless ``requested`` is omitted or names the loaded model."""
+    if requested is not None and requested != loaded_id:
+        raise NotFoundError(f"model {requested!r} is not served here; this server runs {loaded_id!r} "
+                            "(GET /v1/models)", param="model", code="model_not_found")
+
+
+def check_n(n: int | None) -> None:
+    """400 for n > 1 (one choice per request)."""
+    if n is not None and n != 1:
+        raise InvalidRequestError(f"n={n} is not supported: this server returns exactly one choice "
+                                  "per request; send n=1 or omit it", param="n", code="unsupported_value")
+
+
+def message_text(msg: ChatMessage, index: int) -> str | None:
+    """A message's content as text (text parts joined); other part types are refused."""
+    if msg.content is None or isinstance(msg.content, str):
+        return msg.content
+    texts = []
+    for j, part in enumerate(msg.content):
+        if part.type != "text" or part.text is None:
+            raise InvalidRequestError(
+                f"messages[{index}].content[{j}] has type {part.type!r}; only text parts are supported",
+                param=f"messages.{index}.content.{j}.type", code="unsupported_content")
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as chat-template dicts.
+
+    ``developer`` is rendered as ``system``: few templates know the newer role and OpenAI
+    defines it as the system role for newer models.
+    """
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        text = message_text(msg, i)
+        if msg.role == "tool" and not msg.tool_call_id:
+            raise InvalidRequestError(f"messages[{i}] has role 'tool' but no tool_call_id",
+                                      param=f"messages.{i}.tool_call_id")
+        if msg.role != "assistant" and text is None:
+            raise InvalidRequestError(f"messages[{i}] ({msg.role}) has no content",
+                                      param=f"messages.{i}.content")
+        item: dict[str, Any] = {"role": "system" if msg.role == "developer" else msg.role,
+                                "content": text or ""}
+        if msg.name:
+            item["name"] = msg.name
+        if msg.tool_calls:
+            item["tool_calls"] = [tc.model_dump() for tc in msg.tool_calls]
+        if msg.tool_call_id:
+            item["tool_call_id"] = msg.tool_call_id
+        out.append(item)
+    return out
+
+
+def template_tools(req: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+    """Tool definitions for the chat template, after checking ``tool_choice`` against them.
+
+    ``tool_choice: "none"`` leaves the tools out of the prompt.  Tool-call parsing and tool
+    grammars belong to the tools issue; this only admits and renders.
+    """
+    names = [t.function.name for t in req.tools or []]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError("tools has duplicate function names", param="tools")
+    choice = req.tool_choice
+    if choice is not None and choice != "none" and not names:
+        raise InvalidRequestError(f"tool_choice {_choice_text(choice)} needs a non-empty tools list",
+                                  param="tool_choice")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise UnknownToolError(
+            f"tool_choice names function {choice.function.name!r}, which is not in tools "
+            f"({', '.join(names)})", param="tool_choice")
+    if not names or choice == "none":
+        return None
+    return [t.model_dump(exclude_none=True) for t in req.tools or []]
+
+
+def _choice_text(choice: object) -> str:
+    return repr(choice) if isinstance(choice, str) else "{'type': 'function', ...}"
+
+
+def sampling_params(req: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingParams:
+    """SamplingParams from the request (SamplingParams re-validates and raises 400s)."""
+    stop = req.stop
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
+    kwargs: dict[str, Any] = {"max_tokens": max_tokens, "stop": stops, "seed": req.seed}
+    for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        value = getattr(req, name)
+        if value is not None:
+            kwargs[name] = value
+    return SamplingParams(**kwargs)

@@ -1,0 +1,110 @@
+"""Thin HTTP handlers: parse, call :mod:`server.completions`, wrap the result in a response."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from afm_struct import __version__
+
+from . import sse
+from .completions import ServerState, admit, collect, prepare, response_headers, sse_body
+from .profile import parse_profile_header
+from .schemas import (
+    CancellationResponse,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ErrorEnvelope,
+    ModelList,
+)
+
+router = APIRouter()
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 500, 503)
+}
+
+
+class SSEResponse(StreamingResponse):
+    """A streaming response that always runs ``on_close`` — normal end, error or disconnect —
+    so a client that goes away stops its generation."""
+
+    def __init__(self, body: AsyncIterator[bytes], *, headers: dict[str, str],
+                 on_close: Callable[[], None]) -> None:
+        super().__init__(body, headers=headers)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.afm  # type: ignore[no-any-return]
+
+
+async def _close_on_disconnect(request: Request, close: Callable[[], None]) -> None:
+    """Wait for the client to go away (the body is already read), then stop generating."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            close()
+            return
+
+
+@router.post("/v1/chat/completions", response_model=None,
+             responses={200: {"model": ChatCompletionResponse,
+                              "content": {"text/event-stream": {}}}, **_ERRORS})
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> StreamingResponse | JSONResponse:
+    """Create a chat completion (SSE when ``stream`` is true)."""
+    state = _state(request)
+    prepared = await prepare(state, body, request_id=request.state.request_id,
+                             profile_key=parse_profile_header(request.headers.get("x-afm-profile")))
+    run = admit(state, prepared)
+    headers = response_headers(prepared)
+    if prepared.stream:
+        return SSEResponse(sse_body(run), headers=headers, on_close=run.close)
+    watcher = asyncio.create_task(_close_on_disconnect(request, run.close))
+    try:
+        result = await collect(run)
+    finally:
+        watcher.cancel()
+        run.close()
+    return JSONResponse(result, headers=headers)
+
+
+@router.post("/v1/chat/completions/{request_id}/cancel", response_model=CancellationResponse,
+             responses={404: {"model": CancellationResponse}})
+async def cancel_completion(request_id: str, request: Request) -> JSONResponse:
+    """Cancel the in-flight request whose X-Request-ID is ``request_id``."""
+    err = _state(request).registry.cancel(request_id)
+    if err is not None:
+        return JSONResponse(sse.cancellation_body(request_id, False, err), status_code=404)
+    return JSONResponse(sse.cancellation_body(request_id, True))
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def list_models(request: Request) -> dict[str, Any]:
+    """The one loaded model."""
+    info = _state(request).loaded.info
+    return {"object": "list", "data": [{"id": info.id, "object": "model",
+                                        "created": int(request.app.state.started_at),
+                                        "owned_by": "afm-struct"}]}
+
+
+@router.get("/health")
+async def health(request: Request) -> dict[str, Any]:
+    """Liveness and load; answers while generation runs on the scheduler thread."""
+    state = _state(request)
+    pending, capacity = state.scheduler.load
+    return {"status": "ok", "version": __version__, "model": state.loaded.info.id,
+            "device": state.loaded.info.device, "requests_in_flight": pending,
+            "capacity": capacity, "uptime_s": round(time.time() - request.app.state.started_at, 3)}

@@ -1,0 +1,225 @@
+"""Pydantic models of the HTTP boundary (the only place pydantic is used).
+
+Requests follow OpenAI's chat-completions shape; unknown fields are ignored (pydantic's default
+``extra="ignore"``) so clients written for other servers keep working.  Response models exist
+for the OpenAPI document; responses themselves are built as plain dicts by :mod:`server.sse`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content; only ``text`` parts are supported."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(BaseModel):
+    """A function call in an assistant message of the history."""
+
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(BaseModel):
+    """A tool call in an assistant message of the history."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    """A message of the conversation."""
+
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    """A tool definition (functions only)."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    """The function named by a ``tool_choice`` object."""
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """``tool_choice`` forcing one function."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class JsonSchemaSpec(BaseModel):
+    """``response_format.json_schema``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatText(BaseModel):
+    """Free text (the default)."""
+
+    type: Literal["text"]
+
+
+class ResponseFormatJsonObject(BaseModel):
+    """Any JSON object."""
+
+    type: Literal["json_object"]
+
+
+class ResponseFormatJsonSchema(BaseModel):
+    """JSON conforming to a schema."""
+
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[
+    ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema,
+    Field(discriminator="type"),
+]
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``."""
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions``."""
+
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    min_p: Annotated[float, Field(ge=0, lt=1)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0)] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: Annotated[int, Field(ge=1)] | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+
+# -- responses (documentation only) ------------------------------------------------------------
+
+
+class ErrorBody(BaseModel):
+    """The fields of an error."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(BaseModel):
+    """``{"error": {...}}``: every non-2xx JSON body."""
+
+    error: ErrorBody
+
+
+class UsageModel(BaseModel):
+    """Token counts."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    """The generated message."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class Choice(BaseModel):
+    """The single choice of a completion."""
+
+    index: int
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length", "tool_calls", "cancelled", "error"]
+    logprobs: None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    """A non-streaming ``chat.completion``."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: UsageModel
+    afm_profile: dict[str, Any] | None = None
+    afm_profile_extended: dict[str, Any] | None = None
+
+
+class CancellationResponse(BaseModel):
+    """``POST /v1/chat/completions/{request_id}/cancel``."""
+
+    id: str
+    object: Literal["chat.completion.cancellation"]
+    cancelled: bool
+    error: ErrorBody | None = None
+
+
+class ModelCard(BaseModel):
+    """One entry of ``GET /v1/models``."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``."""
+
+    object: Literal["list"]
+    data: list[ModelCard]

@@ -1,0 +1,40 @@
+"""Server settings: built once (CLI or app factory), frozen, passed down explicitly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Everything the HTTP layer can be configured with.
+
+    Nothing below the app factory reads the environment: the CLI builds one of these.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 9999
+    log_level: str = "info"
+    # Admission: sequences stepped together, and requests allowed to wait behind them.
+    max_active: int = 8
+    max_queue: int = 16
+    retry_after_s: int = 1
+    # Bodies above this are refused with 413 before they are parsed.
+    max_body_bytes: int = 8 * 1024 * 1024
+    # Used when a request gives neither max_tokens nor max_completion_tokens (clamped to context).
+    default_max_tokens: int = 4096
+    # X-AFM-Profile: extended samples at this interval (the contract asks for <= 250 ms).
+    profile_interval_s: float = 0.1
+    # Reasoning extraction: "auto" splits <think>…</think> when the tokenizer has those tokens,
+    # "think" always does, "off" never does.
+    reasoning: str = "auto"
+    # Completed request IDs remembered (for a precise 404 message on a late cancel).
+    recent_ids: int = 1024
+
+    def __post_init__(self) -> None:
+        if not 0 < self.profile_interval_s <= 0.25:
+            raise ValueError("profile_interval_s must be in (0, 0.25]")
+        if self.reasoning not in ("auto", "think", "off"):
+            raise ValueError("reasoning must be auto, think or off")
+        if self.max_active < 1 or self.max_queue < 0:
+            raise ValueError("max_active must be >= 1 and max_queue >= 0")

@@ -1,0 +1,112 @@
+"""Pure pieces of the server: delta routing, JSON sanitizing, request mapping, the registry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from afm_struct.errors import InvalidRequestError, NotFoundError, SchemaError, UnknownToolError
+from server.cancel import InflightRegistry, RequestIdConflictError
+from server.channels import ContentRouter
+from server.request import check_model, check_n, sampling_params, template_messages, template_tools
+from server.schemas import ChatCompletionRequest
+from server.structured import plan_structured, sanitize_json_text
+
+
+def _route(router: ContentRouter, pieces: list[str]) -> tuple[str, str]:
+    content, reasoning = "", ""
+    for d in [*(x for p in pieces for x in router.feed(p)), *router.finish()]:
+        content += d.get("content", "")
+        reasoning += d.get("reasoning_content", "")
+    return content, reasoning
+
+
+@pytest.mark.parametrize("split", [[ "<think>plan</think>\n\nanswer"], list("<think>plan</think>\n\nanswer"),
+                                   ["<thi", "nk>pl", "an</th", "ink>", "\n", "answer"]])
+def test_reasoning_is_split_into_its_own_channel_across_fragments(split: list[str]) -> None:
+    assert _route(ContentRouter(split_reasoning=True), split) == ("answer", "plan")
+
+
+def test_reasoning_split_off_keeps_tags_in_content() -> None:
+    assert _route(ContentRouter(), ["<think>x</think>y"]) == ("<think>x</think>y", "")
+
+
+def test_partial_tag_at_end_is_flushed_as_text() -> None:
+    assert _route(ContentRouter(split_reasoning=True), ["a <thi"]) == ("a <thi", "")
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ('```json\n{"a": 1}\n```', '{"a": 1}'),
+    ('Sure! Here it is:\n```json\n{"a": [1, 2]}\n```\nHope it helps.', '{"a": [1, 2]}'),
+    ('  {"a": 1}  ', '{"a": 1}'),
+    ('The answer is {"b": "}"} ok', '{"b": "}"}'),
+    ("```\n[1, 2]\n```", "[1, 2]"),
+])
+def test_sanitize_returns_unfenced_json(raw: str, expected: str) -> None:
+    out = sanitize_json_text(raw)
+    assert out == expected and "```" not in out
+    json.loads(out)
+
+
+def test_request_mapping_and_admission_checks() -> None:
+    req = ChatCompletionRequest.model_validate({
+        "messages": [{"role": "developer", "content": [{"type": "text", "text": "be "},
+                                                       {"type": "text", "text": "brief"}]},
+                     {"role": "user", "content": "hi"}],
+        "stop": "END", "max_completion_tokens": 7, "temperature": 0, "seed": 3, "unknown_field": 1})
+    msgs = template_messages(req.messages)
+    assert msgs[0] == {"role": "system", "content": "be brief"}
+    params = sampling_params(req, default_max_tokens=100)
+    assert params.stop == ("END",) and params.max_tokens == 7 and params.temperature == 0 and params.seed == 3
+    with pytest.raises(InvalidRequestError) as exc:
+        check_n(2)
+    assert exc.value.param == "n"
+    with pytest.raises(NotFoundError):
+        check_model("gpt-4o", "scripted")
+    check_model(None, "scripted")
+    bad = ChatCompletionRequest.model_validate(
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})
+    with pytest.raises(InvalidRequestError):
+        template_messages(bad.messages)
+
+
+def test_tool_choice_must_name_a_declared_tool() -> None:
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    ok = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "x"}], "tools": tools,
+                                               "tool_choice": {"type": "function",
+                                                               "function": {"name": "read_file"}}})
+    assert template_tools(ok)[0]["function"]["name"] == "read_file"
+    bad = ok.model_copy(update={"tool_choice": ok.tool_choice.model_copy(
+        update={"function": ok.tool_choice.function.model_copy(update={"name": "rm"})})})
+    with pytest.raises(UnknownToolError):
+        template_tools(bad)
+    none = ok.model_copy(update={"tool_choice": "none"})
+    assert template_tools(none) is None
+
+
+def test_invalid_schema_is_a_400_with_path(tokenizer) -> None:
+    req = ChatCompletionRequest.model_validate({
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_schema", "json_schema": {
+            "name": "t", "strict": True, "schema": {"type": "object", "properties": {"a": {"type": 5}}}}}})
+    with pytest.raises(SchemaError) as exc:
+        asyncio.run(plan_structured(tokenizer, req.response_format, compile_fn=lambda t, r: None))
+    assert exc.value.status == 400 and "properties" in exc.value.message
+
+
+def test_registry_lifecycle() -> None:
+    reg = InflightRegistry(remember=2)
+    entry = reg.register("a")
+    with pytest.raises(RequestIdConflictError) as exc:
+        reg.register("a")
+    assert exc.value.status == 409
+    assert reg.cancel("a") is None  # accepted before a handle exists; applied on attach
+    assert reg.complete(entry) is True
+    err = reg.cancel("a")
+    assert err is not None and err.status == 404 and "completed" in err.message
+    err = reg.cancel("never")
+    assert err is not None and "unknown" in err.message
+    again = reg.register("a")  # an ID may be reused once its request is over
+    assert reg.complete(again) is False
