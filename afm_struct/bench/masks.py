@@ -1,0 +1,183 @@
+"""``afm-struct bench masks``: MaskBench over a folder of JSONSchemaBench files.
+
+For each schema: compile through the full constraint compiler (rewrites, ladder, limits); for
+each test instance, serialize it as ``json.dumps(data, indent=None, ensure_ascii=False)``,
+tokenize without special tokens and walk the tokens through a fresh matcher, timing every mask.
+A valid instance must have every token allowed and end accepting; an invalid one must hit a
+disallowed token or end non-accepting.  Validation/invalidation errors are counted only for
+schemas served ``enforced`` (a best-effort grammar is not expected to be exact).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "jsonschemabench" / "data"
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50/p90/p99 (0 for no values), rounded for the report."""
+    if not values:
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0}
+    arr = np.asarray(values)
+    return {f"p{q}": round(float(np.percentile(arr, q)), 3) for q in (50, 90, 99)}
+
+
+def _allowed(bitmask: np.ndarray, token: int) -> bool:
+    return bool((int(bitmask[0, token >> 5]) >> (token & 31)) & 1)
+
+
+def walk_instance(constraint: Any, tokenizer: Any, text: str, bitmask: np.ndarray,
+                  mask_us: list[float]) -> bool:
+    """True when the constraint accepts ``text`` token by token (masks timed into ``mask_us``)."""
+    matcher = constraint.new_matcher()
+    if matcher is None:
+        return True
+    for token in tokenizer.encode(text):
+        t0 = time.perf_counter()
+        matcher.fill_mask(bitmask, 0)
+        mask_us.append((time.perf_counter() - t0) * 1e6)
+        if not _allowed(bitmask, token) or not matcher.advance(token):
+            return False
+    return matcher.is_accepting()
+
+
+def run_file(compiler: Any, tokenizer: Any, path: Path, bitmask: np.ndarray) -> dict[str, Any]:
+    """One MaskBench file: status, compile time, per-test verdicts, mask times."""
+    from afm_struct.errors import SchemaError
+    from afm_struct.grammar.spec import JsonSchemaRequest, Mode
+
+    doc = json.loads(path.read_text())
+    row: dict[str, Any] = {"file": path.name, "mask_us": [], "validation_errors": 0,
+                           "invalidation_errors": 0}
+    try:
+        constraint = compiler.compile(JsonSchemaRequest(doc["schema"]))
+    except SchemaError as exc:
+        row.update(status="compile_error", reason=exc.message[:200], compile_us=None)
+        return row
+    row.update(status=constraint.mode.value, rung=constraint.rung.value, reason=constraint.reason,
+               rewrites=list(constraint.rewrites), compile_us=constraint.compile_ms * 1e3)
+    if constraint.reason in ("compile_timeout", "compile_memory"):
+        row["timeout"] = True
+    enforced = constraint.mode is Mode.ENFORCED
+    for i, test in enumerate(doc.get("tests", [])):
+        text = json.dumps(test["data"], indent=None, ensure_ascii=False)
+        accepted = walk_instance(constraint, tokenizer, text, bitmask, row["mask_us"])
+        if enforced and test["valid"] and not accepted:
+            row["validation_errors"] += 1
+            row.setdefault("failures", []).append({"test": i, "valid": True, "text": text[:200]})
+        elif enforced and not test["valid"] and accepted:
+            row["invalidation_errors"] += 1
+            row.setdefault("failures", []).append({"test": i, "valid": False, "text": text[:200]})
+    return row
+
+
+def summarize(rows: list[dict[str, Any]], backend: str, cached_us: list[float]) -> dict[str, Any]:
+    """The report: counts, percentiles, reasons and the failing schemas."""
+    status = Counter(r["status"] for r in rows)
+    enforced = [r for r in rows if r["status"] == "enforced"]
+    n = len(rows)
+    return {
+        "backend": backend,
+        "schemas": n,
+        "enforced": status["enforced"],
+        "downgraded": status["downgraded"],
+        "compile_error": status["compile_error"],
+        "served": status["enforced"] + status["downgraded"],
+        "enforced_pct": round(100 * status["enforced"] / n, 2) if n else 0.0,
+        "validation_error": sum(1 for r in enforced if r["validation_errors"]),
+        "invalidation_error": sum(1 for r in enforced if r["invalidation_errors"]),
+        "timeout": sum(1 for r in rows if r.get("timeout")),
+        "compile_us": percentiles([r["compile_us"] for r in rows if r["compile_us"] is not None]),
+        "cached_compile_us": percentiles(cached_us),
+        "mask_us": percentiles([t for r in rows for t in r["mask_us"]]),
+        "rungs": dict(Counter(r.get("rung", "rejected") for r in rows)),
+        "reasons": dict(Counter(r["reason"] for r in rows if r.get("reason")).most_common()),
+        "rewrites": dict(Counter(w for r in rows for w in r.get("rewrites", []))),
+        "failures": [{k: r[k] for k in ("file", "validation_errors", "invalidation_errors", "failures")}
+                     for r in enforced if r["validation_errors"] or r["invalidation_errors"]],
+        "rejected": [{"file": r["file"], "reason": r["reason"]} for r in rows
+                     if r["status"] == "compile_error"],
+    }
+
+
+def markdown_table(reports: list[dict[str, Any]]) -> str:
+    """One row per report."""
+    lines = ["| backend | schemas | enforced | downgraded | compile error | validation err | "
+             "invalidation err | timeout | compile p50 / p90 / p99 (ms) | cached p50 (ms) | "
+             "mask p50 / p90 / p99 (µs) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in reports:
+        c, m, k = r["compile_us"], r["mask_us"], r["cached_compile_us"]
+        lines.append(
+            f"| {r['backend']} | {r['schemas']} | {r['enforced']} ({r['enforced_pct']}%) | {r['downgraded']} "
+            f"| {r['compile_error']} | {r['validation_error']} | {r['invalidation_error']} | {r['timeout']} "
+            f"| {c['p50'] / 1e3:.2f} / {c['p90'] / 1e3:.2f} / {c['p99'] / 1e3:.2f} | {k['p50'] / 1e3:.4f} "
+            f"| {m['p50']:.1f} / {m['p90']:.1f} / {m['p99']:.1f} |")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark and write the JSON report."""
+    from tqdm import tqdm
+
+    from afm_struct.grammar.compiler import ConstraintCompiler
+    from afm_struct.grammar.engine import allocate_bitmask
+    from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest
+    from afm_struct.models import load_tokenizer
+
+    folder = Path(args.schemas)
+    if not folder.is_dir():
+        print(f"afm-struct: error: no schema folder {folder}", file=sys.stderr)
+        return 2
+    files = sorted(folder.glob("*.json"))
+    if args.limit:
+        step = max(1, len(files) // args.limit) if args.spread else 1
+        files = files[::step][: args.limit]
+    tokenizer = load_tokenizer(args.model)
+    options = CompileOptions(backend=args.backend, timeout_s=args.timeout, max_memory_mb=args.max_memory_mb,
+                             whitespace=args.whitespace, cache_size=max(16, len(files) + 1))
+    compiler = ConstraintCompiler(tokenizer, options)
+    bitmask = allocate_bitmask(1, tokenizer.vocab_size)
+    rows: list[dict[str, Any]] = []
+    cached_us: list[float] = []
+    try:
+        for path in tqdm(files, desc=f"masks[{args.backend}]", unit="schema", file=sys.stderr):
+            row = run_file(compiler, tokenizer, path, bitmask)
+            rows.append(row)
+            if row["status"] != "compile_error":  # a second compile of the same schema: a cache hit
+                doc = json.loads(path.read_text())
+                cached_us.append(compiler.compile(JsonSchemaRequest(doc["schema"])).compile_ms * 1e3)
+    finally:
+        compiler.close()
+    report = summarize(rows, args.backend, cached_us)
+    report["command"] = " ".join(["afm-struct", "bench", "masks", *sys.argv[3:]]) if len(sys.argv) > 2 else ""
+    report["per_schema"] = [{k: v for k, v in r.items() if k != "mask_us"} for r in rows]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    print(markdown_table([report]))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``bench masks``."""
+    parser = sub.add_parser("masks", help="MaskBench: compile rate, correctness, compile and mask times")
+    parser.add_argument("--schemas", default=str(DEFAULT_DIR), help="folder of MaskBench JSON files")
+    parser.add_argument("--backend", default="llguidance", choices=("llguidance", "outlines"))
+    parser.add_argument("--limit", type=int, default=0, help="at most N schema files (0 = all)")
+    parser.add_argument("--spread", action="store_true",
+                        help="with --limit, take every k-th file instead of the first N")
+    parser.add_argument("--timeout", type=float, default=10.0, help="compile time limit (s)")
+    parser.add_argument("--max-memory-mb", type=int, default=4096, help="compile memory bound (outlines)")
+    parser.add_argument("--whitespace", default="default", choices=("default", "compact", "flexible"))
+    parser.add_argument("--model", default=None, help="tokenizer source (default: the embedded model)")
+    parser.add_argument("--out", required=True, help="where to write the JSON report")
+    parser.set_defaults(func=run)

@@ -1,0 +1,276 @@
+"""The one compile API: a constraint request in, a :class:`CompiledConstraint` out.
+
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema), CompileOptions())
+    matcher = constraint.new_matcher()        # None only on the unconstrained rung
+    ...generate under matcher...
+    outcome = constraint.validate(text)       # always against the caller's original schema
+
+A compiled constraint says how exactly it enforces the request (``mode``/``rung``/``reason``),
+which rewrites it needed, which engine runs it and what the compile cost.  Results are cached
+(LRU, keyed by canonical request + options + tokenizer); a cache hit reports ``cached=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRequestError, SchemaError
+from .cache import LRUCache
+from .engine import CompiledGrammar, Matcher
+from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
+from .llguidance_backend import BackendCompileError, LLGuidanceBackend
+from .regex_classify import classify_pattern
+from .rewrites import canonical_json, rewrite_schema
+from .schema_check import check_schema, schema_limits_reason
+from .spec import (
+    BACKENDS,
+    WHITESPACE_MODES,
+    CompileOptions,
+    ConstraintRequest,
+    JsonObjectRequest,
+    JsonSchemaRequest,
+    LarkRequest,
+    Mode,
+    RegexRequest,
+    Rung,
+    ToolCallRequest,
+    ValidationOutcome,
+)
+from .tool_schema import tool_call_schema
+from .validation import sanitize_json_text, validate_json
+from .worker import _THREADS, WorkerLimitError, run_with_timeout
+
+
+@dataclass(frozen=True)
+class CompiledConstraint:
+    """A request compiled for one tokenizer: immutable, shared, makes per-request matchers."""
+
+    kind: str
+    mode: Mode
+    rung: Rung
+    reason: str | None
+    rewrites: tuple[str, ...]
+    backend: str
+    compile_ms: float
+    cached: bool
+    strict: bool
+    grammar: CompiledGrammar | None = dataclasses.field(repr=False, default=None)
+    schema: Any = dataclasses.field(repr=False, default=None)  # the ORIGINAL schema (JSON kinds)
+    pattern: str | None = dataclasses.field(repr=False, default=None)
+    tokenizer: Any = dataclasses.field(repr=False, default=None, compare=False)
+
+    @property
+    def flag_downgraded(self) -> bool:
+        """True when a strict request runs best-effort (``X-Grammar-Constraints: downgraded``)."""
+        return self.strict and self.mode is Mode.DOWNGRADED
+
+    def new_matcher(self) -> Matcher | None:
+        """A fresh matcher, or None on the unconstrained rung (generate freely, then sanitize)."""
+        return None if self.grammar is None else self.grammar.new_matcher()
+
+    def validate(self, text: str) -> ValidationOutcome:
+        """Judge a finished output by the ORIGINAL request (not the relaxed grammar)."""
+        if self.kind in ("json_schema", "tool_call"):
+            return validate_json(text, self.schema)
+        if self.kind == "json_object":
+            return validate_json(text, None, require_object=True)
+        if self.kind == "regex" and self.pattern is not None:
+            try:
+                ok = re.fullmatch(self.pattern, text) is not None
+            except re.error:  # Rust-only syntax: fall back to the grammar walk below
+                ok = self._walk(text)
+            return ValidationOutcome(ok, () if ok else ("output does not match the pattern",), text)
+        ok = self._walk(text)
+        return ValidationOutcome(ok, () if ok else ("output does not derive from the grammar",), text)
+
+    def _walk(self, text: str) -> bool:
+        matcher = self.new_matcher()
+        if matcher is None or self.tokenizer is None:
+            return True
+        return all(matcher.advance(t) for t in self.tokenizer.encode(text)) and matcher.is_accepting()
+
+    def sanitize(self, text: str) -> str:
+        """The JSON payload of a free-form output (fences and prose removed); other kinds as is."""
+        if self.kind in ("json_schema", "tool_call", "json_object"):
+            return sanitize_json_text(text)
+        return text
+
+
+def _tokenizer_identity(tokenizer: Any) -> str:
+    hf = getattr(tokenizer, "hf", None)
+    return f"{getattr(hf, 'name_or_path', '')}:{getattr(tokenizer, 'vocab_size', 0)}:{id(tokenizer)}"
+
+
+class ConstraintCompiler:
+    """Compiles requests for one tokenizer with one set of options; thread-safe."""
+
+    def __init__(self, tokenizer: Any, options: CompileOptions | None = None) -> None:
+        self.options = options = options or CompileOptions()
+        if options.backend not in BACKENDS:
+            raise InvalidRequestError(f"unknown grammar backend {options.backend!r}; use one of {BACKENDS}",
+                                      param="backend")
+        if options.whitespace not in WHITESPACE_MODES:
+            raise InvalidRequestError(f"unknown whitespace mode {options.whitespace!r}", param="whitespace")
+        self.tokenizer = tokenizer
+        self.cache: LRUCache[CompiledConstraint] = LRUCache(options.cache_size)
+        self._identity = _tokenizer_identity(tokenizer)
+        self._opts_key = canonical_json(dataclasses.asdict(options))
+        self._generic: dict[str, CompiledGrammar] = {}
+        # llguidance also serves regex / Lark / json_object for the outlines backend when needed.
+        self.llguidance = LLGuidanceBackend(tokenizer)
+        self.engine: LadderEngine
+        if options.backend == "outlines":
+            from .outlines_backend import OutlinesBackend
+
+            self.outlines: Any = OutlinesBackend(tokenizer, options)
+            self.engine = OutlinesLadder(self.outlines)
+        else:
+            self.engine = LLGuidanceLadder(self.llguidance, options)
+
+    # ------------------------------------------------------------------ public
+
+    def compile(self, request: ConstraintRequest) -> CompiledConstraint:
+        """Compile ``request`` (cached). Raise :class:`SchemaError` for invalid input only."""
+        start = time.perf_counter()
+        key = self._key(request)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return dataclasses.replace(hit, cached=True, compile_ms=(time.perf_counter() - start) * 1e3)
+        result = self._compile(request, start)
+        result = dataclasses.replace(result, compile_ms=(time.perf_counter() - start) * 1e3)
+        self.cache.put(key, result)
+        return result
+
+    def close(self) -> None:
+        """Release worker processes (outlines backend)."""
+        if hasattr(self, "outlines"):
+            self.outlines.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _key(self, request: ConstraintRequest) -> str:
+        if isinstance(request, JsonSchemaRequest):
+            body = canonical_json(request.schema) + f"|{request.strict}"
+        elif isinstance(request, ToolCallRequest):
+            body = canonical_json([[t.name, t.parameters] for t in request.tools]) + f"|{request.strict}"
+        elif isinstance(request, RegexRequest):
+            body = request.pattern
+        elif isinstance(request, LarkRequest):
+            body = request.grammar
+        else:
+            body = ""
+        return f"{request.kind}|{self._identity}|{self._opts_key}|{body}"
+
+    def _result(self, request: ConstraintRequest, rung: Rung, grammar: CompiledGrammar | None,
+                reason: str | None, *, rewrites: tuple[str, ...] = (), schema: Any = None,
+                pattern: str | None = None, backend: str | None = None) -> CompiledConstraint:
+        return CompiledConstraint(
+            kind=request.kind, mode=Mode.ENFORCED if rung is Rung.EXACT else Mode.DOWNGRADED, rung=rung,
+            reason=reason, rewrites=rewrites, backend=backend or self.engine.name, compile_ms=0.0,
+            cached=False, strict=bool(getattr(request, "strict", True)), grammar=grammar, schema=schema,
+            pattern=pattern, tokenizer=self.tokenizer)
+
+    def _compile(self, request: ConstraintRequest, start: float) -> CompiledConstraint:
+        if isinstance(request, JsonSchemaRequest | ToolCallRequest):
+            if isinstance(request, ToolCallRequest):
+                schema = tool_call_schema(request.tools)
+                check_schema(schema, param="tools")
+                return self._json_schema(request, schema, start, prechecked=True)
+            return self._json_schema(request, request.schema, start)
+        if isinstance(request, JsonObjectRequest):
+            result = climb(self.engine, {"type": "object"}, start, self.options.timeout_s,
+                           generic_cache=self._generic)
+            return self._result(request, result.rung, result.grammar, result.reason)
+        if isinstance(request, RegexRequest):
+            return self._regex(request, start)
+        if isinstance(request, LarkRequest):
+            return self._lark(request, start)
+        raise InvalidRequestError(f"unknown constraint request {type(request).__name__}")
+
+    def _json_schema(self, request: ConstraintRequest, schema: Any, start: float, *,
+                     prechecked: bool = False) -> CompiledConstraint:
+        limits = schema_limits_reason(schema, self.options)
+        if limits:
+            if not prechecked:
+                check_schema(schema)
+            result = climb(self.engine, schema, start, self.options.timeout_s, start_reason=limits,
+                           generic_cache=self._generic)
+            return self._result(request, result.rung, result.grammar, result.reason, schema=schema)
+        try:
+            rewritten = rewrite_schema(schema)
+        except (RecursionError, TypeError, ValueError, AttributeError):  # junk input: checks below say why
+            rewritten = None
+        future = None
+        if rewritten is not None and isinstance(self.engine, LLGuidanceLadder):
+            # Start the exact compile now (llguidance drops the GIL) and validate meanwhile.
+            engine, target = self.engine, rewritten.schema
+            future = _THREADS.submit(
+                lambda: engine.backend.compile_json_schema(target, options=engine.exact_options))
+        if not prechecked:
+            check_schema(schema)
+        assert rewritten is not None
+        result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
+                       exact_future=future, generic_cache=self._generic)
+        return self._result(request, result.rung, result.grammar, result.reason,
+                            rewrites=rewritten.applied, schema=schema)
+
+    def _regex(self, request: RegexRequest, start: float) -> CompiledConstraint:
+        if not isinstance(request.pattern, str):
+            raise SchemaError("the pattern must be a string", path="$.pattern", param="pattern")
+        irregular = classify_pattern(request.pattern)
+        if irregular:
+            return self._result(request, Rung.UNCONSTRAINED, None, irregular, pattern=request.pattern)
+        try:
+            if self.options.backend == "outlines":
+                grammar: CompiledGrammar = self.outlines.compile_regex(request.pattern,
+                                                                       self.options.timeout_s)
+            else:
+                grammar = run_with_timeout(lambda: self.llguidance.compile_regex(request.pattern),
+                                           self.options.timeout_s)
+        except WorkerLimitError as exc:
+            return self._result(request, Rung.UNCONSTRAINED, None, exc.reason, pattern=request.pattern)
+        except BackendCompileError as exc:
+            raise SchemaError(f"invalid regex: {exc.message.strip().splitlines()[-1]}", path="$.pattern",
+                              param="pattern") from exc
+        return self._result(request, Rung.EXACT, grammar, None, pattern=request.pattern)
+
+    def _lark(self, request: LarkRequest, start: float) -> CompiledConstraint:
+        # Lark is llguidance-only (outlines-core has no CFGs), whatever the configured backend.
+        try:
+            grammar = run_with_timeout(lambda: self.llguidance.compile_lark(request.grammar),
+                                       self.options.timeout_s)
+        except WorkerLimitError as exc:
+            return self._result(request, Rung.UNCONSTRAINED, None, exc.reason, backend="llguidance")
+        except BackendCompileError as exc:
+            reason = failure_reason(exc.message, None)
+            if reason in ("regex_lookaround", "regex_backreference"):
+                return self._result(request, Rung.UNCONSTRAINED, None, reason, backend="llguidance")
+            raise SchemaError(f"invalid grammar: {exc.message.strip()[:500]}", path="$.grammar",
+                              param="grammar") from exc
+        return self._result(request, Rung.EXACT, grammar, None, backend="llguidance")
+
+
+_COMPILERS: dict[tuple[int, CompileOptions], ConstraintCompiler] = {}
+_COMPILERS_LOCK = threading.Lock()
+
+
+def get_compiler(tokenizer: Any, options: CompileOptions | None = None) -> ConstraintCompiler:
+    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``."""
+    options = options or CompileOptions()
+    key = (id(tokenizer), options)
+    with _COMPILERS_LOCK:
+        compiler = _COMPILERS.get(key)
+        if compiler is None or compiler.tokenizer is not tokenizer:
+            compiler = _COMPILERS[key] = ConstraintCompiler(tokenizer, options)
+        return compiler
+
+
+def compile_constraint(tokenizer: Any, request: ConstraintRequest,
+                       options: CompileOptions | None = None) -> CompiledConstraint:
+    """Compile ``request`` for ``tokenizer``: enforced, downgraded (with a reason), or SchemaError."""
+    return get_compiler(tokenizer, options).compile(request)

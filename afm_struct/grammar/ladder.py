@@ -1,0 +1,201 @@
+"""The downgrade ladder for JSON Schemas: exact → relaxed → generic JSON → unconstrained.
+
+Each rung is tried only if the one above failed; the first failure's reason is kept, in a
+machine-readable form (``unsupported_keyword:not``, ``regex_lookaround``, ``compile_timeout``),
+because that is what the response header and the logs must say.  Every rung shares one
+deadline, so a schema can never hold a request longer than ``timeout_s`` in total.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .engine import CompiledGrammar
+from .llguidance_backend import BackendCompileError, LLGuidanceBackend, json_options
+from .regex_classify import first_irregular_pattern
+from .spec import CompileOptions, Rung
+from .worker import WorkerLimitError, run_with_timeout
+
+_UNIMPLEMENTED = re.compile(r'Unimplemented keys: \["([^"]+)"')
+_REASONS: tuple[tuple[str, str], ...] = (
+    ("oneOf constraints are not supported", "unsupported_keyword:oneOf"),
+    ("min/maxProperties", "unsupported_keyword:minProperties"),
+    ("patternProperty regexes", "unsupported_keyword:patternProperties"),
+    ("circular references with sibling keys", "unsupported_ref_siblings"),
+    ("intersection stack level exceeded", "schema_intersection_too_deep"),
+    ("Unsatisfiable schema", "unsatisfiable_schema"),
+    ("integer range", "unsupported_integer_range"),
+    ("look-around", "regex_lookaround"),
+    ("lookaround", "regex_lookaround"),
+    ("backreference", "regex_backreference"),
+    ("regex parse error", "regex_unsupported"),
+    ("limit", "compile_limit"),
+)
+
+
+def failure_reason(message: str, schema: Any) -> str:
+    """A machine-readable reason for an engine's compile error on ``schema``."""
+    if m := _UNIMPLEMENTED.search(message):
+        return f"unsupported_keyword:{m.group(1)}"
+    if message.startswith("Unknown format:"):
+        return f"unsupported_format:{message.split(':', 1)[1].strip().splitlines()[0]}"
+    lowered = message.lower()
+    if "regex" in lowered or "look" in lowered:
+        precise = first_irregular_pattern(schema)
+        if precise:
+            return precise
+    for needle, reason in _REASONS:
+        if needle.lower() in lowered:
+            return reason
+    return "compile_error"
+
+
+@dataclass(frozen=True)
+class LadderResult:
+    """Where a schema landed on the ladder."""
+
+    rung: Rung
+    grammar: CompiledGrammar | None
+    reason: str | None
+
+
+def generic_schema(schema: Any) -> dict[str, Any]:
+    """The generic-JSON rung's schema: any JSON value of the original's top-level type(s)."""
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str | list):
+        return {"type": schema["type"]}
+    return {}
+
+
+Attempt = Callable[[Any, float], CompiledGrammar]
+
+
+class LadderEngine:
+    """How one backend builds each rung; ``timeout_s`` is what is left of the deadline."""
+
+    name = "abstract"
+
+    def exact(self, schema: Any, timeout_s: float) -> CompiledGrammar:
+        """Compile with nothing dropped; raise BackendCompileError / WorkerLimitError."""
+        raise NotImplementedError
+
+    def relaxed(self, schema: Any, timeout_s: float) -> CompiledGrammar:
+        """Compile with unsupported keywords dropped."""
+        raise NotImplementedError
+
+    def generic(self, schema: Any, timeout_s: float) -> CompiledGrammar:
+        """Compile the generic JSON grammar for ``schema``'s top-level type."""
+        raise NotImplementedError
+
+    def precheck(self, schema: Any) -> str | None:
+        """A reason the exact rung cannot be exact for ``schema`` (checked before compiling)."""
+        return None
+
+
+class LLGuidanceLadder(LadderEngine):
+    """The ladder on llguidance: exact JSON options, then ``lenient`` + ``coerce_one_of``."""
+
+    name = "llguidance"
+
+    def __init__(self, backend: LLGuidanceBackend, options: CompileOptions) -> None:
+        self.backend = backend
+        self.exact_options = json_options(options)
+        self.relaxed_options = json_options(options, relaxed=True)
+
+    def exact(self, schema: Any, timeout_s: float) -> CompiledGrammar:
+        return run_with_timeout(
+            lambda: self.backend.compile_json_schema(schema, options=self.exact_options), timeout_s)
+
+    def relaxed(self, schema: Any, timeout_s: float) -> CompiledGrammar:
+        return run_with_timeout(
+            lambda: self.backend.compile_json_schema(schema, options=self.relaxed_options), timeout_s)
+
+    def generic(self, schema: Any, timeout_s: float) -> CompiledGrammar:
+        return run_with_timeout(lambda: self.backend.compile_json_schema(
+            generic_schema(schema), options=self.exact_options), timeout_s)
+
+
+class OutlinesLadder(LadderEngine):
+    """The ladder on outlines-core: exact only when it enforces every keyword present."""
+
+    name = "outlines"
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def precheck(self, schema: Any) -> str | None:
+        from .outlines_backend import unsupported_keywords
+
+        missing = unsupported_keywords(schema)
+        return f"unsupported_keyword:{missing[0]}" if missing else None
+
+    def exact(self, schema: Any, timeout_s: float) -> CompiledGrammar:
+        return self.backend.compile_json_schema(schema, options={"timeout_s": timeout_s})
+
+    # outlines-core drops what it does not know by itself: the relaxed rung is the same build.
+    relaxed = exact
+
+    def generic(self, schema: Any, timeout_s: float) -> CompiledGrammar:
+        return self.backend.compile_json_schema(generic_schema(schema), options={"timeout_s": timeout_s})
+
+
+# Share of the time limit each rung may use up to (the generic rung is cheap and cached).
+_RUNG_BUDGET = {Rung.EXACT: 0.8, Rung.RELAXED: 0.9, Rung.GENERIC_JSON: 1.0}
+
+
+def climb(engine: LadderEngine, schema: Any, start: float, timeout_s: float, *,
+          exact_future: cf.Future[CompiledGrammar] | None = None,
+          start_reason: str | None = None, generic_cache: dict[str, CompiledGrammar] | None = None,
+          ) -> LadderResult:
+    """Try each rung until one compiles within its share of ``timeout_s`` from ``start``.
+
+    ``exact_future`` is an exact-rung compile already running (started before the admission
+    checks, to overlap them); ``start_reason`` skips the exact and relaxed rungs (e.g. the schema
+    is over the size limits).  ``generic_cache`` keeps generic grammars by top-level type.
+    """
+    def left(rung: Rung) -> float:
+        return start + timeout_s * _RUNG_BUDGET[rung] - time.perf_counter()
+
+    reason = start_reason or engine.precheck(schema)
+    rungs: list[tuple[Rung, Attempt]] = [(Rung.GENERIC_JSON, engine.generic)]
+    if start_reason is None:
+        try:
+            grammar: CompiledGrammar | None = None
+            if exact_future is not None:
+                grammar = exact_future.result(timeout=max(left(Rung.EXACT), 0.0))
+            elif reason is None:
+                grammar = engine.exact(schema, left(Rung.EXACT))
+            if grammar is not None and reason is None:
+                return LadderResult(Rung.EXACT, grammar, None)
+        except cf.TimeoutError:
+            reason = "compile_timeout"
+        except WorkerLimitError as exc:
+            reason = exc.reason
+        except BackendCompileError as exc:
+            reason = failure_reason(exc.message, schema)
+        rungs.insert(0, (Rung.RELAXED, engine.relaxed))
+    generic_key = json.dumps(generic_schema(schema), sort_keys=True)
+    for rung, attempt in rungs:
+        if rung is Rung.GENERIC_JSON and generic_cache is not None and generic_key in generic_cache:
+            return LadderResult(rung, generic_cache[generic_key], reason)
+        budget = left(rung)
+        if budget <= 0:
+            reason = reason or "compile_timeout"
+            continue
+        try:
+            grammar = attempt(schema, budget)
+        except WorkerLimitError as exc:
+            reason = reason or exc.reason
+            continue
+        except BackendCompileError as exc:
+            reason = reason or failure_reason(exc.message, schema)
+            continue
+        if rung is Rung.GENERIC_JSON and generic_cache is not None:
+            generic_cache[generic_key] = grammar
+        return LadderResult(rung, grammar, reason)
+    return LadderResult(Rung.UNCONSTRAINED, None, reason or "compile_error")

@@ -1,0 +1,147 @@
+"""The default engine: llguidance (Earley parser over a lazy lexer; masks in ~20 µs).
+
+One :class:`LLGuidanceBackend` per tokenizer builds grammars; a :class:`LLGuidanceGrammar` is an
+immutable grammar string already checked against the tokenizer; every request gets its own
+:class:`LLGuidanceMatcher`.  Compiling never raises for grammar problems: they come back as
+:class:`BackendCompileError` with llguidance's message, which the ladder turns into a reason.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import llguidance
+import llguidance.hf
+import llguidance.numpy
+import numpy as np
+
+from .engine import mask_words
+from .spec import CompileOptions
+
+# Parser limits bound compile work and memory (≈1–2 kB per lexer state) independently of the
+# wall-clock timeout: a grammar that would blow them fails fast instead of running away.
+DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
+                  "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000}
+
+
+class BackendCompileError(Exception):
+    """An engine refused a grammar; ``message`` is the engine's own words (internal only)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def json_options(options: CompileOptions, *, relaxed: bool = False) -> dict[str, Any]:
+    """llguidance JSON compiler options for a whitespace mode (and the relaxed rung)."""
+    if options.whitespace == "compact":
+        ws: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+    elif options.whitespace == "flexible":
+        # Bounded: at most max_whitespace characters between tokens, never an unbounded run.
+        ws = {"whitespace_flexible": True,
+              "whitespace_pattern": rf"[\x20\x0A\x0D\x09]{{0,{options.max_whitespace}}}"}
+    else:
+        # Exactly json.dumps' separators: what MaskBench serializes and what models imitate.
+        ws = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+    if relaxed:
+        ws.update({"lenient": True, "coerce_one_of": True})
+    return ws
+
+
+class LLGuidanceMatcher:
+    """Per-sequence state over one llguidance ``LLMatcher``."""
+
+    __slots__ = ("_m", "_words")
+
+    def __init__(self, matcher: llguidance.LLMatcher, words: int) -> None:
+        self._m = matcher
+        self._words = words
+
+    def fill_mask(self, bitmask: np.ndarray, row: int) -> None:
+        """Write the allowed next tokens into ``bitmask[row]`` (extra words, if any, zeroed)."""
+        target = bitmask[row]
+        if target.shape[0] == self._words:
+            llguidance.numpy.fill_next_token_bitmask(self._m, bitmask, row)
+            return
+        view = target[: self._words]
+        self._m.unsafe_compute_mask_ptr(view.ctypes.data, self._words * 4)
+        target[self._words:] = 0
+
+    def advance(self, token: int) -> bool:
+        """Consume ``token``; False (and stopped) if the grammar rejects it."""
+        return bool(self._m.consume_token(int(token)))
+
+    def forced_tokens(self) -> list[int]:
+        """Tokens the grammar forces next (not consumed)."""
+        if self._m.is_stopped() or self._m.is_error():
+            return []
+        return list(self._m.compute_ff_tokens())
+
+    def is_accepting(self) -> bool:
+        """True when the text so far is complete."""
+        return bool(self._m.is_accepting())
+
+    def is_finished(self) -> bool:
+        """True when only EOS may follow (a closed top-level JSON value) or after an error."""
+        return bool(self._m.is_stopped() or self._m.is_error())
+
+    def error(self) -> str | None:
+        """llguidance's error message, if the matcher failed."""
+        return self._m.get_error() or None if self._m.is_error() else None
+
+    def rollback(self, n: int) -> bool:
+        """Undo the last ``n`` tokens (speculative decoding)."""
+        return bool(self._m.rollback(n))
+
+
+class LLGuidanceGrammar:
+    """A validated llguidance grammar bound to a tokenizer; cheap to instantiate matchers."""
+
+    backend = "llguidance"
+
+    def __init__(self, backend: LLGuidanceBackend, grammar: str, matcher: llguidance.LLMatcher) -> None:
+        self._backend = backend
+        self.grammar = grammar
+        self._template = matcher  # a fresh matcher, deep-copied per request (skips re-parsing)
+
+    def new_matcher(self) -> LLGuidanceMatcher:
+        """A fresh matcher at the start of the grammar."""
+        return LLGuidanceMatcher(self._template.deep_copy(), self._backend.words)
+
+
+class LLGuidanceBackend:
+    """llguidance bound to one tokenizer (the afm_struct ``Tokenizer`` facade)."""
+
+    name = "llguidance"
+
+    def __init__(self, tokenizer: Any, *, limits: dict[str, int] | None = None) -> None:
+        self.vocab_size = int(tokenizer.vocab_size)
+        self.words = mask_words(self.vocab_size)
+        self.ll_tokenizer = llguidance.hf.from_tokenizer(tokenizer.hf, n_vocab=self.vocab_size)
+        self._limits = {**DEFAULT_LIMITS, **(limits or {})}
+
+    def _build(self, grammar: str) -> LLGuidanceGrammar:
+        limits = llguidance.LLParserLimits(**self._limits)
+        matcher = llguidance.LLMatcher(self.ll_tokenizer, grammar, log_level=0, limits=limits)
+        if matcher.is_error():
+            raise BackendCompileError(matcher.get_error())
+        return LLGuidanceGrammar(self, grammar, matcher)
+
+    def compile_json_schema(self, schema: dict[str, Any] | bool, *,
+                            options: dict[str, Any]) -> LLGuidanceGrammar:
+        """Compile a JSON Schema with llguidance JSON ``options`` (see :func:`json_options`)."""
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                json.dumps(schema), defaults=options)
+        except ValueError as exc:
+            raise BackendCompileError(str(exc)) from exc
+        return self._build(grammar)
+
+    def compile_regex(self, pattern: str) -> LLGuidanceGrammar:
+        """Compile a regex the whole output must match."""
+        return self._build(llguidance.LLMatcher.grammar_from_regex(pattern))
+
+    def compile_lark(self, grammar: str) -> LLGuidanceGrammar:
+        """Compile a Lark grammar (llguidance dialect; may embed ``%json{...}``)."""
+        return self._build(llguidance.LLMatcher.grammar_from_lark(grammar))

@@ -1,0 +1,256 @@
+"""The alternative engine: outlines-core (schema → regex → token-level DFA index).
+
+Masks are nearly free once the index exists, but building it can take tens of seconds and
+gigabytes, so every build runs in a :class:`~afm_struct.grammar.worker.ProcessWorker` child
+under ``timeout_s`` and ``max_memory_mb``; the finished ``Index`` comes back pickled.
+
+outlines-core ignores JSON Schema keywords it does not know (and reads ``oneOf`` as
+``anyOf``), so :func:`unsupported_keywords` lists what it would silently drop; the compiler
+serves such schemas as ``downgraded``, never as ``enforced``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import numpy as np
+
+from .engine import mask_words
+from .llguidance_backend import BackendCompileError
+from .spec import CompileOptions
+from .worker import ProcessWorker, WorkerLimitError
+
+# Keywords outlines-core turns into regex constraints, plus pure annotations.
+_ENFORCED = frozenset({
+    "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "allOf",
+    "$ref", "$defs", "definitions", "items", "prefixItems", "minItems", "maxItems", "minLength",
+    "maxLength", "pattern", "format",
+})
+_ANNOTATIONS = frozenset({
+    "$schema", "$id", "id", "$comment", "title", "description", "default", "examples", "readOnly",
+    "writeOnly", "deprecated", "$anchor", "markdownDescription", "x-guidance",
+})
+_FORMATS = frozenset({"date-time", "date", "time", "uuid", "uri", "email"})
+_BYTE_DECODER: dict[str, int] | None = None
+
+
+def unsupported_keywords(schema: Any) -> list[str]:
+    """Keywords (sorted) that outlines-core would not enforce anywhere in ``schema``."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+                stack.extend(value.values())
+            elif key in ("anyOf", "allOf", "oneOf", "prefixItems") and isinstance(value, list):
+                stack.extend(value)
+            elif key in ("items", "additionalProperties", "not", "if", "then", "else", "contains"):
+                stack.extend(value if isinstance(value, list) else [value])
+            if key == "format" and value not in _FORMATS:
+                found.add(f"format:{value}")
+            elif key == "additionalProperties" and value is not False and node.get("type") == "object":
+                continue  # outlines allows any extra property only when told; a subschema is fine
+            elif key not in _ENFORCED and key not in _ANNOTATIONS and not key.startswith("x-"):
+                found.add(key)
+    return sorted(found)
+
+
+def _bytes_decoder() -> dict[str, int]:
+    """GPT-2 byte-level BPE: the printable stand-in character of every byte."""
+    global _BYTE_DECODER
+    if _BYTE_DECODER is None:
+        bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+            range(ord("®"), ord("ÿ") + 1))
+        cs = bs[:]
+        n = 0
+        for b in range(256):
+            if b not in bs:
+                bs.append(b)
+                cs.append(256 + n)
+                n += 1
+        _BYTE_DECODER = {chr(c): b for b, c in zip(bs, cs, strict=True)}
+    return _BYTE_DECODER
+
+
+def vocabulary_bytes(tokenizer: Any) -> dict[bytes, list[int]]:
+    """Token bytes → ids for outlines-core (special tokens left out: they are never text)."""
+    hf = tokenizer.hf
+    decoder = _bytes_decoder()
+    special = set(getattr(hf, "all_special_ids", []) or []) | set(tokenizer.eos_token_ids)
+    special |= {i for i in getattr(hf, "added_tokens_decoder", {})}
+    out: dict[bytes, list[int]] = {}
+    for token, idx in hf.get_vocab().items():
+        if idx in special or idx >= tokenizer.vocab_size:
+            continue
+        if all(ch in decoder for ch in token):
+            raw = bytes(decoder[ch] for ch in token)
+        elif token.startswith("<0x") and token.endswith(">") and len(token) == 6:  # byte fallback
+            raw = bytes([int(token[3:5], 16)])
+        else:  # sentencepiece-style
+            raw = token.replace("▁", " ").encode()
+        out.setdefault(raw, []).append(idx)
+    return out
+
+
+# ---------------------------------------------------------------- runs inside the worker child
+
+def child_init(eos: int, vocab: dict[bytes, list[int]]) -> Any:
+    """Build the outlines-core Vocabulary once per child."""
+    import outlines_core
+
+    return outlines_core.Vocabulary(eos, vocab)
+
+
+def child_build_index(vocabulary: Any, regex: str) -> bytes:
+    """Build the Index of ``regex`` and return it pickled."""
+    import outlines_core
+
+    return pickle.dumps(outlines_core.Index(regex, vocabulary))
+
+
+# ---------------------------------------------------------------- parent side
+
+class OutlinesMatcher:
+    """Per-sequence state: an outlines-core ``Guide`` walking the shared Index."""
+
+    __slots__ = ("_eos", "_error", "_guide", "_index", "_stopped", "_words")
+
+    def __init__(self, index: Any, eos: int, words: int) -> None:
+        import outlines_core
+
+        self._index = index
+        self._guide = outlines_core.Guide(index)
+        self._eos = eos
+        self._words = words
+        self._stopped = False
+        self._error: str | None = None
+
+    def fill_mask(self, bitmask: np.ndarray, row: int) -> None:
+        """Write the allowed next tokens into ``bitmask[row]``."""
+        target = bitmask[row]
+        if self._stopped:
+            target[:] = 0
+            return
+        view = target[: self._words]
+        self._guide.write_mask_into(view.ctypes.data, self._words, 4)
+        target[self._words:] = 0
+
+    def advance(self, token: int) -> bool:
+        """Move along ``token``; False (and stopped) if the DFA has no such transition."""
+        if self._stopped:
+            return False
+        state = self._guide.get_state()
+        if token == self._eos or self._index.get_next_state(state, int(token)) is None:
+            if token == self._eos and self._index.is_final_state(state):
+                self._stopped = True
+                return True
+            self._error = f"token {token} not allowed"
+            self._stopped = True
+            return False
+        self._guide.advance(int(token), return_tokens=False)
+        return True
+
+    def forced_tokens(self) -> list[int]:
+        """The one token allowed next, when there is exactly one and the text is incomplete."""
+        if self._stopped or self.is_accepting():
+            return []
+        allowed = self._index.get_allowed_tokens(self._guide.get_state()) or []
+        return list(allowed) if len(allowed) == 1 and allowed[0] != self._eos else []
+
+    def is_accepting(self) -> bool:
+        """True in a final DFA state."""
+        return not self._stopped and bool(self._index.is_final_state(self._guide.get_state()))
+
+    def is_finished(self) -> bool:
+        """True when only EOS may follow, or after an error / EOS."""
+        if self._stopped:
+            return True
+        if not self.is_accepting():
+            return False
+        allowed = self._index.get_allowed_tokens(self._guide.get_state()) or []
+        return all(t == self._eos for t in allowed)
+
+    def error(self) -> str | None:
+        """Why the matcher stopped, if it failed."""
+        return self._error
+
+
+class OutlinesGrammar:
+    """An outlines-core Index bound to a tokenizer."""
+
+    backend = "outlines"
+
+    def __init__(self, index: Any, eos: int, words: int, regex: str) -> None:
+        self._index = index
+        self._eos = eos
+        self._words = words
+        self.regex = regex
+
+    def new_matcher(self) -> OutlinesMatcher:
+        """A fresh matcher at the initial DFA state."""
+        return OutlinesMatcher(self._index, self._eos, self._words)
+
+
+def whitespace_regex(options: CompileOptions) -> str:
+    """outlines' whitespace pattern per mode; bounded in every mode."""
+    if options.whitespace == "compact":
+        return ""
+    if options.whitespace == "flexible":
+        return rf"[ \t\n\r]{{0,{options.max_whitespace}}}"
+    return "[ ]?"  # json.dumps writes exactly one space after ',' and ':'
+
+
+class OutlinesBackend:
+    """outlines-core bound to one tokenizer, building indexes in a limited child process."""
+
+    name = "outlines"
+
+    def __init__(self, tokenizer: Any, options: CompileOptions) -> None:
+        self.vocab_size = int(tokenizer.vocab_size)
+        self.words = mask_words(self.vocab_size)
+        self.eos = int(tokenizer.hf.eos_token_id if tokenizer.hf.eos_token_id is not None
+                       else min(tokenizer.eos_token_ids))
+        self.options = options
+        vocab = vocabulary_bytes(tokenizer)
+        self._worker = ProcessWorker((__name__, "child_init", (self.eos, vocab)),
+                                     max_memory_mb=options.max_memory_mb)
+
+    def schema_regex(self, schema: Any) -> str:
+        """The regex outlines-core builds for ``schema`` (raises BackendCompileError)."""
+        from outlines_core.json_schema import build_regex_from_schema
+
+        try:
+            return build_regex_from_schema(json.dumps(schema), whitespace_regex(self.options))
+        except Exception as exc:  # outlines raises ValueError/TypeError for what it cannot handle
+            raise BackendCompileError(str(exc)) from exc
+
+    def _index(self, regex: str, timeout_s: float) -> OutlinesGrammar:
+        try:
+            blob = self._worker.call(__name__, "child_build_index", (regex,), timeout_s)
+        except WorkerLimitError:
+            raise
+        except RuntimeError as exc:
+            raise BackendCompileError(str(exc)) from exc
+        return OutlinesGrammar(pickle.loads(blob), self.eos, self.words, regex)
+
+    def compile_json_schema(self, schema: dict[str, Any] | bool, *,
+                            options: dict[str, Any]) -> OutlinesGrammar:
+        """Compile a JSON Schema; ``options["timeout_s"]`` bounds the index build."""
+        return self._index(self.schema_regex(schema), options.get("timeout_s", self.options.timeout_s))
+
+    def compile_regex(self, pattern: str, timeout_s: float | None = None) -> OutlinesGrammar:
+        """Compile a regex the whole output must match."""
+        return self._index(pattern, self.options.timeout_s if timeout_s is None else timeout_s)
+
+    def compile_lark(self, grammar: str) -> OutlinesGrammar:
+        """outlines-core has no context-free grammars."""
+        raise BackendCompileError("outlines-core does not support Lark grammars")
+
+    def close(self) -> None:
+        """Stop the worker child."""
+        self._worker.close()

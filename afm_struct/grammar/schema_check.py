@@ -1,0 +1,119 @@
+"""Admission checks on a JSON Schema: valid against its meta-schema, every ``$ref`` resolvable.
+
+Failures raise :class:`~afm_struct.errors.SchemaError` carrying the JSON path of the problem
+(``$.properties.age.type``), so the server answers 400 with something a user can fix.  The size
+and depth limits are not errors (see :func:`schema_limits_reason`): an oversized schema is
+served from a lower rung with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError as JsonSchemaMetaError
+from jsonschema.validators import validator_for
+
+from ..errors import SchemaError
+from .spec import CompileOptions
+
+
+def json_path(parts: Any) -> str:
+    """``["properties", "a b", 0]`` → ``$.properties['a b'][0]``."""
+    out = "$"
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and part.replace("_", "").replace("-", "").isalnum() and "-" not in part:
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out
+
+
+def validator_class(schema: Any) -> Any:
+    """The jsonschema validator class a schema declares (Draft 2020-12 when undeclared)."""
+    if isinstance(schema, dict) and "$schema" in schema and not isinstance(schema["$schema"], str):
+        raise SchemaError("'$schema' must be a string", path="$.$schema", param="schema")
+    return validator_for(schema, default=Draft202012Validator)
+
+
+def check_schema(schema: Any, *, param: str = "response_format.json_schema.schema") -> None:
+    """Raise :class:`SchemaError` unless ``schema`` is a valid JSON Schema with resolvable refs."""
+    if not isinstance(schema, dict | bool):
+        raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}",
+                          path="$", param=param)
+    cls = validator_class(schema)
+    with warnings.catch_warnings():  # jsonschema warns on odd-but-valid regexes in patterns
+        warnings.simplefilter("ignore")
+        try:
+            cls.check_schema(schema)
+        except JsonSchemaMetaError as exc:
+            raise SchemaError(f"invalid JSON Schema: {exc.message}", path=json_path(exc.absolute_path),
+                              param=param) from exc
+    if isinstance(schema, dict):
+        _check_refs(schema, cls, param)
+
+
+def _check_refs(schema: dict[str, Any], cls: Any, param: str) -> None:
+    """Resolve every ``$ref`` from the scope it appears in (``$id`` changes the base URI)."""
+    spec = referencing.jsonschema.specification_with(cls.META_SCHEMA.get("$schema", ""),
+                                                     default=referencing.jsonschema.DRAFT202012)
+    resource = spec.create_resource(schema)
+    registry: referencing.Registry[Any] = referencing.Registry().with_resource("", resource)
+    root = registry.resolver(base_uri=resource.id() or "")
+    stack: list[tuple[Any, list[Any], Any]] = [(schema, [], root)]
+    while stack:
+        node, path, resolver = stack.pop()
+        if isinstance(node, dict):
+            sub_id = node.get("$id", node.get("id")) if path else None
+            if isinstance(sub_id, str) and path:
+                try:
+                    resolver = resolver.in_subresource(spec.create_resource(node))
+                except Exception:  # an odd $id: resolve against the outer scope instead
+                    pass
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                try:
+                    resolver.lookup(ref)
+                except (referencing.exceptions.Unresolvable, Exception) as exc:
+                    raise SchemaError(f"unresolvable $ref {ref!r}", path=json_path([*path, "$ref"]),
+                                      param=param) from exc
+            for key, value in node.items():
+                if key in ("enum", "const", "default", "examples"):
+                    continue
+                if key in ("properties", "patternProperties", "$defs", "definitions",
+                           "dependentSchemas") and isinstance(value, dict):
+                    for name, sub in value.items():
+                        stack.append((sub, [*path, key, name], resolver))
+                else:
+                    stack.append((value, [*path, key], resolver))
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                stack.append((item, [*path, i], resolver))
+
+
+def schema_depth(schema: Any) -> int:
+    """Nesting depth of dicts/lists in ``schema`` (iterative: deep input cannot overflow)."""
+    deepest = 0
+    stack = [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def schema_limits_reason(schema: Any, options: CompileOptions) -> str | None:
+    """``schema_too_large`` / ``schema_too_deep`` when over the configured limits, else None."""
+    if len(json.dumps(schema)) > options.max_schema_bytes:
+        return "schema_too_large"
+    if schema_depth(schema) > options.max_depth:
+        return "schema_too_deep"
+    return None

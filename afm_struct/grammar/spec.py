@@ -1,0 +1,127 @@
+"""What can be asked for (constraint requests), how to compile it (options) and what comes back.
+
+Plain frozen dataclasses: a request is a value, so it can be a cache key and crosses threads and
+processes freely.  The server maps OpenAI's ``response_format`` / ``tools`` onto these.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+BackendName = Literal["llguidance", "outlines"]
+WhitespaceMode = Literal["default", "compact", "flexible"]
+BACKENDS: tuple[str, ...] = ("llguidance", "outlines")
+WHITESPACE_MODES: tuple[str, ...] = ("default", "compact", "flexible")
+
+
+class Mode(enum.StrEnum):
+    """How exactly a compiled constraint enforces its request."""
+
+    ENFORCED = "enforced"      # every output the mask allows is valid, every valid output allowed
+    DOWNGRADED = "downgraded"  # best-effort: outputs are validated afterwards
+
+
+class Rung(enum.StrEnum):
+    """The steps of the downgrade ladder, from exact to none."""
+
+    EXACT = "exact"                  # the (rewritten) schema, nothing dropped
+    RELAXED = "relaxed"              # unsupported keywords dropped (llguidance lenient / coerce_one_of)
+    GENERIC_JSON = "generic_json"    # any JSON value of the schema's top-level type(s)
+    UNCONSTRAINED = "unconstrained"  # no mask; the output is sanitized and validated afterwards
+
+
+@dataclass(frozen=True)
+class JsonSchemaRequest:
+    """``response_format: {"type": "json_schema", ...}``: output one instance of ``schema``.
+
+    ``schema`` is kept as the caller's dict; it is never mutated (rewrites make copies).
+    ``strict`` is the caller's OpenAI ``strict`` flag: a strict request served below the exact
+    rung must be reported (``X-Grammar-Constraints: downgraded``).
+    """
+
+    schema: dict[str, Any] | bool
+    strict: bool = True
+    name: str | None = None
+
+    kind: Literal["json_schema"] = field(default="json_schema", init=False)
+
+
+@dataclass(frozen=True)
+class JsonObjectRequest:
+    """``response_format: {"type": "json_object"}``: any JSON object."""
+
+    kind: Literal["json_object"] = field(default="json_object", init=False)
+
+
+@dataclass(frozen=True)
+class RegexRequest:
+    """The whole output must match ``pattern`` (Rust ``regex`` syntax, no lookarounds)."""
+
+    pattern: str
+
+    kind: Literal["regex"] = field(default="regex", init=False)
+
+
+@dataclass(frozen=True)
+class LarkRequest:
+    """The whole output must derive from a Lark grammar (llguidance dialect, ``start`` rule)."""
+
+    grammar: str
+
+    kind: Literal["lark"] = field(default="lark", init=False)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One callable tool: its name and the JSON Schema of its ``arguments`` object."""
+
+    name: str
+    parameters: dict[str, Any] | bool = field(default_factory=lambda: {"type": "object"})
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """Output one call ``{"name": <one of tools>, "arguments": {...}}`` (arguments per its schema).
+
+    ``tools`` is a tuple so the request stays hashable; it compiles to a JSON Schema whose
+    branches are discriminated by ``name`` (see :mod:`afm_struct.grammar.tool_schema`).
+    """
+
+    tools: tuple[ToolSpec, ...]
+    strict: bool = True
+
+    kind: Literal["tool_call"] = field(default="tool_call", init=False)
+
+
+ConstraintRequest = JsonSchemaRequest | JsonObjectRequest | RegexRequest | LarkRequest | ToolCallRequest
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Knobs of the compiler; one frozen value per server / benchmark run.
+
+    ``whitespace``: ``default`` allows exactly what ``json.dumps`` writes (``", "`` and ``": "``,
+    nothing else), ``compact`` allows no whitespace (``","`` / ``":"``), ``flexible`` allows a
+    bounded run (at most ``max_whitespace`` characters of space/newline/tab) around every token.
+    """
+
+    backend: BackendName = "llguidance"
+    whitespace: WhitespaceMode = "default"
+    max_whitespace: int = 4
+    timeout_s: float = 10.0
+    max_memory_mb: int = 4096
+    max_schema_bytes: int = 512 * 1024
+    max_depth: int = 64
+    cache_size: int = 256
+    allow_unconstrained: bool = True
+
+
+@dataclass(frozen=True)
+class ValidationOutcome:
+    """The verdict on one output: ``ok``, the parsed ``value`` (JSON kinds) and readable ``errors``."""
+
+    ok: bool
+    errors: tuple[str, ...] = ()
+    value: Any = None

@@ -1,0 +1,52 @@
+"""MaskBench on a CI-sized sample, through the whole compiler, for each engine.
+
+The committed sample (tests/grammar/data) always runs; a spread of the shared dev set runs too
+when /work/shared/jsonschemabench/data is present.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from afm_struct.bench.masks import run_file, summarize
+from afm_struct.grammar.engine import allocate_bitmask
+
+from .conftest import DATA, SHARED
+
+SAMPLE = sorted(DATA.glob("*.json"))
+
+
+def _run(compiler, tokenizer, files: list[Path]) -> dict:  # type: ignore[no-untyped-def]
+    bitmask = allocate_bitmask(1, tokenizer.vocab_size)
+    rows = [run_file(compiler, tokenizer, f, bitmask) for f in files]
+    return summarize(rows, compiler.options.backend, [])
+
+
+def test_committed_sample_llguidance(compiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    assert len(SAMPLE) >= 10
+    report = _run(compiler, tokenizer, SAMPLE)
+    assert report["served"] == report["schemas"]
+    assert report["invalidation_error"] == 0, report["failures"]
+    assert report["validation_error"] == 0, report["failures"]
+    # The sample holds schemas that need rewrites to be exact, and ones that cannot be.
+    assert report["enforced"] >= len(SAMPLE) - 2
+    assert report["rewrites"].get("oneof_disjoint", 0) >= 2
+    assert report["downgraded"] >= 1
+
+
+def test_committed_sample_outlines(outlines_compiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    report = _run(outlines_compiler, tokenizer, SAMPLE[:6])
+    assert report["served"] == report["schemas"]
+    assert report["invalidation_error"] == 0, report["failures"]
+    assert report["enforced"] >= 1
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"JSONSchemaBench dev set not present at {SHARED}")
+def test_shared_dev_sample_llguidance(compiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    files = sorted(SHARED.glob("*.json"))[::110][:30]
+    report = _run(compiler, tokenizer, files)
+    assert report["served"] == report["schemas"] - report["compile_error"]
+    assert report["invalidation_error"] == 0, report["failures"]
+    assert report["enforced"] >= 0.8 * len(files)

@@ -1,0 +1,116 @@
+"""Each rewrite keeps the schema's meaning (jsonschema agrees on valid and invalid instances,
+original vs rewritten) and brings it to the exact rung."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+
+from afm_struct.grammar.rewrites import rewrite_schema
+from afm_struct.grammar.spec import JsonSchemaRequest, Mode
+
+CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
+    ("oneof_disjoint",
+     {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+     ["a", 3, None], [1.5, True, [], {}]),
+    ("oneof_disjoint",  # const discriminator on a required property
+     {"oneOf": [
+         {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+          "required": ["kind", "x"], "additionalProperties": False},
+         {"type": "object", "properties": {"kind": {"enum": ["b", "c"]}, "y": {"type": "string"}},
+          "required": ["kind"], "additionalProperties": False}]},
+     [{"kind": "a", "x": 1}, {"kind": "b"}, {"kind": "c", "y": "s"}],
+     [{"kind": "a"}, {"kind": "d"}, {"kind": "b", "x": 1}, "a"]),
+    ("oneof_disjoint",  # a required property the other branch's closed list forbids
+     {"oneOf": [
+         {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+          "additionalProperties": False},
+         {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
+          "additionalProperties": False}]},
+     [{"a": "x"}, {"b": "y"}], [{}, {"a": "x", "b": "y"}, {"a": 1}]),
+    ("unknown_format", {"type": "string", "format": "mongoId", "maxLength": 4},
+     ["abcd", ""], ["abcde", 3]),
+    ("not_simple", {"type": ["string", "null", "integer"], "not": {"type": "null"}},
+     ["x", 3], [None, 1.5, {}]),
+    ("not_simple", {"not": {"type": "integer"}, "type": ["integer", "string"]}, ["x"], [1, None]),
+    ("not_simple", {"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
+     [{}, {"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, "s"]),
+    ("not_simple", {"not": {"minimum": 3}}, [2, 2.99, -1], [3, 4, "a", None]),
+    ("not_simple", {"not": {"maxLength": 2}}, ["abc"], ["ab", "", 1]),
+    ("not_simple", {"not": {"anyOf": [{"type": "string"}, {"type": "boolean"}]}},
+     [1, None, {}, []], ["s", True]),
+    ("not_simple", {"type": "integer", "not": False}, [1, 0], ["a", None]),
+    ("dependencies",
+     {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+      "properties": {"card": {"type": "string"}, "zip": {"type": "string"}},
+      "dependencies": {"card": ["zip"]}},
+     [{}, {"zip": "1"}, {"card": "x", "zip": "1"}], [{"card": "x"}, {"card": "x", "zip": 1}]),
+    ("dependencies",
+     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "dependentSchemas": {"a": {"required": ["b"], "properties": {"b": {"minimum": 10}}}}},
+     [{}, {"b": 1}, {"a": 1, "b": 10}], [{"a": 1}, {"a": 1, "b": 9}]),
+    ("min_max_properties",
+     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "additionalProperties": False, "minProperties": 1, "maxProperties": 2},
+     [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}], [{}, {"c": 1}]),
+    ("noop_keyword", {"type": "array", "items": {"type": "integer"}, "uniqueItems": False,
+                      "additionalItems": False},
+     [[], [1, 1]], [["a"], "x"]),
+]
+
+
+@pytest.mark.parametrize(("name", "schema", "valid", "invalid"), CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rewrite_is_equivalent_and_exact(compiler, name: str, schema: dict[str, Any],  # type: ignore[no-untyped-def]
+                                         valid: list[Any], invalid: list[Any]) -> None:
+    result = rewrite_schema(schema)
+    assert name in result.applied
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    original, rewritten = cls(schema), cls(result.schema)
+    for instance in valid:
+        assert original.is_valid(instance), instance  # the case itself is right
+        assert rewritten.is_valid(instance), (instance, result.schema)
+    for instance in invalid:
+        assert not original.is_valid(instance), instance
+        assert not rewritten.is_valid(instance), (instance, result.schema)
+    compiled = compiler.compile(JsonSchemaRequest(schema))
+    assert compiled.mode is Mode.ENFORCED, compiled.reason
+    assert name in compiled.rewrites
+
+
+def test_rewrites_are_pure() -> None:
+    schema = {"oneOf": [{"type": "string"}, {"type": "integer"}], "format": "whatever"}
+    before = repr(schema)
+    rewrite_schema(schema)
+    assert repr(schema) == before
+
+
+@pytest.mark.parametrize("schema", [
+    {"oneOf": [{"type": "integer"}, {"type": "number"}]},  # 1 matches both
+    {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},  # {"a":1,"b":2} matches both
+    {"oneOf": [{"type": "object", "properties": {"k": {"const": 1}}},
+               {"type": "object", "properties": {"k": {"const": 2}}}]},  # {} matches both
+    {"not": {"type": "integer"}},  # 1.5 is allowed, integers are not: no positive form
+    {"not": {"pattern": "^a"}},
+])
+def test_unprovable_cases_are_left_alone(schema: dict[str, Any]) -> None:
+    result = rewrite_schema(schema)
+    assert result.applied == ()
+    assert result.schema == schema
+
+
+def test_ref_into_a_rewritten_keyword_blocks_the_rewrite() -> None:
+    schema = {"properties": {"a": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+                             "b": {"$ref": "#/properties/a/oneOf/0"}}}
+    result = rewrite_schema(schema)
+    assert "oneOf" in result.schema["properties"]["a"]
+    jsonschema.Draft202012Validator(result.schema).validate({"a": None, "b": "x"})
+
+
+def test_draft4_bounds_use_boolean_exclusive() -> None:
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "not": {"minimum": 3}}
+    result = rewrite_schema(schema)
+    v = jsonschema.Draft4Validator(result.schema)
+    assert v.is_valid(2) and not v.is_valid(3) and not v.is_valid("a")
