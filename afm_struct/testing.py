@@ -112,3 +112,46 @@ def scripted_loaded_model(tokenizer: Tokenizer, script: Script | str, *,
                      context_length=context_length, weights="none", weight_bytes=0, device="cpu",
                      load_seconds=0.0)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)  # type: ignore[arg-type]
+
+
+class RandomModel:
+    """Seeded random logits over a real tokenizer: a property-test stand-in for a model.
+
+    Tokens that close or delimit JSON (quotes, brackets, commas, digits, literals) get a bonus,
+    so that masked generation finishes in a reasonable number of steps; everything else is noise.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, seed: int, *, bonus: float = 4.0) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = tokenizer.vocab_size
+        self.args = SimpleNamespace(vocab_size=self.vocab_size)
+        self._rng = np.random.default_rng(seed)
+        favoured = np.zeros(self.vocab_size, dtype=np.float32)
+        for i in range(self.vocab_size):
+            piece = tokenizer.decode([i])
+            if 0 < len(piece.strip()) <= 2 and all(ch in '"{}[],:0123456789.-' for ch in piece.strip()):
+                favoured[i] = bonus
+            elif piece.strip() in ("true", "false", "null"):
+                favoured[i] = bonus
+        self._favoured = favoured
+
+    def make_cache(self) -> list[ScriptedCache]:
+        """A position-tracking cache."""
+        return [ScriptedCache()]
+
+    def eval(self) -> RandomModel:
+        """nn.Module compatibility."""
+        return self
+
+    def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
+        n = inputs.shape[1]
+        cache[0].offset += n
+        noise = self._rng.standard_normal((n, self.vocab_size)).astype(np.float32) * 2.0
+        return mx.array(noise + self._favoured)[None]
+
+
+def random_loaded_model(tokenizer: Tokenizer, seed: int) -> LoadedModel:
+    """A :class:`LoadedModel` with seeded random logits."""
+    info = ModelInfo(id="random", path="<random>", source="random", context_length=8192,
+                     weights="none", weight_bytes=0, device="cpu", load_seconds=0.0)
+    return LoadedModel(model=RandomModel(tokenizer, seed), tokenizer=tokenizer, info=info)  # type: ignore[arg-type]

@@ -82,6 +82,14 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[afm-struct] finish={event.reason} prompt={event.usage.prompt_tokens} "
                       f"completion={event.usage.completion_tokens} prefill={pre or 0:.1f} tok/s "
                       f"decode={dec or 0:.1f} tok/s", file=sys.stderr)
+            if constraint is not None and constraint.mode != "enforced":
+                outcome = constraint.validate(event.text)
+                print(f"[afm-struct] best-effort output valid: {outcome.ok} "
+                      f"{'; '.join(outcome.errors)}", file=sys.stderr)
+                return 0 if outcome.ok else 3
+            if event.reason == "length" and constraint is not None:
+                print("[afm-struct] max tokens reached: the output is incomplete", file=sys.stderr)
+                return 3
         else:
             sys.stdout.write(event.text)
             sys.stdout.flush()

@@ -22,6 +22,7 @@ from ..errors import AfmError, ContextOverflowError, GenerationError
 from ..grammar.engine import Matcher, allocate_bitmask
 from .detokenizer import StreamingDetokenizer
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
+from .reasoning import ReasoningGate, ReasoningTags
 from .sampling import LogitsProcessor, SamplingParams, make_logits_processors, make_sampler
 from .stops import StopMatcher
 
@@ -50,6 +51,7 @@ class GenerationRequest:
     constraint: Constraint | None = None
     logits_processors: list[LogitsProcessor] = field(default_factory=list)
     fast_forward: bool = True
+    reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
     request_id: str = ""
 
 
@@ -169,6 +171,8 @@ class Generator:
         max_tokens = self.check(request)
         params = request.params
         matcher = request.constraint.new_matcher() if request.constraint is not None else None
+        if matcher is not None and request.reasoning is not None:
+            matcher = ReasoningGate(matcher, self.tokenizer, request.reasoning)
         seq = _Sequence(
             request=request, sink=sink, cancel=cancel or threading.Event(), cache=self.make_cache(),
             sampler=make_sampler(params),

@@ -1,0 +1,142 @@
+"""Reasoning gating: no grammar mask inside a thinking block; the constraint governs the answer.
+
+:class:`ReasoningGate` wraps any :class:`~afm_struct.grammar.engine.Matcher` and is one itself,
+so the loop does not change.  States: ``start`` (the answer's grammar, plus the first token of
+the open tag), ``opening`` (the rest of the open tag is forced), ``thinking`` (everything
+allowed, EOS excluded, until the close tag appears in the text) and ``answer`` (delegates to
+the wrapped matcher from its start state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..grammar.engine import Matcher
+from .masking import set_tokens
+
+# Tag pairs chat templates use for thinking blocks.
+THINK_TAGS: tuple[tuple[str, str], ...] = (
+    ("<think>", "</think>"),
+    ("<thinking>", "</thinking>"),
+    ("<|begin_of_thought|>", "<|end_of_thought|>"),
+    ("◁think▷", "◁/think▷"),
+)
+
+
+@dataclass(frozen=True)
+class ReasoningTags:
+    """The open/close pair of one model, and whether the prompt already opened the block."""
+
+    open: str = "<think>"
+    close: str = "</think>"
+    opened_in_prompt: bool = False
+
+
+class ReasoningGate:
+    """A matcher that lets a thinking block through unconstrained before ``inner`` applies."""
+
+    def __init__(self, inner: Matcher, tokenizer, tags: ReasoningTags) -> None:
+        self.inner = inner
+        self.tokenizer = tokenizer
+        self.tags = tags
+        self.open_ids = tokenizer.encode(tags.open)
+        self.state = "thinking" if tags.opened_in_prompt else "start"
+        self._opening_at = 0
+        self._text = ""
+        self._scratch: np.ndarray | None = None
+        # Line breaks a model writes after the close tag, allowed before the answer starts.
+        self._gap_ids = sorted({ids[0] for ids in (tokenizer.encode(t) for t in ("\n", "\n\n", " "))
+                                if len(ids) == 1})
+
+    def fill_mask(self, bitmask: np.ndarray, row: int) -> None:
+        """The inner mask, widened or replaced according to the state."""
+        if self.state == "thinking":
+            bitmask[row, :] = -1
+            set_tokens(bitmask[row], self.tokenizer.eos_token_ids, False)
+        elif self.state == "opening":
+            bitmask[row, :] = 0
+            set_tokens(bitmask[row], [self.open_ids[self._opening_at]], True)
+        else:
+            self.inner.fill_mask(bitmask, row)
+            if self.state == "start":
+                set_tokens(bitmask[row], [self.open_ids[0]], True)
+            elif self.state == "answer_start":
+                set_tokens(bitmask[row], self._gap_ids, True)
+
+    def _inner_allows(self, token: int) -> bool:
+        if self._scratch is None:
+            self._scratch = np.zeros((1, (self.tokenizer.vocab_size + 31) // 32 + 1), dtype=np.int32)
+        self._scratch[:] = 0
+        self.inner.fill_mask(self._scratch, 0)
+        word, bit = divmod(token, 32)
+        return bool((int(self._scratch[0, word]) >> bit) & 1)
+
+    def advance(self, token: int) -> bool:
+        """Route the token by state; the close tag is found in the decoded text."""
+        if self.state == "start":
+            if token == self.open_ids[0] and not self._inner_allows(token):
+                self._opening_at = 1
+                self.state = "opening" if len(self.open_ids) > 1 else "thinking"
+                return True
+            self.state = "answer"
+            return self.inner.advance(token)
+        if self.state == "opening":
+            if token != self.open_ids[self._opening_at]:
+                return False
+            self._opening_at += 1
+            if self._opening_at == len(self.open_ids):
+                self.state = "thinking"
+            return True
+        if self.state == "thinking":
+            self._text += self.tokenizer.decode([token])
+            if self.tags.close in self._text[-(len(self.tags.close) + 16):]:
+                self.state = "answer_start"
+            return True
+        if self.state == "answer_start":
+            # Whitespace between the close tag and the answer is the template's, not the answer's.
+            if token in self._gap_ids and not self._inner_allows(token):
+                return True
+            self.state = "answer"
+        return self.inner.advance(token)
+
+    def forced_tokens(self) -> list[int]:
+        """The rest of the open tag while opening; the inner grammar's once answering."""
+        if self.state == "opening":
+            return list(self.open_ids[self._opening_at:])
+        if self.state == "answer":
+            return self.inner.forced_tokens()
+        return []
+
+    def is_accepting(self) -> bool:
+        """Only a complete answer may end the turn."""
+        return self.state in ("answer", "answer_start", "start") and self.inner.is_accepting()
+
+    def is_finished(self) -> bool:
+        """True once the answer is complete."""
+        return self.state == "answer" and self.inner.is_finished()
+
+    def error(self) -> str | None:
+        """The inner matcher's error, or the gate's own."""
+        return self.inner.error()
+
+    @property
+    def in_answer(self) -> bool:
+        """True once the constraint governs the output."""
+        return self.state in ("answer", "answer_start")
+
+
+def detect_reasoning_tags(tokenizer, prompt_text: str) -> ReasoningTags | None:
+    """The thinking tags a model uses, if its vocabulary has them as special tokens.
+
+    A prompt that ends inside an open block (templates that pre-open ``<think>``) is noted so
+    the gate starts in the thinking state.
+    """
+    vocab = tokenizer.hf.get_vocab()
+    for open_tag, close_tag in THINK_TAGS:
+        if open_tag in vocab and close_tag in vocab:
+            tail = prompt_text.rstrip()
+            opened = tail.endswith(open_tag)
+            return ReasoningTags(open_tag, close_tag, opened_in_prompt=opened)
+    return None
