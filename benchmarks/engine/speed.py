@@ -38,10 +38,9 @@ def mlx_lm_run(loaded, ids, max_tokens):
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
     wrapper = TokenizerWrapper(loaded.tokenizer.hf, eos_token_ids=set(loaded.tokenizer.eos_token_ids))
-    last = None
-    for last in stream_generate(loaded.model, wrapper, ids, max_tokens=max_tokens,
-                                sampler=make_sampler(temp=0.0)):
-        pass
+    responses = list(stream_generate(loaded.model, wrapper, ids, max_tokens=max_tokens,
+                                     sampler=make_sampler(temp=0.0)))
+    last = responses[-1]
     return last.prompt_tps, last.generation_tps, last.generation_tokens
 
 

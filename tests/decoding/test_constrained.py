@@ -29,14 +29,17 @@ SCHEMAS = {
     "defs_ref": {"$defs": {"pt": {"type": "object", "properties": {"x": {"type": "number"},
                                                                    "y": {"type": "number"}},
                                   "required": ["x", "y"], "additionalProperties": False}},
-                 "type": "object", "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}},
+                 "type": "object",
+                 "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}},
                  "required": ["a", "b"], "additionalProperties": False},
     "recursive": {"$defs": {"node": {"type": "object", "properties": {
-        "v": {"type": "integer"}, "kids": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/node"}}},
+        "v": {"type": "integer"},
+        "kids": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/node"}}},
         "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
     "nullable": {"type": "object", "properties": {"n": {"type": ["string", "null"], "maxLength": 4}},
                  "required": ["n"], "additionalProperties": False},
-    "pattern": {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}},
+    "pattern": {"type": "object",
+                "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}},
                 "required": ["code"], "additionalProperties": False},
     "format": {"type": "object", "properties": {"when": {"type": "string", "format": "date"}},
                "required": ["when"], "additionalProperties": False},
@@ -81,7 +84,8 @@ def test_fast_forward_gives_the_same_text_in_fewer_model_calls(tokenizer, prompt
         lm = scripted_loaded_model(tokenizer, script)
         gen = Generator.from_loaded(lm)
         params = SamplingParams(temperature=0)
-        fin = finish_of(gen.generate(GenerationRequest(prompt, params, constraint=constraint, fast_forward=ff)))
+        request = GenerationRequest(prompt, params, constraint=constraint, fast_forward=ff)
+        fin = finish_of(gen.generate(request))
         results[ff] = (fin, lm.model.calls)
     (plain, calls_plain), (fast, calls_fast) = results[False], results[True]
     assert plain.text == fast.text == script
