@@ -4,7 +4,7 @@
   ``scope["state"]["request_id"]`` and echoes it as ``X-Request-ID`` and ``OpenAI-Request-ID``
   on every response, errors included.
 * :class:`BodyLimitMiddleware` refuses bodies over the limit with 413 — from Content-Length
-  before reading, or while reading a chunked body.
+  before reading, or while reading a chunked body (it reads the bounded body, then replays it).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -83,18 +82,35 @@ class BodyLimitMiddleware:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await _send_error(send, self._too_large(int(length)))
             return
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        # Read the whole (bounded) body first: a limit hit while the framework parses would be
+        # reported as a parse error, and a chunked body has no Content-Length to check.
+        parts: list[bytes] = []
         seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away mid-body
+                return
+            parts.append(message.get("body", b""))
+            seen += len(parts[-1])
+            if seen > self.max_bytes:
+                await _send_error(send, self._too_large(seen))
+                return
+            if not message.get("more_body", False):
+                break
+        body: bytes | None = b"".join(parts)
 
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message: dict[str, Any] = dict(await receive())
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise self._too_large(seen)
-            return message
+        async def replay() -> Message:
+            nonlocal body
+            if body is not None:
+                message: Message = {"type": "http.request", "body": body, "more_body": False}
+                body = None
+                return message
+            return await receive()  # afterwards: http.disconnect, for disconnect watchers
 
-        await self.app(scope, limited_receive, send)
+        await self.app(scope, replay, send)
 
     def _too_large(self, size: int) -> PayloadTooLargeError:
         return PayloadTooLargeError(
