@@ -8,6 +8,7 @@ served from a lower rung with a reason.
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from typing import Any
@@ -16,7 +17,7 @@ import referencing
 import referencing.exceptions
 import referencing.jsonschema
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError as JsonSchemaMetaError
+from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
 from ..errors import SchemaError
@@ -43,6 +44,13 @@ def validator_class(schema: Any) -> Any:
     return validator_for(schema, default=Draft202012Validator)
 
 
+@functools.cache
+def _meta_validator(cls: Any) -> Any:
+    """One meta-schema validator per draft, built once (building it costs more than using it)."""
+    meta_cls = validator_for(cls.META_SCHEMA, default=cls)
+    return meta_cls(cls.META_SCHEMA, format_checker=cls.FORMAT_CHECKER)
+
+
 def check_schema(schema: Any, *, param: str = "response_format.json_schema.schema") -> None:
     """Raise :class:`SchemaError` unless ``schema`` is a valid JSON Schema with resolvable refs."""
     if not isinstance(schema, dict | bool):
@@ -51,11 +59,13 @@ def check_schema(schema: Any, *, param: str = "response_format.json_schema.schem
     cls = validator_class(schema)
     with warnings.catch_warnings():  # jsonschema warns on odd-but-valid regexes in patterns
         warnings.simplefilter("ignore")
-        try:
-            cls.check_schema(schema)
-        except JsonSchemaMetaError as exc:
-            raise SchemaError(f"invalid JSON Schema: {exc.message}", path=json_path(exc.absolute_path),
-                              param=param) from exc
+        meta = _meta_validator(cls)
+        # is_valid first: the common case needs no error objects; best_match only on failure.
+        if not meta.is_valid(schema):
+            exc = best_match(meta.iter_errors(schema))
+            if exc is not None:
+                raise SchemaError(f"invalid JSON Schema: {exc.message}", path=json_path(exc.absolute_path),
+                                  param=param)
     if isinstance(schema, dict):
         _check_refs(schema, cls, param)
 
