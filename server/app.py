@@ -6,6 +6,7 @@ the model) and stops it on shutdown; handlers reach them through ``app.state.afm
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +20,6 @@ from afm_struct.decoding.scheduler import Scheduler, SchedulerLimits
 from afm_struct.models.loader import LoadedModel
 
 from .cancel import InflightRegistry
-from .channels import THINK_CLOSE, THINK_OPEN
 from .completions import ServerState
 from .errors import install_error_handlers
 from .middleware import BodyLimitMiddleware, RequestIdMiddleware
@@ -27,13 +27,7 @@ from .routes import router
 from .settings import ServerSettings
 from .structured import Compile, default_compiler
 
-
-def wants_reasoning_split(loaded: LoadedModel, mode: str) -> bool:
-    """Whether ``<think>`` blocks go to reasoning_content for this model."""
-    if mode != "auto":
-        return mode == "think"
-    vocab = loaded.tokenizer.hf.get_vocab()
-    return THINK_OPEN in vocab and THINK_CLOSE in vocab
+log = logging.getLogger("afm_struct.server")
 
 
 def _openapi_without_422(app: FastAPI) -> dict[str, Any]:
@@ -50,10 +44,31 @@ def _openapi_without_422(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
+def _materialize_engine_constants() -> None:
+    """Evaluate module-level MLX constants of the engine on the thread that imported them.
+
+    MLX streams are per thread: a lazily built module-level array (``masking._SHIFTS``) cannot
+    be evaluated first from the scheduler thread ("There is no Stream(cpu, 0) in current
+    thread"), which breaks every masked request.  Workaround until the engine evaluates it at
+    import; harmless once it does.
+    """
+    import mlx.core as mx
+
+    from afm_struct.decoding import masking
+
+    shifts = getattr(masking, "_SHIFTS", None)
+    if shifts is not None:
+        try:
+            mx.eval(shifts)
+        except RuntimeError as exc:  # imported on another thread: nothing this thread can do
+            log.warning("could not pre-evaluate the engine's mask constants: %s", exc)
+
+
 def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
                compile_fn: Compile | None = None) -> FastAPI:
     """The app serving ``loaded``; ``compile_fn`` overrides the grammar compiler (tests)."""
     settings = settings or ServerSettings()
+    _materialize_engine_constants()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -66,7 +81,6 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
         app.state.afm = ServerState(
             loaded=loaded, settings=settings, scheduler=scheduler,
             registry=InflightRegistry(settings.recent_ids),
-            split_reasoning=wants_reasoning_split(loaded, settings.reasoning),
             blas=blas_in_use(), compile_fn=compile_fn or default_compiler())
         app.state.started_at = time.time()
         try:

@@ -47,13 +47,16 @@ def _append(out: list[Delta], key: str, text: str) -> None:
 
 
 class ContentRouter:
-    """Everything is ``content``; with ``split_reasoning``, ``<think>…</think>`` goes to
-    ``reasoning_content`` (tags removed, whitespace right after the block dropped)."""
+    """Everything is ``content``; with ``split_reasoning``, a thinking block (``<think>…</think>``
+    or the model's own ``tags``) goes to ``reasoning_content`` (tags removed, whitespace right
+    after the block dropped).  ``start_in_reasoning``: the prompt already opened the block."""
 
-    def __init__(self, *, split_reasoning: bool = False) -> None:
+    def __init__(self, *, split_reasoning: bool = False, tags: tuple[str, str] = (THINK_OPEN, THINK_CLOSE),
+                 start_in_reasoning: bool = False) -> None:
         self.split_reasoning = split_reasoning
+        self.open_tag, self.close_tag = tags
         self._held = ""
-        self._in_reasoning = False
+        self._in_reasoning = split_reasoning and start_in_reasoning
         self._after_reasoning = False
 
     def feed(self, text: str) -> list[Delta]:
@@ -65,7 +68,7 @@ class ContentRouter:
         buf = self._held + text
         self._held = ""
         while buf:
-            tag = THINK_CLOSE if self._in_reasoning else THINK_OPEN
+            tag = self.close_tag if self._in_reasoning else self.open_tag
             key = "reasoning_content" if self._in_reasoning else "content"
             at = buf.find(tag)
             if at >= 0:
@@ -101,6 +104,9 @@ class ContentRouter:
         return reason
 
 
-def make_router(*, split_reasoning: bool) -> DeltaRouter:
+def make_router(*, reasoning_tags: tuple[str, str] | None = None,
+                start_in_reasoning: bool = False) -> DeltaRouter:
     """The router for one request (the tools issue adds a tool-call router here)."""
-    return ContentRouter(split_reasoning=split_reasoning)
+    if reasoning_tags is None:
+        return ContentRouter()
+    return ContentRouter(split_reasoning=True, tags=reasoning_tags, start_in_reasoning=start_in_reasoning)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from afm_struct.decoding.generator import Finished, GenerationRequest, TextDelta, Timings, Usage
+from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
 from afm_struct.decoding.scheduler import Handle, Scheduler
 from afm_struct.errors import AfmError, GenerationError
 from afm_struct.models.loader import LoadedModel
@@ -49,7 +50,6 @@ class ServerState:
     settings: ServerSettings
     scheduler: Scheduler
     registry: InflightRegistry
-    split_reasoning: bool
     blas: str | None = None
     compile_fn: Compile | None = None
 
@@ -67,6 +67,7 @@ class Prepared:
     profile_key: str | None
     counter: TokenCounter
     started: float
+    reasoning: ReasoningTags | None = None
 
 
 @dataclass
@@ -91,15 +92,30 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
     plan = await plan_structured(tokenizer, body.response_format, compile_fn=state.compile_fn)
     # Template rendering and tokenization of a long chat take milliseconds: keep them off the loop.
     prompt_ids = await asyncio.to_thread(tokenizer.encode_chat, messages, tools=tools)
+    reasoning = reasoning_tags(state, prompt_ids)
     counter = TokenCounter()
     generation = GenerationRequest(prompt_ids=prompt_ids, params=params, constraint=plan.constraint,
-                                   logits_processors=[counter], request_id=request_id)
+                                   logits_processors=[counter], request_id=request_id,
+                                   # the mask governs the answer, after any thinking block
+                                   reasoning=reasoning if plan.constraint is not None else None)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
                                model=state.loaded.info.id)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return Prepared(request_id=request_id, ident=ident, generation=generation, plan=plan,
                     stream=body.stream, include_usage=include_usage, profile_key=profile_key,
-                    counter=counter, started=started)
+                    counter=counter, started=started, reasoning=reasoning)
+
+
+def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags | None:
+    """The thinking tags to split on: the model's own (auto), ``<think>`` (forced) or none."""
+    mode = state.settings.reasoning
+    if mode == "off":
+        return None
+    # Only the prompt's tail matters (does the template pre-open the block?).
+    tail = state.loaded.tokenizer.decode(prompt_ids[-8:])
+    if mode == "think":
+        return ReasoningTags(opened_in_prompt=tail.rstrip().endswith("<think>"))
+    return detect_reasoning_tags(state.loaded.tokenizer, tail)
 
 
 class Run:
@@ -127,7 +143,9 @@ class Run:
     async def deltas(self) -> AsyncIterator[Delta]:
         """Protocol deltas in order; afterwards :attr:`outcome` is set."""
         plan = self.prepared.plan
-        router = make_router(split_reasoning=self.state.split_reasoning)
+        tags = self.prepared.reasoning
+        router = make_router(reasoning_tags=(tags.open, tags.close) if tags else None,
+                             start_in_reasoning=bool(tags and tags.opened_in_prompt))
         deferred: list[str] = []
 
         def route(items: list[Delta]) -> list[Delta]:

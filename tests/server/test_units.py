@@ -110,3 +110,8 @@ def test_registry_lifecycle() -> None:
     assert err is not None and "unknown" in err.message
     again = reg.register("a")  # an ID may be reused once its request is over
     assert reg.complete(again) is False
+
+
+def test_router_can_start_inside_a_block_the_prompt_opened() -> None:
+    router = ContentRouter(split_reasoning=True, tags=("<thinking>", "</thinking>"), start_in_reasoning=True)
+    assert _route(router, ["still thinking", "</thinking>", " done"]) == ("done", "still thinking")
