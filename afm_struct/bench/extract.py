@@ -1,0 +1,203 @@
+"""``afm-struct bench extract``: extraction tasks with known answers, free vs constrained decoding.
+
+Each task (``data/extract_tasks.json``) is a realistic source text, a JSON Schema and the
+correct extraction.  Both modes get the *same* prompt (instruction + schema + source), the same
+model, seed and sampling; the constrained mode adds the compiled schema grammar (fast-forward
+on).  Per mode we measure JSON validity of the raw text, schema validity, the same two after
+sanitizing (fences and prose stripped: what a careful client would salvage), and field-level
+accuracy (:mod:`afm_struct.bench.scoring`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .scoring import score_fields
+
+TASKS_FILE = Path(__file__).resolve().parent / "data" / "extract_tasks.json"
+MODES = ("free", "constrained")
+INSTRUCTION = ("Extract the information from the text below as one JSON object that matches this "
+               "JSON Schema. Reply with the JSON object only.")
+
+
+def load_tasks(path: Path = TASKS_FILE) -> list[dict[str, Any]]:
+    """The task list: each with ``id``, ``category``, ``source``, ``schema`` and ``expected``."""
+    return json.loads(Path(path).read_text())
+
+
+def build_messages(task: dict[str, Any]) -> list[dict[str, str]]:
+    """The chat both modes see: the schema is in the prompt so free decoding has a fair chance."""
+    schema = json.dumps(task["schema"], ensure_ascii=False)
+    content = f"{INSTRUCTION}\n\nSchema:\n{schema}\n\nText:\n{task['source']}"
+    return [{"role": "user", "content": content}]
+
+
+def judge(constraint: Any, expected: Any, text: str) -> dict[str, Any]:
+    """Validity (raw and sanitized) and field accuracy of one output."""
+    raw = constraint.validate(text)
+    raw_json = raw.ok or not any(e.startswith("invalid JSON") for e in raw.errors)
+    clean_text = constraint.sanitize(text)
+    clean = raw if clean_text == text else constraint.validate(clean_text)
+    clean_json = clean.ok or not any(e.startswith("invalid JSON") for e in clean.errors)
+    score = score_fields(expected, raw.value if raw_json else None)
+    clean_score = score_fields(expected, clean.value if clean_json else None)
+    return {
+        "json_valid": raw_json, "schema_valid": raw.ok, "errors": list(raw.errors[:3]),
+        "sanitized_json_valid": clean_json, "sanitized_schema_valid": clean.ok,
+        "fields_matched": score.matched, "fields_total": score.total,
+        "fields_matched_sanitized": clean_score.matched,
+        "missing": list(score.missing), "wrong": list(score.wrong),
+    }
+
+
+def _rate(rows: list[dict[str, Any]], key: str) -> float:
+    return round(sum(1 for r in rows if r[key]) / len(rows), 4) if rows else 0.0
+
+
+def summarize_mode(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Aggregate one mode's per-task judgements (micro-averaged field accuracy)."""
+    total = sum(r["fields_total"] for r in rows)
+    matched = sum(r["fields_matched"] for r in rows)
+    matched_clean = sum(r["fields_matched_sanitized"] for r in rows)
+    speeds = [r["decode_tok_s"] for r in rows if r.get("decode_tok_s")]
+    ttfts = sorted(r["ttft_ms"] for r in rows if r.get("ttft_ms") is not None)
+    reasons: dict[str, int] = {}
+    for r in rows:
+        reasons[r["finish_reason"]] = reasons.get(r["finish_reason"], 0) + 1
+    return {
+        "tasks": len(rows),
+        "json_valid_rate": _rate(rows, "json_valid"),
+        "schema_valid_rate": _rate(rows, "schema_valid"),
+        "sanitized_json_valid_rate": _rate(rows, "sanitized_json_valid"),
+        "sanitized_schema_valid_rate": _rate(rows, "sanitized_schema_valid"),
+        "field_accuracy": round(matched / total, 4) if total else 0.0,
+        "field_accuracy_sanitized": round(matched_clean / total, 4) if total else 0.0,
+        "task_accuracy_mean": round(sum(r["fields_matched"] / r["fields_total"] for r in rows) / len(rows), 4)
+        if rows else 0.0,
+        "exact_tasks": sum(1 for r in rows if r["fields_matched"] == r["fields_total"]),
+        "fields_matched": matched, "fields_total": total,
+        "mean_decode_tok_s": round(sum(speeds) / len(speeds), 2) if speeds else None,
+        "ttft_ms_p50": round(ttfts[len(ttfts) // 2], 1) if ttfts else None,
+        "completion_tokens": sum(r["completion_tokens"] for r in rows),
+        "finish_reasons": reasons,
+    }
+
+
+def per_category(per_task: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Field accuracy by category and mode."""
+    out: dict[str, dict[str, float]] = {}
+    for cat in sorted({t["category"] for t in per_task}):
+        rows = [t for t in per_task if t["category"] == cat]
+        out[cat] = {}
+        for mode in MODES:
+            got = [t[mode] for t in rows if mode in t]
+            total = sum(r["fields_total"] for r in got)
+            out[cat][mode] = round(sum(r["fields_matched"] for r in got) / total, 4) if total else 0.0
+    return out
+
+
+def markdown_table(summary: dict[str, dict[str, Any]]) -> str:
+    """Free vs constrained, one row per mode."""
+    lines = ["| mode | tasks | JSON valid | schema valid | JSON valid (sanitized) | schema valid (sanitized) "
+             "| field accuracy | field accuracy (sanitized) | exact tasks | finish reasons |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for mode, s in summary.items():
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(s["finish_reasons"].items()))
+        lines.append(
+            f"| {mode} | {s['tasks']} | {s['json_valid_rate']:.1%} | {s['schema_valid_rate']:.1%} "
+            f"| {s['sanitized_json_valid_rate']:.1%} | {s['sanitized_schema_valid_rate']:.1%} "
+            f"| {s['field_accuracy']:.1%} ({s['fields_matched']}/{s['fields_total']}) "
+            f"| {s['field_accuracy_sanitized']:.1%} | {s['exact_tasks']}/{s['tasks']} | {reasons} |")
+    return "\n".join(lines)
+
+
+def run_one(generator: Any, prompt_ids: list[int], constraint: Any, args: argparse.Namespace,
+            fast_forward: bool) -> dict[str, Any]:
+    """Generate once; the text, finish reason and timings."""
+    from ..decoding.generator import Finished, GenerationRequest
+    from ..decoding.sampling import SamplingParams
+
+    params = SamplingParams(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens)
+    request = GenerationRequest(prompt_ids, params, constraint=constraint, fast_forward=fast_forward)
+    for event in generator.generate(request):
+        if isinstance(event, Finished):
+            _, dec = event.timings.rates(event.usage)
+            first = event.timings.first_token_s
+            return {
+                "text": event.text, "finish_reason": event.reason,
+                "error": event.error.message if event.error is not None else None,
+                "completion_tokens": event.usage.completion_tokens,
+                "forced_tokens": event.usage.forced_tokens,
+                "decode_tok_s": round(dec, 2) if dec else None,
+                "ttft_ms": round(first * 1e3, 1) if first is not None else None,
+            }
+    raise RuntimeError("the generator ended without a Finished event")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every task in both modes and write the JSON report."""
+    from tqdm import tqdm
+
+    from ..decoding.generator import Generator
+    from ..grammar.compiler import compile_constraint
+    from ..grammar.spec import JsonSchemaRequest
+    from ..models import load_model
+    from .environment import environment
+
+    tasks = load_tasks(Path(args.tasks))
+    if args.limit:
+        tasks = tasks[: args.limit]
+    loaded = load_model(args.model)
+    generator = Generator.from_loaded(loaded)
+    started = time.perf_counter()
+    per_task: list[dict[str, Any]] = []
+    for task in tqdm(tasks, desc="extract", unit="task", file=sys.stderr):
+        constraint = compile_constraint(loaded.tokenizer, JsonSchemaRequest(task["schema"]))
+        prompt_ids = loaded.tokenizer.encode_chat(build_messages(task))
+        row: dict[str, Any] = {"id": task["id"], "category": task["category"],
+                               "prompt_tokens": len(prompt_ids), "constraint_mode": constraint.mode.value,
+                               "constraint_rung": constraint.rung.value}
+        for mode in MODES:
+            gen = run_one(generator, prompt_ids, constraint if mode == "constrained" else None, args,
+                          fast_forward=not args.no_fast_forward)
+            row[mode] = {**gen, **judge(constraint, task["expected"], gen["text"])}
+        per_task.append(row)
+    summary = {mode: summarize_mode([t[mode] for t in per_task]) for mode in MODES}
+    report = {
+        "benchmark": "extract",
+        "model": loaded.info.id,
+        "settings": {"temperature": args.temperature, "seed": args.seed, "max_tokens": args.max_tokens,
+                     "fast_forward": not args.no_fast_forward, "tasks_file": str(args.tasks),
+                     "limit": args.limit, "instruction": INSTRUCTION},
+        "tasks": len(per_task),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "summary": summary,
+        "per_category": per_category(per_task),
+        "per_task": per_task,
+        "environment": environment(),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    print(markdown_table(summary))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``bench extract``."""
+    parser = sub.add_parser("extract", help="extraction accuracy and validity: free vs constrained decoding")
+    parser.add_argument("--tasks", default=str(TASKS_FILE), help="task file (JSON list)")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N tasks (0 = all)")
+    parser.add_argument("--model", default=None, help="GGUF file, mlx-lm dir or hub id (default: embedded)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--no-fast-forward", action="store_true", help="no grammar fast-forward")
+    parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--out", required=True, help="where to write the JSON results")
+    parser.set_defaults(func=run)

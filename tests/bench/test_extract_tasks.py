@@ -1,0 +1,58 @@
+"""Integrity of the extraction task file and the pure parts of ``bench extract``."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from afm_struct.bench.extract import build_messages, load_tasks, markdown_table, summarize_mode
+from afm_struct.bench.scoring import count_leaves
+
+TASKS = load_tasks()
+
+
+def test_enough_tasks_and_categories() -> None:
+    assert len(TASKS) >= 20
+    assert len({t["category"] for t in TASKS}) >= 5
+    ids = [t["id"] for t in TASKS]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t["id"] for t in TASKS])
+def test_task_is_well_formed(task: dict) -> None:
+    assert set(task) == {"id", "category", "source", "schema", "expected"}
+    schema = task["schema"]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(task["expected"], schema)
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+    assert len(schema["required"]) >= 4
+    assert count_leaves(task["expected"]) >= 5
+    assert 2 <= task["source"].count(". ") + 1 and len(task["source"]) > 150
+
+
+def test_some_tasks_nest_objects_or_arrays() -> None:
+    kinds = {p.get("type") for t in TASKS for p in t["schema"]["properties"].values()}
+    assert {"array", "object", "boolean", "integer", "number", "string"} <= kinds
+    assert any("enum" in p for t in TASKS for p in t["schema"]["properties"].values())
+
+
+def test_prompt_shows_schema_and_source() -> None:
+    task = TASKS[0]
+    [message] = build_messages(task)
+    assert task["source"] in message["content"]
+    assert '"additionalProperties": false' in message["content"]
+
+
+def test_summary_and_table() -> None:
+    row = {"json_valid": True, "schema_valid": False, "sanitized_json_valid": True,
+           "sanitized_schema_valid": False, "fields_matched": 3, "fields_total": 4,
+           "fields_matched_sanitized": 3, "decode_tok_s": 10.0, "ttft_ms": 50.0,
+           "completion_tokens": 20, "finish_reason": "stop"}
+    bad = {**row, "json_valid": False, "sanitized_json_valid": False, "fields_matched": 0,
+           "fields_matched_sanitized": 0, "finish_reason": "length"}
+    summary = summarize_mode([row, bad])
+    assert summary["json_valid_rate"] == 0.5 and summary["schema_valid_rate"] == 0.0
+    assert summary["field_accuracy"] == 3 / 8
+    assert summary["finish_reasons"] == {"stop": 1, "length": 1}
+    table = markdown_table({"free": summary, "constrained": summary})
+    assert table.count("\n") == 3 and "37.5%" in table
