@@ -7,8 +7,6 @@ from collections.abc import Iterable
 import mlx.core as mx
 import numpy as np
 
-_SHIFTS = mx.arange(32, dtype=mx.int32)
-
 
 def bitmask_allows_all(row: np.ndarray, vocab_size: int) -> bool:
     """True when every token below ``vocab_size`` is allowed (the apply step can be skipped)."""
@@ -29,18 +27,18 @@ def set_tokens(row: np.ndarray, tokens: Iterable[int], allowed: bool) -> None:
         row[word] = np.array(value, dtype=np.uint32).view(np.int32)
 
 
-def apply_bitmask(logits: mx.array, bitmask: mx.array | np.ndarray) -> mx.array:
+def apply_bitmask(logits: mx.array, bitmask: np.ndarray) -> mx.array:
     """``logits`` (B, V) with disallowed tokens set to -inf; ``bitmask`` is (B, ceil(V/32)) int32.
 
     Tokens past the mask (a model vocabulary padded beyond the tokenizer's) are disallowed.
     """
-    bits = mx.array(bitmask) if isinstance(bitmask, np.ndarray) else bitmask
+    # Unpacked on the host: no MLX constants shared across threads (MLX streams are per
+    # thread) and a single upload of the boolean row per step.
+    words = np.ascontiguousarray(np.asarray(bitmask, dtype=np.int32))
+    unpacked = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little").astype(bool)
     vocab = logits.shape[-1]
-    allowed = ((bits[..., None] >> _SHIFTS) & 1).reshape(bits.shape[0], -1).astype(mx.bool_)
-    width = allowed.shape[-1]
+    width = unpacked.shape[-1]
     if width < vocab:
-        allowed = mx.concatenate(
-            [allowed, mx.zeros((allowed.shape[0], vocab - width), dtype=mx.bool_)], axis=-1)
-    elif width > vocab:
-        allowed = allowed[:, :vocab]
+        unpacked = np.pad(unpacked, ((0, 0), (0, vocab - width)))
+    allowed = mx.array(unpacked[:, :vocab])
     return mx.where(allowed, logits, mx.array(float("-inf"), dtype=logits.dtype))

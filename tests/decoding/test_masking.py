@@ -1,0 +1,62 @@
+"""Bitmask helpers and the portable mask application."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import mlx.core as mx
+import numpy as np
+
+from afm_struct.decoding.masking import apply_bitmask, bitmask_allows_all, set_tokens
+from afm_struct.grammar.engine import allocate_bitmask
+
+
+def test_set_and_apply_round_trip():
+    vocab = 70  # not a multiple of 32: the last word is partial
+    mask = allocate_bitmask(2, vocab)
+    set_tokens(mask[0], [0, 31, 32, 69], True)
+    set_tokens(mask[1], range(vocab), True)
+    set_tokens(mask[1], [5], False)
+    out = apply_bitmask(mx.zeros((2, vocab)), mask)
+    allowed0 = [i for i, v in enumerate(out[0].tolist()) if v != -math.inf]
+    banned1 = [i for i, v in enumerate(out[1].tolist()) if v == -math.inf]
+    assert allowed0 == [0, 31, 32, 69]
+    assert banned1 == [5]
+
+
+def test_bit_31_sign_bit_is_handled():
+    mask = allocate_bitmask(1, 64)
+    set_tokens(mask[0], [31, 63], True)
+    assert mask[0, 0] < 0  # int32 view of bit 31
+    out = apply_bitmask(mx.zeros((1, 64)), mask)
+    assert [i for i, v in enumerate(out[0].tolist()) if v != -math.inf] == [31, 63]
+
+
+def test_tokens_past_the_mask_are_banned():
+    mask = np.full((1, 1), -1, dtype=np.int32)  # 32 tokens allowed
+    out = apply_bitmask(mx.zeros((1, 40)), mask)
+    assert out[0].tolist()[32:] == [-math.inf] * 8
+
+
+def test_allows_all_detection():
+    mask = allocate_bitmask(1, 70)
+    set_tokens(mask[0], range(70), True)
+    assert bitmask_allows_all(mask[0], 70)
+    set_tokens(mask[0], [69], False)
+    assert not bitmask_allows_all(mask[0], 70)
+
+
+def test_apply_from_another_thread():
+    # The scheduler thread applies masks; MLX streams are per thread.
+    mask = allocate_bitmask(1, 64)
+    set_tokens(mask[0], [3], True)
+    result = {}
+
+    def worker():
+        result["argmax"] = int(mx.argmax(apply_bitmask(mx.arange(64).astype(mx.float32)[None], mask)).item())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert result["argmax"] == 3
