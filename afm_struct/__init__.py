@@ -1,5 +1,37 @@
-"""afm-struct: grammar-constrained structured output for local LLMs on MLX."""
+"""afm-struct: grammar-constrained structured output for local LLMs on MLX.
+
+The public facade.  Names load lazily so that ``import afm_struct`` (and the CLI's start-up)
+does not import MLX before it has to.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_EXPORTS = {
+    "AfmError": "afm_struct.errors",
+    "CompileOptions": "afm_struct.grammar.spec",
+    "Extraction": "afm_struct.extraction",
+    "ExtractionError": "afm_struct.extraction",
+    "GenerationRequest": "afm_struct.decoding.generator",
+    "Generator": "afm_struct.decoding.generator",
+    "JsonObjectRequest": "afm_struct.grammar.spec",
+    "JsonSchemaRequest": "afm_struct.grammar.spec",
+    "SamplingParams": "afm_struct.decoding.sampling",
+    "compile_constraint": "afm_struct.grammar.compiler",
+    "extract": "afm_struct.extraction",
+    "load_model": "afm_struct.models",
+    "make_mlx_lm_processor": "afm_struct.decoding.mlx_lm_processor",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'afm_struct' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,119 @@
+"""The high-level call for extraction pipelines: messages + schema → a validated Python object.
+
+    from pydantic import BaseModel
+    import afm_struct
+
+    class Invoice(BaseModel):
+        number: str
+        total: float
+
+    result = afm_struct.extract("Invoice INV-7 totals 12.50 EUR.", Invoice)
+    result.value          # Invoice(number='INV-7', total=12.5)
+    result.mode           # 'enforced' (or 'downgraded' with result.reason)
+    result.raw_text       # the JSON text the model produced
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import AfmError
+
+_DEFAULT_MODEL: Any = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+class ExtractionError(AfmError):
+    """The output did not validate (cut by ``max_tokens``, or a best-effort output was wrong)."""
+
+    type = "extraction_error"
+    status = 422
+    code = "invalid_output"
+
+    def __init__(self, message: str, *, result: Extraction) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """The outcome of :func:`extract`."""
+
+    value: Any  # a pydantic instance when a model class was given, else plain JSON data
+    valid: bool
+    mode: str  # "enforced" or "downgraded"
+    reason: str | None  # why the constraint was downgraded, if it was
+    raw_text: str
+    finish_reason: str
+    errors: tuple[str, ...]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _default_model() -> Any:
+    global _DEFAULT_MODEL
+    with _DEFAULT_LOCK:
+        if _DEFAULT_MODEL is None:
+            from .models import load_model
+
+            _DEFAULT_MODEL = load_model()
+        return _DEFAULT_MODEL
+
+
+def _schema_of(schema: Any) -> tuple[dict[str, Any], Any]:
+    """(JSON Schema, pydantic class or None) for a dict or a pydantic model class."""
+    if isinstance(schema, dict):
+        return schema, None
+    if hasattr(schema, "model_json_schema") and hasattr(schema, "model_validate"):
+        return schema.model_json_schema(), schema
+    raise TypeError("schema must be a JSON Schema dict or a pydantic BaseModel class")
+
+
+def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = None,
+            max_tokens: int = 512, temperature: float = 0.0, seed: int | None = None,
+            check: bool = True) -> Extraction:
+    """Generate one JSON instance of ``schema`` for ``messages`` and validate it.
+
+    ``messages`` is a user prompt or an OpenAI-style list; ``schema`` a JSON Schema dict or a
+    pydantic model class; ``model`` a :class:`~afm_struct.models.LoadedModel` (default: the
+    embedded model, loaded once).  With ``check`` (the default) an invalid output raises
+    :class:`ExtractionError` carrying the result; otherwise the result says ``valid=False``.
+    """
+    from .decoding.generator import Finished, GenerationRequest, Generator
+    from .decoding.sampling import SamplingParams
+    from .grammar.compiler import compile_constraint
+    from .grammar.spec import JsonSchemaRequest
+
+    loaded = model if model is not None else _default_model()
+    json_schema, pydantic_cls = _schema_of(schema)
+    chat = [{"role": "user", "content": messages}] if isinstance(messages, str) else messages
+    constraint = compile_constraint(loaded.tokenizer, JsonSchemaRequest(json_schema))
+    request = GenerationRequest(
+        loaded.tokenizer.encode_chat(chat),
+        SamplingParams(temperature=temperature, seed=seed, max_tokens=max_tokens),
+        constraint=constraint)
+    fin = next(e for e in Generator.from_loaded(loaded).generate(request) if isinstance(e, Finished))
+    if fin.error is not None:
+        raise fin.error
+    text = fin.text if constraint.mode == "enforced" else constraint.sanitize(fin.text)
+    outcome = constraint.validate(text)
+    errors = tuple(outcome.errors)
+    valid = outcome.ok and fin.reason == "stop"
+    if fin.reason == "length":
+        errors = (f"max_tokens ({max_tokens}) reached before the JSON was complete", *errors)
+    value = outcome.value
+    if valid and pydantic_cls is not None:
+        try:
+            value = pydantic_cls.model_validate(outcome.value)
+        except Exception as exc:  # pydantic-only checks (validators) the schema cannot express
+            valid, errors = False, (*errors, str(exc))
+    result = Extraction(value=value if valid else None, valid=valid, mode=str(constraint.mode),
+                        reason=constraint.reason, raw_text=fin.text, finish_reason=fin.reason,
+                        errors=errors, prompt_tokens=fin.usage.prompt_tokens,
+                        completion_tokens=fin.usage.completion_tokens)
+    if check and not valid:
+        raise ExtractionError("the model output is not a valid instance: " + "; ".join(errors),
+                              result=result)
+    return result
