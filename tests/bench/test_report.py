@@ -1,0 +1,122 @@
+"""``bench report`` over small synthetic results of every kind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from afm_struct.bench.report import collect, detect_kind, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _masks(backend: str, per_schema: bool) -> dict:
+    pct = {"p50": 1200.0, "p90": 5400.0, "p99": 20000.0}
+    doc = {"backend": backend, "schemas": 3, "enforced": 2, "downgraded": 1, "compile_error": 0,
+           "validation_error": 0, "invalidation_error": 0, "compile_us": pct,
+           "mask_us": {"p50": 40.0, "p90": 90.0, "p99": 300.0}, "cached_compile_us": pct}
+    if per_schema:
+        doc["per_schema"] = [{"file": f"s{i}.json", "compile_us": 1000.0 * (i + 1) ** 2} for i in range(5)]
+    return doc
+
+
+def _decode() -> dict:
+    modes = ("free", "constrained", "constrained_ff")
+    engine = {"tok_s": dict(zip(modes, (20.0, 17.5, 24.0), strict=True)),
+              "ttft_ms": dict(zip(modes, (80.0, 95.0, 96.0), strict=True)),
+              "valid_json_rate": dict(zip(modes, (0.4, 1.0, 1.0), strict=True)),
+              "schema_valid_rate": dict(zip(modes, (0.2, 1.0, 1.0), strict=True))}
+    return {"free_tok_s": 20.0, "constrained_tok_s": 17.5, "constrained_ff_tok_s": 24.0,
+            "ttft_ms": engine["ttft_ms"], "valid_json_rate": engine["valid_json_rate"],
+            "schema_valid_rate": engine["schema_valid_rate"],
+            "per_engine": {"llguidance": engine, "outlines": {**engine, "tok_s": {"free": 20.0,
+                                                                                 "constrained": 12.0}}}}
+
+
+def _extract() -> dict:
+    def mode(json_ok: float, acc: float) -> dict:
+        return {"tasks": 2, "json_valid_rate": json_ok, "schema_valid_rate": json_ok / 2,
+                "sanitized_json_valid_rate": json_ok, "sanitized_schema_valid_rate": json_ok / 2,
+                "field_accuracy": acc, "field_accuracy_sanitized": acc, "exact_tasks": 0,
+                "fields_matched": 3, "fields_total": 10, "finish_reasons": {"stop": 2}}
+    return {"benchmark": "extract", "model": "tiny", "tasks": 2, "settings": {"seed": 0},
+            "summary": {"free": mode(0.5, 0.3), "constrained": mode(1.0, 0.6)},
+            "per_category": {"invoice": {"free": 0.2, "constrained": 0.5}}, "per_task": []}
+
+
+def _serve() -> dict:
+    return {"runs": [{"concurrency": c, "throughput_tok_s": 20.0 * c ** 0.5, "errors": 0, "downgrades": 0,
+                      "ttft_ms": {"p50": 50.0 * c, "p95": 80.0 * c, "p99": 99.0 * c},
+                      "latency_ms": {"p50": 900.0 * c, "p95": 1200.0 * c, "p99": 1500.0 * c}}
+                     for c in (1, 2, 4, 8)]}
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    docs = {"masks_llg.json": _masks("llguidance", True), "masks_outlines.json": _masks("outlines", True),
+            "decode.json": _decode(), "extract.json": _extract(), "serve.json": _serve(),
+            "speed.json": {"blas": "openblas", "runs": 5}, "notes.json": [1, 2]}
+    for name, doc in docs.items():
+        (folder / name).write_text(json.dumps(doc))
+    (folder / "broken.json").write_text("{not json")
+    return folder
+
+
+def test_detect_kind() -> None:
+    assert detect_kind(_masks("x", False)) == "masks"
+    assert detect_kind(_decode()) == "decode"
+    assert detect_kind(_extract()) == "extract"
+    assert detect_kind(_serve()) == "serve"
+    assert detect_kind({"runs": 5}) is None and detect_kind([]) is None
+
+
+def test_collect_skips_unknown(results: Path, caplog: pytest.LogCaptureFixture) -> None:
+    found = collect([str(results)])
+    assert {k: len(v) for k, v in found.items()} == {"masks": 2, "decode": 1, "extract": 1, "serve": 1}
+    assert [label for label, _ in found["masks"]] == ["llguidance", "outlines"]
+    assert sum("skipping" in r.message for r in caplog.records) == 3
+
+
+def test_report_has_every_section_and_valid_pngs(results: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    report = write_report([str(results)], out)
+    text = report.read_text()
+    for title in ("bench masks", "bench decode", "bench extract", "bench serve"):
+        assert title in text
+    assert "could not render" not in text
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == ["decode_tok_s.png", "decode_validity.png", "extract_validity.png", "masks_compile.png",
+                    "masks_mask.png", "serve_latency.png"]
+    for name in pngs:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 10_000, name
+        assert f"({name})" in text
+
+
+def test_report_robust_to_missing_kinds_and_percentile_only_masks(tmp_path: Path) -> None:
+    (tmp_path / "m.json").write_text(json.dumps(_masks("llguidance", False)))
+    (tmp_path / "s.json").write_text(json.dumps({"runs": [{"concurrency": 1}]}))  # sparse serve run
+    report = write_report([str(tmp_path / "m.json"), str(tmp_path / "s.json")], tmp_path / "out")
+    text = report.read_text()
+    assert "bench masks" in text and "bench serve" in text and "bench extract" not in text
+    assert (tmp_path / "out" / "masks_compile.png").read_bytes().startswith(PNG_MAGIC)
+    empty = write_report([], tmp_path / "empty").read_text()
+    assert "No benchmark results found" in empty
+
+
+def test_cli_report(results: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    cli = [sys.executable, "-m", "afm_struct.cli", "bench", "report"]
+    inputs = [str(results / "serve.json"), str(results / "extract.json")]
+    proc = subprocess.run([*cli, *inputs, "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "report.md").exists() and (out / "serve_latency.png").exists()
+    missing = subprocess.run([*cli, str(tmp_path / "nope.json"), "--out", str(out)], capture_output=True,
+                             text=True, timeout=120)
+    assert missing.returncode == 2
