@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jsonschema
 import pytest
 
@@ -56,3 +58,22 @@ def test_summary_and_table() -> None:
     assert summary["finish_reasons"] == {"stop": 1, "length": 1}
     table = markdown_table({"free": summary, "constrained": summary})
     assert table.count("\n") == 3 and "37.5%" in table
+
+
+def test_judge_raw_vs_sanitized(tokenizer) -> None:
+    from afm_struct.bench.extract import judge
+    from afm_struct.grammar.compiler import compile_constraint
+    from afm_struct.grammar.spec import JsonSchemaRequest
+
+    task = next(t for t in TASKS if t["id"] == "contact_01")
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(task["schema"]))
+    exact = json.dumps(task["expected"])
+    ok = judge(constraint, task["expected"], exact)
+    assert ok["json_valid"] and ok["schema_valid"] and ok["fields_matched"] == ok["fields_total"] == 5
+    fenced = judge(constraint, task["expected"], f"Sure! Here it is:\n```json\n{exact}\n```\nAnything else?")
+    assert not fenced["json_valid"] and not fenced["schema_valid"] and fenced["fields_matched"] == 0
+    assert fenced["sanitized_json_valid"] and fenced["sanitized_schema_valid"]
+    assert fenced["fields_matched_sanitized"] == 5
+    partial = judge(constraint, task["expected"], '{"name": "priya  raman", "email": 3}')
+    assert partial["json_valid"] and not partial["schema_valid"] and partial["fields_matched"] == 1
+    assert partial["wrong"] == ["email"] and "phone" in partial["missing"]
