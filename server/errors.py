@@ -77,10 +77,15 @@ async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(err)
 
 
-async def _on_unexpected(_request: Request, exc: Exception) -> JSONResponse:
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected server error", exc_info=exc)
-    return error_response(GenerationError(f"internal server error: {type(exc).__name__}: {exc}",
-                                          code="internal_error"))
+    response = error_response(GenerationError(f"internal server error: {type(exc).__name__}: {exc}",
+                                              code="internal_error"))
+    # Starlette sends this one from outside the middleware stack: add the correlation IDs here.
+    request_id = getattr(request.state, "request_id", None)
+    if request_id:
+        response.headers["X-Request-ID"] = response.headers["OpenAI-Request-ID"] = request_id
+    return response
 
 
 def install_error_handlers(app: FastAPI) -> None:

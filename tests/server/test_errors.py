@@ -187,3 +187,33 @@ def test_raw_garbage_request_never_yields_a_bare_500(serve) -> None:
             reply += part
     assert reply.startswith(b"HTTP/1.1 400")
     assert b'"error"' in reply
+
+
+def test_unexpected_failure_before_headers_is_a_500_envelope(serve) -> None:
+    def broken_compiler(tokenizer, request):
+        raise RuntimeError("compiler exploded")
+
+    live = serve(compile_fn=broken_compiler)
+    err = _envelope(_post(live.url, json={"messages": USER, "response_format": {"type": "json_object"}}), 500)
+    assert err["type"] == "server_error" and err["code"] == "internal_error"
+    assert "compiler exploded" in err["message"]
+
+
+def test_unexpected_failure_mid_stream_is_an_error_chunk(serve) -> None:
+    class BadSanitizer:
+        mode = "downgraded"
+        reason = None
+
+        def new_matcher(self):
+            return None
+
+        def sanitize(self, text: str) -> str:
+            raise ValueError("sanitizer bug")
+
+    live = serve('{"a": 1}', compile_fn=lambda tok, req: BadSanitizer())
+    response, payloads = stream_raw(live.url, {"messages": USER, "response_format": {"type": "json_object"}})
+    assert response.status_code == 200
+    events = decode(payloads)
+    assert "sanitizer bug" in events[-1]["error"]["message"]
+    assert events[-1]["choices"][0]["finish_reason"] == "error"
+    assert live.state.scheduler.load[0] == 0 and len(live.state.registry) == 0

@@ -1,0 +1,153 @@
+"""Server overhead: tokens/s streamed over HTTP vs the engine in-process, same prompt, greedy.
+
+The server runs as ``afm-struct serve`` in its own process (as users run it); the in-process
+runs use a Generator in this process while the server idles.  Runs alternate (engine, HTTP,
+engine, HTTP, ...) so drift on a shared machine hits both sides alike; medians are reported.
+
+Two rates per run:
+* end-to-end: completion tokens / (request start → last token), prefill included;
+* decode: (completion tokens - 1) / (first token → last token).
+
+Usage: LD_PRELOAD=$(.venv/bin/python -m afm_struct.models.blas) \
+       .venv/bin/python benchmarks/server/overhead.py [--runs 5] [--max-tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from afm_struct.client import Client
+from afm_struct.decoding.generator import Finished, GenerationRequest, Generator, TextDelta
+from afm_struct.decoding.sampling import SamplingParams
+from afm_struct.models import load_model
+from afm_struct.models.blas import blas_in_use
+
+PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rates(tokens: int, t0: float, first: float, last: float) -> dict:
+    """End-to-end and decode-only tokens/s of one run."""
+    return {"tokens": tokens, "e2e_tok_s": tokens / (last - t0),
+            "decode_tok_s": (tokens - 1) / (last - first)}
+
+
+def engine_run(gen: Generator, prompt_ids: list[int], max_tokens: int) -> dict:
+    """One greedy generation on this thread, timed like the HTTP client times a stream."""
+    params = SamplingParams(temperature=0, max_tokens=max_tokens)
+    t0 = time.perf_counter()
+    first = last = None
+    tokens = 0
+    for event in gen.generate(GenerationRequest(prompt_ids, params)):
+        now = time.perf_counter()
+        if isinstance(event, TextDelta):
+            first = first or now
+            last = now
+        elif isinstance(event, Finished):
+            tokens = event.usage.completion_tokens
+    assert first is not None and last is not None
+    return rates(tokens, t0, first, last)
+
+
+def http_run(client: Client, max_tokens: int) -> dict:
+    """One greedy streamed generation over HTTP with the afm_struct client."""
+    t0 = time.perf_counter()
+    first = last = None
+    result = None
+    for event in client.stream(PROMPT, max_tokens=max_tokens, temperature=0,
+                               stream_options={"include_usage": True}):
+        now = time.perf_counter()
+        if event.kind == "delta":
+            first = first or now
+            last = now
+        elif event.kind == "done":
+            result = event.data
+    assert first is not None and last is not None and result is not None
+    return rates(result.usage["completion_tokens"], t0, first, last)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--out", default=str(HERE / "overhead.json"))
+    args = parser.parse_args()
+
+    port = free_port()
+    exe = Path(sys.executable).with_name("afm-struct")
+    server = subprocess.Popen([str(exe), "serve", "--port", str(port), "--log-level", "warning"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
+    try:
+        loaded = load_model()
+        gen = Generator.from_loaded(loaded)
+        prompt_ids = loaded.tokenizer.encode_chat(PROMPT)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                err = server.stderr.read().decode() if server.stderr else ""
+                raise SystemExit(f"server did not start: {err}")
+            time.sleep(0.2)
+        with Client(url) as client:
+            engine_run(gen, prompt_ids, 8)  # warm-up both sides
+            http_run(client, 8)
+            engine, http = [], []
+            for i in range(args.runs):
+                # alternate which side goes first so slow drift does not favour one side
+                if i % 2 == 0:
+                    engine.append(engine_run(gen, prompt_ids, args.max_tokens))
+                    http.append(http_run(client, args.max_tokens))
+                else:
+                    http.append(http_run(client, args.max_tokens))
+                    engine.append(engine_run(gen, prompt_ids, args.max_tokens))
+                print(f"run {i + 1}: engine {engine[-1]['decode_tok_s']:.2f} tok/s, "
+                      f"http {http[-1]['decode_tok_s']:.2f} tok/s ({http[-1]['tokens']} tokens)", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+    def med(rows: list[dict], key: str) -> float:
+        return round(statistics.median(r[key] for r in rows), 3)
+
+    summary = {
+        "model": loaded.info.id, "device": loaded.info.device, "blas": blas_in_use(),
+        "runs": args.runs, "max_tokens": args.max_tokens,
+        "tokens": [r["tokens"] for r in http],
+        "engine": {"e2e_tok_s": med(engine, "e2e_tok_s"), "decode_tok_s": med(engine, "decode_tok_s")},
+        "http": {"e2e_tok_s": med(http, "e2e_tok_s"), "decode_tok_s": med(http, "decode_tok_s")},
+    }
+    summary["ratio_e2e"] = round(summary["http"]["e2e_tok_s"] / summary["engine"]["e2e_tok_s"], 3)
+    summary["ratio_decode"] = round(summary["http"]["decode_tok_s"] / summary["engine"]["decode_tok_s"], 3)
+    # adjacent runs share the machine's momentary load: their ratio is the steadier estimate
+    summary["paired_ratio_e2e_median"] = round(statistics.median(
+        h["e2e_tok_s"] / e["e2e_tok_s"] for e, h in zip(engine, http, strict=True)), 3)
+    summary["load_average"] = os.getloadavg()
+    summary["raw"] = {"engine": engine, "http": http}
+    Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in summary.items() if k != "raw"}, indent=2))
+    return 0 if summary["ratio_e2e"] >= 0.95 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
