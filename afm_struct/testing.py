@@ -34,6 +34,57 @@ class ScriptedCache:
         return [mx.array(self.offset)]
 
 
+class ScriptedBatch:
+    """A batch of scripted caches (row i is ``rows[i]``), with pending right padding."""
+
+    def __init__(self, rows: list[ScriptedCache]) -> None:
+        self.rows = rows
+        self.right_padding: list[int] | None = None
+
+    @property
+    def state(self) -> list[mx.array]:
+        """Something evaluable."""
+        return [mx.array(len(self.rows))]
+
+
+class ScriptedCacheOps:
+    """The generator's batch-cache operations for scripted and random models."""
+
+    def batchable(self, seq_cache: list[Any]) -> bool:
+        """Always: scripted rows are independent."""
+        return True
+
+    def to_batch(self, seq_cache: list[Any]) -> list[Any]:
+        """A batch of one row."""
+        return [ScriptedBatch([seq_cache[0]])]
+
+    def extend(self, batch: list[Any], other: list[Any]) -> None:
+        """Append rows."""
+        batch[0].rows.extend(other[0].rows)
+
+    def filter(self, batch: list[Any], keep: list[int]) -> None:
+        """Keep rows."""
+        batch[0].rows = [batch[0].rows[i] for i in keep]
+
+    def prepare(self, batch: list[Any], right_padding: list[int]) -> None:
+        """Remember the padding of the next call."""
+        batch[0].right_padding = right_padding
+
+    def finalize(self, batch: list[Any]) -> None:
+        """Forget it."""
+        batch[0].right_padding = None
+
+
+def _rows_of(inputs: mx.array, cache: Any) -> list[tuple[ScriptedCache, list[int], int]]:
+    """(row cache, real tokens, padding) for each row of a call."""
+    tokens = inputs.tolist()
+    if isinstance(cache[0], ScriptedBatch):
+        batch = cache[0]
+        pads = batch.right_padding or [0] * len(batch.rows)
+        return [(c, row[: len(row) - p], p) for c, row, p in zip(batch.rows, tokens, pads, strict=True)]
+    return [(cache[0], tokens[0], 0)]
+
+
 @dataclass
 class Script:
     """What the scripted model says: text, or text chosen from the prompt token ids."""
@@ -57,6 +108,12 @@ class ScriptedModel:
         self._eos = min(tokenizer.eos_token_ids) if tokenizer.eos_token_ids else 0
         self._scripts: dict[int, list[int]] = {}
         self.calls = 0
+        self.cache_ops = ScriptedCacheOps()
+        probe = [{"role": "user", "content": "x"}]
+        with_header = tokenizer.apply_chat_template(probe, add_generation_prompt=True)
+        header = with_header[len(tokenizer.apply_chat_template(probe, add_generation_prompt=False)):]
+        self._marker = tokenizer.encode(header) if header else []
+        self._marker_head = self._marker[0] if self._marker else -1
 
     def make_cache(self) -> list[ScriptedCache]:
         """One scripted cache per sequence."""
@@ -79,18 +136,26 @@ class ScriptedModel:
         self.calls += 1
         if self.script.delay_s:
             time.sleep(self.script.delay_s)
-        c: ScriptedCache = cache[0]
-        tokens = inputs.tolist()[0]
+        out = []
+        for c, tokens, pad in _rows_of(inputs, cache):
+            out.append(mx.stack([*self._row_logits(c, tokens), *([self._noise] * pad)]))
+        return mx.stack(out)
+
+    def _row_logits(self, c: ScriptedCache, tokens: list[int]) -> list[mx.array]:
+        start = c.offset
         c.fed.extend(tokens)
         c.offset += len(tokens)
         if c.prompt_len is None:
-            # The first call is the whole prompt: scripted tests keep prompts under one
-            # prefill chunk (512 tokens), so its last row is the first generated position.
-            c.prompt_len = c.offset
+            # The prompt ends with the chat template's assistant header; raw prompts (no
+            # template) are taken whole from the first call.
+            if self._marker and c.fed[-len(self._marker):] == self._marker:
+                c.prompt_len = c.offset
+            elif start == 0 and self._marker_head not in c.fed:
+                c.prompt_len = c.offset
         rows = []
         for i in range(len(tokens)):
-            pos = c.offset - len(tokens) + i + 1  # tokens seen once this position is consumed
-            if pos < c.prompt_len:
+            pos = start + i + 1  # tokens seen once this position is consumed
+            if c.prompt_len is None or pos < c.prompt_len:
                 rows.append(self._noise)
                 continue
             generated = pos - c.prompt_len
@@ -99,7 +164,7 @@ class ScriptedModel:
             ids = self._script_ids(c)
             target = ids[generated] if generated < len(ids) else self._eos
             rows.append(self._noise + mx.where(mx.arange(self.vocab_size) == target, 30.0, 0.0))
-        return mx.stack(rows)[None]
+        return rows
 
 
 def scripted_loaded_model(tokenizer: Tokenizer, script: Script | str, *,
@@ -134,6 +199,7 @@ class RandomModel:
             elif piece.strip() in ("true", "false", "null"):
                 favoured[i] = bonus
         self._favoured = favoured
+        self.cache_ops = ScriptedCacheOps()
 
     def make_cache(self) -> list[ScriptedCache]:
         """A position-tracking cache."""
@@ -144,10 +210,9 @@ class RandomModel:
         return self
 
     def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
-        n = inputs.shape[1]
-        cache[0].offset += n
-        noise = self._rng.standard_normal((n, self.vocab_size)).astype(np.float32) * 2.0
-        return mx.array(noise + self._favoured)[None]
+        b, n = inputs.shape
+        noise = self._rng.standard_normal((b, n, self.vocab_size)).astype(np.float32) * 2.0
+        return mx.array(noise + self._favoured)
 
 
 def random_loaded_model(tokenizer: Tokenizer, seed: int) -> LoadedModel:

@@ -1,111 +1,53 @@
-"""The token generator: one thread steps a set of sequences, each with its own state.
+"""The token generator: one thread steps every active sequence together (continuous batching).
 
-Per step and sequence: apply logits processors and the grammar mask (before any sampling
-filter), sample, advance the matcher, launch the next forward pass asynchronously (with any
-grammar-forced tokens appended: fast-forward), and, while MLX computes it, fill the next mask
-on the CPU and turn tokens into text.  The loop is shaped for a batch; each sequence is
-stepped with its own cache today and continuous batching replaces the inner forward later.
+A step (:meth:`Generator.step`) does, for each batch group:
+
+1. stack the rows' pending next-token logits, apply logits processors and the grammar masks
+   (one bitmask, a row per sequence, applied in one op, before any sampling filter), sample
+   each row with its own seeded sampler;
+2. advance each row's matcher and append the tokens the grammar forces (fast-forward), so a
+   row may feed several tokens; finished rows leave the batch at once;
+3. launch one forward pass for the remaining rows (ragged runs are right-padded) without
+   waiting for it, and meanwhile fill the next masks on the CPU and turn tokens into text.
+
+Then a bounded slice of pending prompt prefill runs, so new requests join at the next step and
+a long prompt cannot stall running streams for long.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
 from ..errors import AfmError, ContextOverflowError, GenerationError
 from ..grammar.engine import Matcher, allocate_bitmask
+from .batch_cache import CacheOps, cache_ops_for
 from .detokenizer import StreamingDetokenizer
+from .events import (
+    Constraint,
+    Event,
+    Finished,
+    GenerationRequest,
+    LanguageModel,
+    TextDelta,
+    Timings,
+    Usage,
+)
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
-from .reasoning import ReasoningGate, ReasoningTags
-from .sampling import LogitsProcessor, SamplingParams, make_logits_processors, make_sampler
+from .reasoning import ReasoningGate
+from .sampling import LogitsProcessor, make_logits_processors, make_sampler
 from .stops import StopMatcher
 
+__all__ = ["Constraint", "Event", "Finished", "GenerationRequest", "Generator", "LanguageModel",
+           "TextDelta", "Timings", "Usage"]
+
 PREFILL_CHUNK = 512
-
-
-class Constraint(Protocol):
-    """What the generator needs of a compiled constraint."""
-
-    def new_matcher(self) -> Matcher | None:
-        """A fresh matcher, or None when the constraint does not restrict tokens."""
-
-
-class LanguageModel(Protocol):
-    """``model(tokens (B, L), cache=...) -> logits (B, L, V)`` plus a cache factory."""
-
-    def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array: ...
-
-
-@dataclass
-class GenerationRequest:
-    """One sequence to generate."""
-
-    prompt_ids: list[int]
-    params: SamplingParams = field(default_factory=SamplingParams)
-    constraint: Constraint | None = None
-    logits_processors: list[LogitsProcessor] = field(default_factory=list)
-    fast_forward: bool = True
-    reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
-    request_id: str = ""
-
-
-@dataclass
-class Usage:
-    """Token counts (forced tokens count as completion tokens)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    forced_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        """Prompt plus completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass
-class Timings:
-    """Wall-clock split of one generation."""
-
-    queued_s: float = 0.0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
-    first_token_s: float | None = None
-    mask_s: float = 0.0
-
-    def rates(self, usage: Usage) -> tuple[float | None, float | None]:
-        """(prefill tok/s, decode tok/s)."""
-        pre = usage.prompt_tokens / self.prefill_s if self.prefill_s > 0 else None
-        dec = usage.completion_tokens / self.decode_s if self.decode_s > 0 else None
-        return pre, dec
-
-
-@dataclass
-class TextDelta:
-    """New output text (never a split UTF-8 character; never part of a stop sequence)."""
-
-    text: str
-
-
-@dataclass
-class Finished:
-    """The end of a sequence: ``reason`` is stop, length, cancelled or error."""
-
-    reason: str
-    usage: Usage
-    timings: Timings
-    text: str
-    error: AfmError | None = None
-    grammar_complete: bool | None = None
-
-
-Event = TextDelta | Finished
 
 
 @dataclass
@@ -113,7 +55,7 @@ class _Sequence:
     request: GenerationRequest
     sink: Callable[[Event], None]
     cancel: threading.Event
-    cache: list[Any]
+    cache: list[Any] | None
     sampler: Callable[[mx.array], mx.array]
     processors: list[LogitsProcessor]
     matcher: Matcher | None
@@ -124,35 +66,56 @@ class _Sequence:
     text: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     timings: Timings = field(default_factory=Timings)
-    logits: mx.array | None = None  # next-token logits, possibly still being computed
-    mask: np.ndarray | None = None
+    logits: mx.array | None = None  # (1, V) next-token logits, possibly still being computed
+    mask: np.ndarray | None = None  # (1, words) bitmask row of the next step
     mask_all: bool = True
+    prefilled: int = 0
     started: float = 0.0
+    prefill_start: float = 0.0
     decode_start: float = 0.0
+    eos: bool = False
     done: bool = False
+
+
+@dataclass
+class _Group:
+    """Rows that share one batch cache (row i of the cache is ``rows[i]``)."""
+
+    rows: list[_Sequence]
+    cache: list[Any]
+    shared: bool  # True: a batchable group new sequences may join
 
 
 class Generator:
     """Owns the model; :meth:`step` advances every active sequence by one token (or run)."""
 
     def __init__(self, model: Any, tokenizer: Any, *, context_length: int,
-                 make_cache: Callable[[], list[Any]], vocab_size: int | None = None) -> None:
+                 make_cache: Callable[[], list[Any]], vocab_size: int | None = None,
+                 max_batch: int = 8, prefill_budget: int = PREFILL_CHUNK,
+                 busy_prefill_budget: int = 128) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.context_length = context_length
         self.make_cache = make_cache
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
         self.vocab_size = vocab_size or tokenizer.vocab_size
-        self.active: list[_Sequence] = []
+        self.max_batch = max_batch
+        self.prefill_budget = prefill_budget
+        # While streams decode, a step prefills at most this many prompt tokens, so a long
+        # prompt delays running streams by a bounded amount per token they produce.
+        self.busy_prefill_budget = busy_prefill_budget
+        self.cache_ops: CacheOps = cache_ops_for(model)
+        self.groups: list[_Group] = []
+        self.prefilling: list[_Sequence] = []
         # Fill the next mask while MLX runs the forward pass; off only to measure the gain.
         self.overlap = True
 
     @classmethod
-    def from_loaded(cls, loaded: Any) -> Generator:
+    def from_loaded(cls, loaded: Any, **kwargs: Any) -> Generator:
         """A generator over a :class:`~afm_struct.models.LoadedModel`."""
         vocab = loaded.model.args.vocab_size if hasattr(loaded.model, "args") else None
         return cls(loaded.model, loaded.tokenizer, context_length=loaded.info.context_length,
-                   make_cache=loaded.make_cache, vocab_size=vocab)
+                   make_cache=loaded.make_cache, vocab_size=vocab, **kwargs)
 
     # -- admission ---------------------------------------------------------------------------
 
@@ -182,52 +145,96 @@ class Generator:
             matcher=matcher, detok=StreamingDetokenizer(self.tokenizer), stops=StopMatcher(params.stop),
             max_tokens=max_tokens, started=time.perf_counter())
         seq.usage.prompt_tokens = len(request.prompt_ids)
-        self.active.append(seq)
+        self.prefilling.append(seq)
+
+    @property
+    def active(self) -> list[_Sequence]:
+        """Every admitted, unfinished sequence (decoding or prefilling)."""
+        return [r for g in self.groups for r in g.rows] + self.prefilling
+
+    @property
+    def decoding(self) -> int:
+        """How many sequences are in the decode batch."""
+        return sum(len(g.rows) for g in self.groups)
 
     @property
     def has_work(self) -> bool:
         """True while any sequence is active."""
-        return bool(self.active)
+        return bool(self.groups or self.prefilling)
 
     # -- stepping ----------------------------------------------------------------------------
 
     def step(self) -> None:
-        """Advance every active sequence once; finished ones leave the set."""
-        for seq in list(self.active):
+        """One decode step for every group, then a bounded slice of pending prefill."""
+        for group in list(self.groups):
             try:
-                if seq.cancel.is_set():
-                    self._finish(seq, "cancelled")
-                elif seq.logits is None:
-                    self._prefill(seq)
-                else:
-                    self._decode(seq)
-            except AfmError as exc:
-                self._finish(seq, "error", error=exc)
-            except Exception as exc:  # a model or matcher failure ends this request only
-                self._finish(seq, "error", error=GenerationError(f"generation failed: {exc}"))
-        self.active = [s for s in self.active if not s.done]
+                self._decode_group(group)
+            except Exception as exc:  # a model failure ends the requests of this group only
+                err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
+                for seq in group.rows:
+                    self._finish(seq, "error", error=err)
+                group.rows = []
+        self.groups = [g for g in self.groups if g.rows]
+        self._prefill_some()
 
-    def _forward(self, seq: _Sequence, tokens: Sequence[int]) -> mx.array:
-        logits = self.model(mx.array([list(tokens)]), cache=seq.cache)
-        return logits[:, -1, :]
+    def _prefill_some(self) -> None:
+        budget = self.busy_prefill_budget if self.groups else self.prefill_budget
+        for seq in list(self.prefilling):
+            if budget <= 0:
+                break
+            if seq.cancel.is_set():
+                self.prefilling.remove(seq)
+                self._finish(seq, "cancelled")
+                continue
+            if self.decoding >= self.max_batch and self.groups:
+                break
+            try:
+                budget -= self._prefill_chunk(seq, budget)
+            except Exception as exc:
+                self.prefilling.remove(seq)
+                err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
+                self._finish(seq, "error", error=err)
 
-    def _prefill(self, seq: _Sequence) -> None:
-        start = time.perf_counter()
+    def _prefill_chunk(self, seq: _Sequence, budget: int) -> int:
+        """Process up to ``budget`` prompt tokens; on the last chunk the sequence joins a batch."""
+        if not seq.prefill_start:
+            seq.prefill_start = time.perf_counter()
         prompt = seq.request.prompt_ids
-        for i in range(0, len(prompt) - PREFILL_CHUNK, PREFILL_CHUNK):
-            self.model(mx.array([prompt[i:i + PREFILL_CHUNK]]), cache=seq.cache)
+        remaining = len(prompt) - seq.prefilled
+        n = min(remaining, budget, PREFILL_CHUNK)
+        if n < remaining:
+            self.model(mx.array([prompt[seq.prefilled:seq.prefilled + n]]), cache=seq.cache)
             mx.eval([c.state for c in seq.cache])
-        tail = prompt[(max(len(prompt) - 1, 0) // PREFILL_CHUNK) * PREFILL_CHUNK:]
-        seq.logits = self._forward(seq, tail)
+            seq.prefilled += n
+            return n
+        # The last chunk: its final position gives the first token's logits.
+        seq.logits = self.model(mx.array([prompt[seq.prefilled:]]), cache=seq.cache)[:, -1, :]
         mx.async_eval(seq.logits)
         self._fill_mask(seq)
         mx.eval(seq.logits)
+        seq.prefilled = len(prompt)
         now = time.perf_counter()
-        seq.timings.queued_s = start - seq.started
-        seq.timings.prefill_s = now - start
+        seq.timings.prefill_s = now - seq.prefill_start
         seq.decode_start = now
+        self.prefilling.remove(seq)
+        self._join(seq)
         if seq.matcher is not None and seq.matcher.is_finished():
             self._finish(seq, "stop")
+        return remaining
+
+    def _join(self, seq: _Sequence) -> None:
+        assert seq.cache is not None
+        if self.cache_ops.batchable(seq.cache):
+            batch = self.cache_ops.to_batch(seq.cache)
+            seq.cache = None
+            for g in self.groups:
+                if g.shared:
+                    self.cache_ops.extend(g.cache, batch)
+                    g.rows.append(seq)
+                    return
+            self.groups.append(_Group([seq], batch, shared=True))
+        else:
+            self.groups.append(_Group([seq], seq.cache, shared=False))
 
     def _fill_mask(self, seq: _Sequence) -> None:
         """Compute the next-token mask on the CPU (overlaps the forward pass in flight)."""
@@ -244,20 +251,56 @@ class Generator:
         seq.mask_all = bitmask_allows_all(row, self.vocab_size)
         seq.timings.mask_s += time.perf_counter() - t0
 
-    def _decode(self, seq: _Sequence) -> None:
-        logits = seq.logits
+    def _sample(self, rows: list[_Sequence]) -> list[int]:
+        """Masks and processors applied, each row sampled with its own sampler."""
+        logits = rows[0].logits if len(rows) == 1 else mx.concatenate([r.logits for r in rows], axis=0)
         assert logits is not None
-        for proc in seq.processors:
-            logits = proc(seq.tokens, logits)
-        if seq.matcher is not None and not seq.mask_all:
-            logits = apply_bitmask(logits, seq.mask)
-        token = int(seq.sampler(logits).item())
-        if seq.timings.first_token_s is None:
-            seq.timings.first_token_s = time.perf_counter() - seq.started
+        masked = [i for i, r in enumerate(rows) if r.matcher is not None and not r.mask_all]
+        if masked:
+            bitmask = np.full((len(rows), rows[masked[0]].mask.shape[1]), -1, dtype=np.int32)
+            for i in masked:
+                bitmask[i] = rows[i].mask[0]
+            logits = apply_bitmask(logits, bitmask)
+        picks = []
+        for i, r in enumerate(rows):
+            row_logits = logits[i:i + 1]
+            for proc in r.processors:
+                row_logits = proc(r.tokens, row_logits)
+            picks.append(r.sampler(row_logits))
+        tokens = mx.concatenate(picks).tolist()
+        now = time.perf_counter()
+        for r in rows:
+            if r.timings.first_token_s is None:
+                r.timings.first_token_s = now - r.started
+        return [int(t) for t in tokens]
 
-        if token in self.eos_ids:
-            self._finish(seq, "stop", grammar_complete=True)
+    def _decode_group(self, group: _Group) -> None:
+        for seq in group.rows:
+            if seq.cancel.is_set():
+                self._finish(seq, "cancelled")
+        live = [r for r in group.rows if not r.done]
+        if not live:
+            group.rows = []
             return
+        runs = [self._advance(seq, token) for seq, token in zip(live, self._sample(live), strict=True)]
+        going = [(s, run) for s, run in zip(live, runs, strict=True) if self._continues(s)]
+        # Rows that ended (here, or by a stop string or cancel last step) leave the batch now.
+        if len(going) != len(group.rows):
+            if going and group.shared:
+                self.cache_ops.filter(group.cache, [group.rows.index(s) for s, _ in going])
+            group.rows = [s for s, _ in going]
+        if going:
+            self._forward(group, [run for _, run in going])
+            for seq, _ in going:
+                self._fill_mask(seq)  # on the CPU while the forward pass runs
+        for seq, run in zip(live, runs, strict=True):
+            self._emit_run(seq, run)
+
+    def _advance(self, seq: _Sequence, token: int) -> list[int]:
+        """Feed the sampled token to the matcher; return it plus the forced run."""
+        if token in self.eos_ids:
+            seq.eos = True
+            return []
         run = [token]
         if seq.matcher is not None:
             if not seq.matcher.advance(token):
@@ -272,24 +315,47 @@ class Generator:
                 seq.usage.forced_tokens += len(forced)
         seq.tokens.extend(run)
         seq.usage.completion_tokens = len(seq.tokens)
+        return run
 
-        grammar_done = seq.matcher is not None and seq.matcher.is_finished()
-        out_of_budget = len(seq.tokens) >= seq.max_tokens
-        if not (grammar_done or out_of_budget):
-            seq.logits = self._forward(seq, run)
-            if self.overlap:
-                mx.async_eval(seq.logits)
-            else:
-                mx.eval(seq.logits)
-            self._fill_mask(seq)  # on the CPU while the forward pass runs
+    def _continues(self, seq: _Sequence) -> bool:
+        if seq.eos:
+            return False
+        if seq.matcher is not None and seq.matcher.is_finished():
+            return False
+        return len(seq.tokens) < seq.max_tokens
+
+    def _forward(self, group: _Group, runs: list[list[int]]) -> None:
+        """One forward pass for the group; each row's next logits at its last real position."""
+        longest = max(len(r) for r in runs)
+        ragged = any(len(r) != longest for r in runs)
+        inputs = mx.array([r + [0] * (longest - len(r)) for r in runs])
+        if ragged:
+            self.cache_ops.prepare(group.cache, [longest - len(r) for r in runs])
+        out = self.model(inputs, cache=group.cache)
+        if ragged:
+            self.cache_ops.finalize(group.cache)
+            last = mx.array([len(r) - 1 for r in runs])
+            out = mx.take_along_axis(out, last[:, None, None], axis=1)[:, 0, :]
+        else:
+            out = out[:, -1, :]
+        if self.overlap:
+            mx.async_eval(out)
+        else:
+            mx.eval(out)
+        for i, seq in enumerate(group.rows):
+            seq.logits = out[i:i + 1]
+
+    def _emit_run(self, seq: _Sequence, run: list[int]) -> None:
         for t in run:
             self._emit(seq, seq.stops.feed(seq.detok.add(t)))
             if seq.stops.stopped:
                 self._finish(seq, "stop")
                 return
-        if grammar_done:
+        if seq.eos:
             self._finish(seq, "stop", grammar_complete=True)
-        elif out_of_budget:
+        elif seq.matcher is not None and seq.matcher.is_finished():
+            self._finish(seq, "stop", grammar_complete=True)
+        elif len(seq.tokens) >= seq.max_tokens:
             self._finish(seq, "length")
 
     def _emit(self, seq: _Sequence, text: str) -> None:
@@ -311,6 +377,7 @@ class Generator:
         if seq.matcher is not None and grammar_complete is None:
             grammar_complete = seq.matcher.is_accepting()
         seq.logits = None
+        seq.cache = None
         seq.sink(Finished(reason=reason, usage=seq.usage, timings=seq.timings, text="".join(seq.text),
                           error=error, grammar_complete=grammar_complete))
 
@@ -319,11 +386,11 @@ class Generator:
     def generate(self, request: GenerationRequest,
                  cancel: threading.Event | None = None) -> Iterator[Event]:
         """Run one request to completion on the calling thread, yielding its events."""
-        if self.active:
+        if self.has_work:
             raise RuntimeError("generate() needs an idle generator; use add()/step() to batch")
         events: list[Event] = []
         self.add(request, events.append, cancel)
-        while self.active:
+        while self.has_work:
             self.step()
             yield from events
             events.clear()

@@ -113,15 +113,20 @@ def test_cancel_stops_at_the_next_step(gen, prompt):
     assert seen[-1].usage.completion_tokens == 1
 
 
-def test_interleaved_sequences_do_not_mix(tokenizer, prompt):
-    lm = scripted_loaded_model(tokenizer, Script(lambda p: "first" if len(p) % 2 else "second one"))
+def test_interleaved_sequences_do_not_mix(tokenizer):
+    lm = scripted_loaded_model(
+        tokenizer, Script(lambda p: "first" if "alpha" in tokenizer.decode(p) else "second one"))
     gen = Generator.from_loaded(lm)
     outs: dict[int, list] = {0: [], 1: []}
-    p2 = [*prompt, prompt[-1]]
-    gen.add(GenerationRequest(prompt, SamplingParams(temperature=0)), outs[0].append)
-    gen.add(GenerationRequest(p2, SamplingParams(temperature=0)), outs[1].append)
+    for i, word in enumerate(("alpha", "beta")):
+        ids = tokenizer.encode_chat([{"role": "user", "content": word}])
+        gen.add(GenerationRequest(ids, SamplingParams(temperature=0)), outs[i].append)
+    steps = 0
     while gen.has_work:
         gen.step()
-    texts = {k: v[-1].text for k, v in outs.items()}
-    assert {texts[0], texts[1]} == {"first", "second one"}
-    assert texts[0] != texts[1]
+        steps += 1
+        assert gen.decoding <= 2
+    assert [e.text for e in outs[0] if isinstance(e, TextDelta)] == ["first"]
+    assert "".join(e.text for e in outs[1] if isinstance(e, TextDelta)) == "second one"
+    assert outs[0][-1].reason == outs[1][-1].reason == "stop"
+    assert steps <= 6  # the two decoded side by side, not one after the other

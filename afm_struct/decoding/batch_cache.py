@@ -1,0 +1,80 @@
+"""Batch KV caches: how sequences join, leave and take ragged multi-token steps together.
+
+For mlx-lm models with plain ``KVCache`` layers the batch is mlx-lm's left-padded
+``BatchKVCache``: a finished prefill joins with ``merge`` + ``extend``, finished rows leave with
+``filter``, and a step where rows feed different numbers of tokens (grammar fast-forward) is
+right-padded with ``prepare(right_padding=...)`` and rolled back into left padding by
+``finalize()``.  Models with other cache kinds (sliding windows, state-space layers) are not
+batchable here; the generator then steps each of their sequences as a batch of one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class CacheOps(Protocol):
+    """Operations the generator needs on a per-layer list of batch caches."""
+
+    def batchable(self, seq_cache: list[Any]) -> bool:
+        """True when this sequence's cache can join a shared batch."""
+
+    def to_batch(self, seq_cache: list[Any]) -> list[Any]:
+        """A one-row batch cache holding ``seq_cache``'s content."""
+
+    def extend(self, batch: list[Any], other: list[Any]) -> None:
+        """Append ``other``'s rows to ``batch`` (in place)."""
+
+    def filter(self, batch: list[Any], keep: list[int]) -> None:
+        """Keep only the rows ``keep`` (in order)."""
+
+    def prepare(self, batch: list[Any], right_padding: list[int]) -> None:
+        """Announce right padding for the next (ragged) forward pass."""
+
+    def finalize(self, batch: list[Any]) -> None:
+        """Turn that padding into left padding after the forward pass."""
+
+
+class MLXCacheOps:
+    """:class:`CacheOps` over mlx-lm's ``BatchKVCache``."""
+
+    def batchable(self, seq_cache: list[Any]) -> bool:
+        """Only plain ``KVCache`` layers batch."""
+        from mlx_lm.models.cache import KVCache
+
+        return all(type(c) is KVCache for c in seq_cache)
+
+    def to_batch(self, seq_cache: list[Any]) -> list[Any]:
+        """``BatchKVCache.merge`` of one sequence, layer by layer."""
+        from mlx_lm.models.cache import BatchKVCache
+
+        return [BatchKVCache.merge([c]) for c in seq_cache]
+
+    def extend(self, batch: list[Any], other: list[Any]) -> None:
+        """Layer-wise ``extend``."""
+        for b, o in zip(batch, other, strict=True):
+            b.extend(o)
+
+    def filter(self, batch: list[Any], keep: list[int]) -> None:
+        """Layer-wise ``filter``."""
+        import mlx.core as mx
+
+        idx = mx.array(keep)
+        for b in batch:
+            b.filter(idx)
+
+    def prepare(self, batch: list[Any], right_padding: list[int]) -> None:
+        """Layer-wise ``prepare(right_padding=...)``."""
+        for b in batch:
+            b.prepare(right_padding=right_padding)
+
+    def finalize(self, batch: list[Any]) -> None:
+        """Layer-wise ``finalize``."""
+        for b in batch:
+            b.finalize()
+
+
+def cache_ops_for(model: Any) -> CacheOps:
+    """The model's own cache operations if it has them (test models), else mlx-lm's."""
+    ops = getattr(model, "cache_ops", None)
+    return ops if ops is not None else MLXCacheOps()

@@ -1,0 +1,92 @@
+"""What goes into the generator and what comes out: requests, usage, timings, events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import mlx.core as mx
+
+from ..errors import AfmError
+from ..grammar.engine import Matcher
+from .reasoning import ReasoningTags
+from .sampling import LogitsProcessor, SamplingParams
+
+
+class Constraint(Protocol):
+    """What the generator needs of a compiled constraint."""
+
+    def new_matcher(self) -> Matcher | None:
+        """A fresh matcher, or None when the constraint does not restrict tokens."""
+
+
+class LanguageModel(Protocol):
+    """``model(tokens (B, L), cache=...) -> logits (B, L, V)`` plus a cache factory."""
+
+    def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array: ...
+
+
+@dataclass
+class GenerationRequest:
+    """One sequence to generate."""
+
+    prompt_ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    constraint: Constraint | None = None
+    logits_processors: list[LogitsProcessor] = field(default_factory=list)
+    fast_forward: bool = True
+    reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
+    request_id: str = ""
+
+
+@dataclass
+class Usage:
+    """Token counts (forced tokens count as completion tokens)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    forced_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Timings:
+    """Wall-clock split of one generation."""
+
+    queued_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    first_token_s: float | None = None
+    mask_s: float = 0.0
+
+    def rates(self, usage: Usage) -> tuple[float | None, float | None]:
+        """(prefill tok/s, decode tok/s)."""
+        pre = usage.prompt_tokens / self.prefill_s if self.prefill_s > 0 else None
+        dec = usage.completion_tokens / self.decode_s if self.decode_s > 0 else None
+        return pre, dec
+
+
+@dataclass
+class TextDelta:
+    """New output text (never a split UTF-8 character; never part of a stop sequence)."""
+
+    text: str
+
+
+@dataclass
+class Finished:
+    """The end of a sequence: ``reason`` is stop, length, cancelled or error."""
+
+    reason: str
+    usage: Usage
+    timings: Timings
+    text: str
+    error: AfmError | None = None
+    grammar_complete: bool | None = None
+
+
+Event = TextDelta | Finished
