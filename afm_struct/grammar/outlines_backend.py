@@ -22,22 +22,20 @@ from .llguidance_backend import BackendCompileError
 from .spec import CompileOptions
 from .worker import ProcessWorker, WorkerLimitError
 
-# Keywords outlines-core turns into regex constraints, plus pure annotations.
-_ENFORCED = frozenset({
-    "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "allOf",
-    "$ref", "$defs", "definitions", "items", "prefixItems", "minItems", "maxItems", "minLength",
-    "maxLength", "pattern", "format",
-})
-_ANNOTATIONS = frozenset({
-    "$schema", "$id", "id", "$comment", "title", "description", "default", "examples", "readOnly",
-    "writeOnly", "deprecated", "$anchor", "markdownDescription", "x-guidance",
+# JSON Schema assertion keywords outlines-core does not turn into regex constraints (it skips
+# them silently, or reads oneOf as anyOf).  Unknown keywords are annotations and do not count.
+_UNENFORCED = frozenset({
+    "not", "oneOf", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
+    "minContains", "maxContains", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "unevaluatedProperties", "unevaluatedItems", "additionalItems",
 })
 _FORMATS = frozenset({"date-time", "date", "time", "uuid", "uri", "email"})
 _BYTE_DECODER: dict[str, int] | None = None
 
 
 def unsupported_keywords(schema: Any) -> list[str]:
-    """Keywords (sorted) that outlines-core would not enforce anywhere in ``schema``."""
+    """Assertion keywords (sorted) that outlines-core would not enforce anywhere in ``schema``."""
     found: set[str] = set()
     stack = [schema]
     while stack:
@@ -51,11 +49,15 @@ def unsupported_keywords(schema: Any) -> list[str]:
                 stack.extend(value)
             elif key in ("items", "additionalProperties", "not", "if", "then", "else", "contains"):
                 stack.extend(value if isinstance(value, list) else [value])
-            if key == "format" and value not in _FORMATS:
+            if key == "pattern" and ("minLength" in node or "maxLength" in node):
+                found.add("pattern+length")  # measured: outlines keeps the lengths, drops the pattern
+            elif key == "properties" and node.get("type") not in (None, "object"):
+                found.add("properties_on_non_object")  # measured: outlines builds an object
+            elif key == "properties" and node.get("additionalProperties") is not False:
+                found.add("additionalProperties")  # measured: outlines closes open objects
+            elif key == "format" and isinstance(value, str) and value not in _FORMATS:
                 found.add(f"format:{value}")
-            elif key == "additionalProperties" and value is not False and node.get("type") == "object":
-                continue  # outlines allows any extra property only when told; a subschema is fine
-            elif key not in _ENFORCED and key not in _ANNOTATIONS and not key.startswith("x-"):
+            elif key in _UNENFORCED:
                 found.add(key)
     return sorted(found)
 

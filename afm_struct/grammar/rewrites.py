@@ -175,12 +175,55 @@ def rewrite_oneof(node: dict[str, Any], draft: int, root: Any) -> dict[str, Any]
     if not isinstance(branches, list) or not branches:
         return None
     if len(branches) > 1 and not branches_disjoint(branches, root):
-        return None
-    out = {k: v for k, v in node.items() if k != "oneOf"}
-    if "anyOf" in out:  # both present: keep both constraints, the old anyOf moves into allOf
-        out["allOf"] = [*out.get("allOf", []), {"anyOf": out.pop("anyOf")}]
-    out["anyOf"] = branches
-    return out
+        exclusive = _exclusive_required(branches)
+        if exclusive is None:
+            return None
+        branches = exclusive
+    if "anyOf" in node:  # both present: wrap this one so neither constraint is lost
+        return _replace_key(node, "oneOf", "allOf", [*node.get("allOf", []), {"anyOf": branches}]) \
+            if "allOf" not in node else None
+    return _replace_key(node, "oneOf", "anyOf", branches)
+
+
+_ANNOTATION_KEYS = frozenset({"title", "description", "$comment", "examples"})
+
+
+def _exclusive_required(branches: list[Any]) -> list[Any] | None:
+    """``oneOf`` of bare ``required`` lists → disjoint branches: "R_i present and, for every other
+    branch j, some key of R_j − R_i absent".  Non-objects satisfy every bare ``required`` at
+    once, so they fail the ``oneOf``: each new branch demands an object.  None if not that shape.
+    """
+    sets: list[list[str]] = []
+    for b in branches:
+        if not (isinstance(b, dict) and isinstance(b.get("required"), list) and b["required"]
+                and set(b) <= {"required"} | _ANNOTATION_KEYS
+                and all(isinstance(x, str) for x in b["required"])):
+            return None
+        sets.append(b["required"])
+    out: list[Any] = []
+    for i, req in enumerate(sets):
+        conds: list[Any] = []
+        for j, other in enumerate(sets):
+            if j == i:
+                continue
+            missing = [x for x in other if x not in req]
+            if not missing:  # branch j holds whenever branch i does: i can never be the only one
+                conds = [False]
+                break
+            absent = [{"properties": {x: False}} for x in missing]
+            conds.append(absent[0] if len(absent) == 1 else {"anyOf": absent})
+        if conds == [False]:
+            continue
+        out.append({"type": "object", "required": req, **({"allOf": conds} if conds else {})})
+    return out or [False]
+
+
+def _replace_key(node: dict[str, Any], old: str, new: str, value: Any) -> dict[str, Any]:
+    """``node`` with ``old`` replaced by ``new: value`` at the same position.
+
+    Position matters to llguidance: properties are generated in the order applicators appear.
+    """
+    return {(new if k == old else k): (value if k == old else v) for k, v in node.items()}
 
 
 def rewrite_format(node: dict[str, Any], draft: int) -> dict[str, Any] | None:

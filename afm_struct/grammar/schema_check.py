@@ -21,6 +21,7 @@ from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
 from ..errors import SchemaError
+from .meta_schema import flattened_meta_schema
 from .spec import CompileOptions
 
 
@@ -48,7 +49,8 @@ def validator_class(schema: Any) -> Any:
 def _meta_validator(cls: Any) -> Any:
     """One meta-schema validator per draft, built once (building it costs more than using it)."""
     meta_cls = validator_for(cls.META_SCHEMA, default=cls)
-    return meta_cls(cls.META_SCHEMA, format_checker=cls.FORMAT_CHECKER)
+    flat = flattened_meta_schema(cls.META_SCHEMA.get("$id", ""))
+    return meta_cls(flat if flat is not None else cls.META_SCHEMA, format_checker=cls.FORMAT_CHECKER)
 
 
 def check_schema(schema: Any, *, param: str = "response_format.json_schema.schema") -> None:

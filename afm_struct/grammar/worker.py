@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib
-import multiprocessing as mp
+import pickle
+import select
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -44,26 +46,46 @@ def run_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
         raise WorkerLimitError("compile_timeout", f"over {timeout_s:.3g} s") from exc
 
 
-def _child_main(conn: Connection, init: tuple[str, str, tuple[Any, ...]], max_memory_mb: int) -> None:
-    """The child loop: set the memory limit, run the initializer, then serve calls until EOF."""
+def _read_frame(stream: Any) -> Any:
+    header = stream.read(8)
+    if len(header) < 8:
+        raise EOFError
+    size = int.from_bytes(header, "little")
+    body = stream.read(size)
+    if len(body) < size:
+        raise EOFError
+    return pickle.loads(body)
+
+
+def _write_frame(stream: Any, value: Any) -> None:
+    body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(len(body).to_bytes(8, "little") + body)
+    stream.flush()
+
+
+def _child_main() -> None:
+    """The child loop (``python -m afm_struct.grammar.worker``): set the memory limit, run the
+    initializer, then serve pickled calls on stdin/stdout until EOF."""
     import resource
 
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # stray prints must not corrupt the frames
+    max_memory_mb, (module, name, args) = _read_frame(stdin)
     limit = max_memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    module, name, args = init
     state = getattr(importlib.import_module(module), name)(*args)
     while True:
         try:
-            module, name, call_args = conn.recv()
+            module, name, call_args = _read_frame(stdin)
         except EOFError:
             return
         try:
             result = getattr(importlib.import_module(module), name)(state, *call_args)
-            conn.send(("ok", result))
+            _write_frame(stdout, ("ok", result))
         except MemoryError:
-            conn.send(("memory", "MemoryError"))
+            _write_frame(stdout, ("memory", "MemoryError"))
         except BaseException as exc:  # reported to the parent, which decides what it means
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            _write_frame(stdout, ("error", f"{type(exc).__name__}: {exc}"))
 
 
 class ProcessWorker:
@@ -71,47 +93,56 @@ class ProcessWorker:
 
     ``init`` names a function ``module.name(*args)`` run once in the child; its return value is
     the ``state`` passed to every call (e.g. a tokenizer vocabulary that is costly to send).
+    The child is a plain ``python -m`` process: nothing of the caller's ``__main__`` is re-run.
     """
 
     def __init__(self, init: tuple[str, str, tuple[Any, ...]], *, max_memory_mb: int) -> None:
         self._init = init
         self._max_memory_mb = max_memory_mb
         self._lock = threading.Lock()
-        self._proc: Any = None
-        self._conn: Connection | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")  # no fork: the parent runs threads (llguidance, tokenizers)
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_child_main, args=(child, self._init, self._max_memory_mb),
-                                 daemon=True, name="afm-compile-worker")
-        self._proc.start()
-        child.close()
-        self._conn = parent
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, close_fds=True)
+        assert self._proc.stdin is not None
+        _write_frame(self._proc.stdin, (self._max_memory_mb, self._init))
 
     def _kill(self) -> None:
         if self._proc is not None:
             self._proc.kill()  # this worker's own child, by its pid
-            self._proc.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
-        self._proc, self._conn = None, None
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            for stream in (self._proc.stdin, self._proc.stdout):
+                if stream is not None:
+                    stream.close()
+        self._proc = None
 
     def call(self, module: str, name: str, args: tuple[Any, ...], timeout_s: float) -> Any:
         """Run ``module.name(state, *args)`` in the child; raise :class:`WorkerLimitError` on a
         timeout or memory exhaustion, ``RuntimeError`` with the child's message on other errors.
         The time limit counts from the call (a cold start counts too: it is real latency)."""
         with self._lock:
-            if self._proc is None or not self._proc.is_alive():
+            if self._proc is None or self._proc.poll() is not None:
                 self._start()
-            assert self._conn is not None
-            self._conn.send((module, name, args))
-            if not self._conn.poll(timeout_s):
+            proc = self._proc
+            assert proc is not None and proc.stdin is not None and proc.stdout is not None
+            try:
+                _write_frame(proc.stdin, (module, name, args))
+            except (BrokenPipeError, OSError) as exc:
+                self._kill()
+                raise WorkerLimitError("compile_memory", "worker died before the call") from exc
+            ready, _, _ = select.select([proc.stdout], [], [], max(timeout_s, 0.0))
+            if not ready:
                 self._kill()
                 raise WorkerLimitError("compile_timeout", f"over {timeout_s:.3g} s")
             try:
-                status, value = self._conn.recv()
-            except (EOFError, OSError) as exc:  # the child died: Rust aborts on failed allocation
+                status, value = _read_frame(proc.stdout)
+            except (EOFError, OSError, pickle.UnpicklingError) as exc:
+                # The child died mid-call: Rust aborts the process when an allocation fails.
                 self._kill()
                 raise WorkerLimitError("compile_memory",
                                        f"worker died (limit {self._max_memory_mb} MB)") from exc
@@ -126,3 +157,7 @@ class ProcessWorker:
         """Stop the child process."""
         with self._lock:
             self._kill()
+
+
+if __name__ == "__main__":
+    _child_main()

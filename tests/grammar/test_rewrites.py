@@ -30,6 +30,13 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
          {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
           "additionalProperties": False}]},
      [{"a": "x"}, {"b": "y"}], [{}, {"a": "x", "b": "y"}, {"a": 1}]),
+    ("oneof_disjoint",  # exactly one of several required sets
+     {"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
+      "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]},
+     [{"a": 1}, {"b": 1, "c": 2}, {"a": 1, "b": 2}, {"b": 1, "c": 2, "x": 0}],
+     [{}, {"a": 1, "b": 2, "c": 3}, {"b": 1}]),
+    ("oneof_disjoint", {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+     [{"a": 1}, {"b": 1}], [{"a": 1, "b": 1}, {}, "s", 3]),
     ("unknown_format", {"type": "string", "format": "mongoId", "maxLength": 4},
      ["abcd", ""], ["abcde", 3]),
     ("not_simple", {"type": ["string", "null", "integer"], "not": {"type": "null"}},
@@ -89,7 +96,8 @@ def test_rewrites_are_pure() -> None:
 
 @pytest.mark.parametrize("schema", [
     {"oneOf": [{"type": "integer"}, {"type": "number"}]},  # 1 matches both
-    {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},  # {"a":1,"b":2} matches both
+    {"oneOf": [{"required": ["a"], "properties": {"b": {"type": "string"}}},
+               {"required": ["b"]}]},  # {"a":1,"b":"x"} matches both, {"a":1,"b":2} one
     {"oneOf": [{"type": "object", "properties": {"k": {"const": 1}}},
                {"type": "object", "properties": {"k": {"const": 2}}}]},  # {} matches both
     {"not": {"type": "integer"}},  # 1.5 is allowed, integers are not: no positive form
