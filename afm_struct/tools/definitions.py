@@ -1,0 +1,108 @@
+"""OpenAI ``tools`` / ``tool_choice`` values → plain tool definitions and one normalized choice.
+
+Accepts the wire dicts (``{"type": "function", "function": {...}}``) or objects with the same
+attributes (the server's pydantic models), so the server can hand over what it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidRequestError, UnknownToolError
+
+CHOICES = ("none", "auto", "required", "function")
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """One function tool: name, description, parameters schema and its ``strict`` flag."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | bool = field(default_factory=lambda: dict(NO_PARAMETERS))
+    strict: bool = False
+    has_parameters: bool = True
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI tool dict (what chat templates expect as ``tools``)."""
+        fn: dict[str, Any] = {"name": self.name}
+        if self.description:
+            fn["description"] = self.description
+        fn["parameters"] = self.parameters
+        return {"type": "function", "function": fn}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """``tool_choice`` normalized: ``kind`` in none/auto/required/function, ``name`` for function."""
+
+    kind: str = "auto"
+    name: str | None = None
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    value = getattr(obj, key, default)
+    return default if value is None else value
+
+
+def _plain(value: Any) -> Any:
+    """pydantic models → dicts (schemas may arrive as models or dicts)."""
+    dump = getattr(value, "model_dump", None)
+    return dump(exclude_none=True) if callable(dump) else value
+
+
+def parse_tools(tools: Any) -> tuple[ToolDef, ...]:
+    """Tool definitions from the request's ``tools`` (400 on a malformed or duplicate tool)."""
+    out: list[ToolDef] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(tools or ()):
+        kind = _get(tool, "type", "function")
+        fn = _get(tool, "function")
+        if kind != "function" or fn is None:
+            raise InvalidRequestError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}",
+                                      param=f"tools.{i}")
+        name = _get(fn, "name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError(f"tools[{i}].function.name must be a non-empty string",
+                                      param=f"tools.{i}.function.name")
+        if name in seen:
+            raise InvalidRequestError(f"tools has two functions named {name!r}", param="tools")
+        seen.add(name)
+        params = _plain(_get(fn, "parameters"))
+        has_params = params is not None
+        if params is None or (isinstance(params, dict) and not params):
+            params = dict(NO_PARAMETERS)  # no parameters: the call's arguments are exactly "{}"
+        if not isinstance(params, dict | bool):
+            raise InvalidRequestError(f"tools[{i}].function.parameters must be a JSON Schema object",
+                                      param=f"tools.{i}.function.parameters")
+        out.append(ToolDef(name=name, description=_get(fn, "description", "") or "",
+                           parameters=params, strict=bool(_get(fn, "strict", False)),
+                           has_parameters=has_params))
+    return tuple(out)
+
+
+def parse_choice(choice: Any, tools: tuple[ToolDef, ...]) -> Choice:
+    """``tool_choice`` → :class:`Choice`; default ``auto`` with tools, ``none`` without."""
+    if choice is None:
+        return Choice("auto" if tools else "none")
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise InvalidRequestError(f"tool_choice {choice!r} is not one of none, auto, required "
+                                      "or a {'type': 'function', ...} object", param="tool_choice")
+        if choice != "none" and not tools:
+            raise InvalidRequestError(f"tool_choice {choice!r} needs a non-empty tools list",
+                                      param="tool_choice")
+        return Choice(choice)
+    fn = _get(choice, "function")
+    name = _get(fn, "name") if fn is not None else None
+    if not isinstance(name, str):
+        raise InvalidRequestError("tool_choice must name a function: "
+                                  "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
+    if name not in {t.name for t in tools}:
+        raise UnknownToolError(f"tool_choice names function {name!r}, which is not in tools "
+                               f"({', '.join(t.name for t in tools)})", param="tool_choice")
+    return Choice("function", name)

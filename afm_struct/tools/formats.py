@@ -1,0 +1,144 @@
+"""Tool-call formats as data: the table in ``grammars/tool_formats.json`` and the grammar templates.
+
+A :class:`ToolFormat` says how one model family writes calls (markers, body shape, key names)
+and how calls and results are written back into history.  The format is chosen from the chat
+template (the first format whose marker the template mentions) unless configured by name;
+models whose template knows no tools get the table's default.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidRequestError
+
+GRAMMARS_DIR = Path(__file__).resolve().parents[2] / "grammars"
+TABLE_FILE = "tool_formats.json"
+BODIES = ("object", "array", "sequence")
+
+
+@dataclass(frozen=True)
+class History:
+    """How assistant calls and tool results are rendered for templates without tool support."""
+
+    call: str = "{call}"
+    calls_open: str = ""
+    calls_separator: str = "\n"
+    calls_close: str = ""
+    result: str = "{content}"
+    result_role: str = "user"
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """One tool-call syntax (see the table's comment for the fields)."""
+
+    name: str
+    open: str
+    close: str
+    body: str
+    separator: str
+    name_key: str
+    arguments_key: str
+    arguments: str
+    grammar: str
+    template_any: tuple[str, ...] = ()
+    description: str = ""
+    history: History = field(default_factory=History)
+    argument_aliases: tuple[str, ...] = ("arguments", "parameters")
+
+    def grammar_template(self) -> str:
+        """The Lark template text of this format (``{{...}}`` placeholders unfilled)."""
+        return _read_text(self.grammar)
+
+    @property
+    def argument_keys(self) -> tuple[str, ...]:
+        """Keys accepted as the arguments of a parsed call (the format's first)."""
+        return (self.arguments_key, *(k for k in self.argument_aliases if k != self.arguments_key))
+
+
+@dataclass(frozen=True)
+class FormatTable:
+    """The whole table: formats in detection order, the default and the prompt texts."""
+
+    formats: tuple[ToolFormat, ...]
+    default: str
+    system_prompt: str
+    choice_text: dict[str, str]
+
+    def get(self, name: str) -> ToolFormat:
+        """The format called ``name``; InvalidRequestError if unknown."""
+        for fmt in self.formats:
+            if fmt.name == name:
+                return fmt
+        known = ", ".join(f.name for f in self.formats)
+        raise InvalidRequestError(f"unknown tool-call format {name!r}; known formats: {known}",
+                                  param="tool_format")
+
+    @property
+    def default_format(self) -> ToolFormat:
+        """The format used when the template gives no hint."""
+        return self.get(self.default)
+
+
+@functools.cache
+def _read_text(name: str, directory: str = str(GRAMMARS_DIR)) -> str:
+    return (Path(directory) / name).read_text(encoding="utf-8")
+
+
+def parse_table(data: dict[str, Any]) -> FormatTable:
+    """A :class:`FormatTable` from the table's JSON (checked: a bad table fails at start-up)."""
+    aliases = tuple(data.get("aliases", {}).get("arguments", ("arguments", "parameters")))
+    formats = []
+    for raw in data["formats"]:
+        if raw["body"] not in BODIES:
+            raise ValueError(f"tool format {raw['name']!r}: body must be one of {BODIES}")
+        if raw["arguments"] not in ("object", "string"):
+            raise ValueError(f"tool format {raw['name']!r}: arguments must be object or string")
+        formats.append(ToolFormat(
+            name=raw["name"], open=raw["open"], close=raw["close"], body=raw["body"],
+            separator=raw["separator"], name_key=raw["name_key"], arguments_key=raw["arguments_key"],
+            arguments=raw["arguments"], grammar=raw["grammar"],
+            template_any=tuple(raw.get("template_any", ())), description=raw.get("description", ""),
+            history=History(**raw.get("history", {})), argument_aliases=aliases))
+    table = FormatTable(formats=tuple(formats), default=data["default"],
+                        system_prompt=data["system_prompt"], choice_text=dict(data["choice_text"]))
+    table.get(table.default)  # the default must exist
+    return table
+
+
+@functools.cache
+def load_table(directory: str = str(GRAMMARS_DIR)) -> FormatTable:
+    """The format table from ``directory`` (cached; the files are read once)."""
+    with open(Path(directory) / TABLE_FILE, encoding="utf-8") as fh:
+        return parse_table(json.load(fh))
+
+
+def chat_template_of(tokenizer: Any) -> str:
+    """The tokenizer's chat template text ('' when it has none)."""
+    template = getattr(getattr(tokenizer, "hf", tokenizer), "chat_template", None)
+    if isinstance(template, dict):  # some tokenizers keep named templates ({"default", "tool_use"})
+        template = template.get("tool_use") or template.get("default") or ""
+    return template if isinstance(template, str) else ""
+
+
+def template_knows_tools(template: str) -> bool:
+    """True when the chat template renders ``tools`` itself (it reads the ``tools`` variable)."""
+    return "tools" in template
+
+
+def detect_format(template: str, *, name: str | None = None,
+                  table: FormatTable | None = None) -> ToolFormat:
+    """The format for a chat template: ``name`` if configured, else the first whose marker the
+    template mentions, else the table's default."""
+    table = table or load_table()
+    if name:
+        return table.get(name)
+    for fmt in table.formats:
+        if any(marker in template for marker in fmt.template_any):
+            return fmt
+    return table.default_format

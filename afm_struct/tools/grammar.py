@@ -1,0 +1,161 @@
+"""Tool calls → one Lark grammar per request, compiled through the constraint compiler.
+
+The format's template (``grammars/<format>.lark``) gives the call syntax and the modes
+(``required_one``/``required_many``/``auto_one``/``auto_many``); this module fills in the
+markers and one rule per callable tool: the name is a literal (so the parser has chosen the
+tool before the arguments start) and the arguments are an inline ``%json`` schema.
+
+Each strict tool's ``parameters`` goes through the compiler's ladder first; its rung decides
+what is embedded: the rewritten schema with exact options (enforced), with llguidance's
+relaxed options, or the generic JSON of its type.  Any strict tool below the exact rung makes
+the whole plan *downgraded* (``X-Grammar-Constraints: downgraded``), with that tool's reason.
+Non-strict tools in the same request are name-constrained with generic object arguments.
+
+``tool_choice: auto`` uses llguidance's lazy lexeme: free text until the opener is generated,
+then the call is constrained (exact: after the opener only a well-formed call may follow).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SchemaError
+from ..grammar.compiler import CompiledConstraint, compile_constraint
+from ..grammar.ladder import generic_schema
+from ..grammar.llguidance_backend import json_options
+from ..grammar.rewrites import rewrite_schema
+from ..grammar.spec import CompileOptions, JsonSchemaRequest, LarkRequest, Rung
+from .definitions import ToolDef
+from .formats import ToolFormat
+
+GENERIC_ARGS: dict[str, Any] = {"type": "object"}
+# Arguments written as a JSON string (formats with ``arguments: string``): any JSON string; the
+# schema cannot be enforced inside it, so strict tools in such formats are downgraded.
+JSON_STRING_TERMINAL = (r'JSON_STRING: /"(\\([\"\\\/bfnrt]|u[a-fA-F0-9]{4})|'
+                        r'[^\"\\\x00-\x1F\x7F])*"/')
+
+
+@dataclass(frozen=True)
+class ToolGrammar:
+    """The compiled tool-call constraint of one request and how exactly it enforces it."""
+
+    grammar: str
+    constraint: CompiledConstraint | None
+    downgraded: bool
+    reason: str | None
+    rungs: dict[str, str] = field(default_factory=dict)  # tool name → ladder rung (strict tools)
+
+
+def grammar_marker(tokenizer: Any, text: str) -> str:
+    """A marker in Lark: ``<[id]>`` when the vocabulary has it as a special token, else a literal.
+
+    llguidance keeps special tokens out of the byte alphabet, so a literal would never match one.
+    """
+    hf = getattr(tokenizer, "hf", None)
+    decoder = getattr(hf, "added_tokens_decoder", None) or {}
+    for token_id, token in decoder.items():
+        if getattr(token, "content", None) == text and getattr(token, "special", False):
+            return f"<[{int(token_id)}]>"
+    return json.dumps(text)
+
+
+def with_options(schema: Any, options: dict[str, Any]) -> Any:
+    """``schema`` with llguidance JSON options attached (``x-guidance``: used by inline %json)."""
+    if schema is True or schema == {}:
+        schema = dict(GENERIC_ARGS)
+    if not isinstance(schema, dict):
+        return schema
+    return {**schema, "x-guidance": options}
+
+
+def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
+                    *, enforce: bool) -> tuple[Any, Rung, str | None]:
+    """What to embed for ``tool``'s arguments: (schema with options, rung, downgrade reason).
+
+    ``enforce`` (strict tools) climbs the compiler's ladder; otherwise generic object arguments.
+    """
+    exact = json_options(options)
+    if not enforce:
+        return with_options(GENERIC_ARGS, exact), Rung.GENERIC_JSON, None
+    compiled = compile_constraint(tokenizer, JsonSchemaRequest(tool.parameters, strict=True), options)
+    if compiled.rung is Rung.EXACT or compiled.rung is Rung.RELAXED:
+        rewritten = rewrite_schema(tool.parameters).schema
+        opts = exact if compiled.rung is Rung.EXACT else json_options(options, relaxed=True)
+        return with_options(rewritten, opts), compiled.rung, compiled.reason
+    generic = generic_schema(tool.parameters) or GENERIC_ARGS
+    return with_options(generic, exact), compiled.rung, compiled.reason or "compile_error"
+
+
+def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]]) -> tuple[str, str]:
+    """(the ``call`` alternatives, the rule definitions) for ``(name, arguments schema)`` pairs."""
+    names, lines = [], []
+    for i, (name, schema) in enumerate(embedded):
+        prefix = "{" + json.dumps(fmt.name_key) + ": " + json.dumps(name) + ", " \
+            + json.dumps(fmt.arguments_key) + ": "
+        names.append(f"call_{i}")
+        lines.append(f"call_{i}: {json.dumps(prefix)} args_{i} \"}}\"")
+        if fmt.arguments == "string":
+            lines.append(f"args_{i}: JSON_STRING")
+        else:
+            lines.append(f"args_{i}: %json {json.dumps(schema)}")
+    if fmt.arguments == "string":
+        lines.append(JSON_STRING_TERMINAL)
+    return " | ".join(names), "\n".join(lines)
+
+
+def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
+                  required: bool, parallel: bool) -> str:
+    """The Lark text for ``embedded`` tools in ``fmt``'s syntax and the request's mode."""
+    mode = ("required" if required else "auto") + ("_many" if parallel else "_one")
+    opener = grammar_marker(tokenizer, fmt.open) if fmt.open else ""
+    closer = grammar_marker(tokenizer, fmt.close) if fmt.close else ""
+    calls, rules = call_rules(fmt, embedded)
+    lazy = "[lazy]" if opener.startswith('"') else ""
+    text = fmt.grammar_template()
+    for key, value in (("START", mode), ("OPEN", opener), ("CLOSE", closer), ("LAZY", lazy),
+                       ("CALLS", calls), ("CALL_RULES", rules)):
+        text = text.replace("{{" + key + "}}", value)
+    return text
+
+
+def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, ...], *,
+                         required: bool, parallel: bool,
+                         options: CompileOptions | None = None) -> ToolGrammar:
+    """Build and compile the grammar for ``tools`` (the callable ones, in request order).
+
+    Never raises for a schema the engine cannot handle: the tool is served lower on the ladder;
+    if the assembled grammar still fails, every tool falls back to generic arguments.
+    """
+    options = options or CompileOptions()
+    embedded: list[tuple[str, Any]] = []
+    rungs: dict[str, str] = {}
+    reason: str | None = None
+    for tool in tools:
+        schema, rung, why = argument_schema(tokenizer, tool, options, enforce=tool.strict)
+        if fmt.arguments == "string" and tool.strict:
+            rung, why = Rung.GENERIC_JSON, "arguments_as_string"
+        embedded.append((tool.name, schema))
+        if tool.strict:
+            rungs[tool.name] = rung.value
+            if rung is not Rung.EXACT and reason is None:
+                reason = f"{tool.name}: {why or rung.value}"
+    grammar = build_grammar(tokenizer, fmt, embedded, required=required, parallel=parallel)
+    try:
+        constraint = compile_constraint(tokenizer, LarkRequest(grammar), options)
+    except SchemaError as exc:
+        constraint, why = None, f"tool_grammar_error: {exc}"
+    else:
+        why = constraint.reason if constraint.grammar is None else None
+    if constraint is None or constraint.grammar is None:
+        # Fall back to names + generic arguments, which always compiles.
+        generic = with_options(GENERIC_ARGS, json_options(options))
+        grammar = build_grammar(tokenizer, fmt, [(t.name, generic) for t in tools],
+                                required=required, parallel=parallel)
+        constraint = compile_constraint(tokenizer, LarkRequest(grammar), options)
+        reason = reason or why or "tool_grammar_error"
+        rungs = {name: Rung.GENERIC_JSON.value for name in rungs}
+    downgraded = any(r != Rung.EXACT.value for r in rungs.values())
+    return ToolGrammar(grammar=grammar, constraint=constraint, downgraded=downgraded,
+                       reason=reason if downgraded else None, rungs=rungs)

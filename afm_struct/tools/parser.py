@@ -1,0 +1,459 @@
+"""Incremental tool-call parser: generated text in, text and call events out, for one format.
+
+The same parser reads constrained output (always well-formed) and free text from non-strict
+tools, so it is lenient: text before, between and after calls stays text; a call's keys may come
+in any order (arguments before the name are held until the name is known); ``parameters`` is
+accepted for ``arguments``; arguments written as a JSON string are decoded; a block cut short
+(the close marker or the end of generation inside the object) is closed by adding the missing
+quotes and brackets; a block that never yields a name is given back as text.
+
+Events: :class:`TextEvent`, :class:`CallStart` (index + full name), :class:`ArgsEvent` (a
+fragment of the arguments' JSON text, as generated) and :class:`CallEnd`.  Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .formats import ToolFormat
+
+
+@dataclass
+class TextEvent:
+    """Plain text outside any call."""
+
+    text: str
+
+
+@dataclass
+class CallStart:
+    """A call's name is known: the first delta of call ``index``."""
+
+    index: int
+    name: str
+
+
+@dataclass
+class ArgsEvent:
+    """A fragment of call ``index``'s arguments JSON."""
+
+    index: int
+    text: str
+
+
+@dataclass
+class CallEnd:
+    """Call ``index`` is complete (its arguments are closed)."""
+
+    index: int
+
+
+Event = TextEvent | CallStart | ArgsEvent | CallEnd
+_WS = " \t\r\n"
+_CLOSERS = {"{": "}", "[": "]"}
+
+
+def _partial_suffix(buf: str, tag: str) -> int:
+    """Length of the longest suffix of ``buf`` that is a proper prefix of ``tag``."""
+    for n in range(min(len(tag) - 1, len(buf)), 0, -1):
+        if buf.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class _StringArgs:
+    """Arguments written as a JSON string: decode escapes as soon as they are complete."""
+
+    def __init__(self) -> None:
+        self.raw = ""
+
+    def add(self, ch: str) -> str:
+        """Add one raw character; return the text decoded so far (escapes wait until whole)."""
+        self.raw += ch
+        cut = len(self.raw)
+        at = self.raw.rfind("\\")
+        if at >= 0:
+            run_start = at
+            while run_start > 0 and self.raw[run_start - 1] == "\\":
+                run_start -= 1
+            if (at - run_start) % 2 == 0:  # the last backslash opens an escape
+                seq = self.raw[at:]
+                if len(seq) == 1 or (seq[1] == "u" and len(seq) < 6):
+                    cut = at
+        if cut == 0:
+            return ""
+        try:
+            text = json.loads('"' + self.raw[:cut] + '"')
+        except ValueError:
+            text = self.raw[:cut]
+        self.raw = self.raw[cut:]
+        return text
+
+
+class _CallScanner:
+    """Scans one call object ``{"name": ..., "arguments": ...}`` character by character."""
+
+    def __init__(self, fmt: ToolFormat) -> None:
+        self.fmt = fmt
+        self.state = "key?"  # key? key colon value? value after done broken
+        self.key = ""
+        self.role = "skip"  # what the current value is: name, args or skip
+        self.name: str | None = None
+        self.name_raw = ""
+        self.args_seen = False
+        self.args_done = False
+        self.args_out: list[str] = []  # argument text not yet handed out
+        self.string_args: _StringArgs | None = None
+        self.stack: list[str] = []  # open brackets inside the current value
+        self.in_str = False
+        self.esc = False
+        self.scalar = False  # the value is a number/literal (ends at , } or whitespace)
+
+    @property
+    def in_string(self) -> bool:
+        """Inside a JSON string (markers there are data, not structure)."""
+        return self.in_str or self.state == "key"
+
+    def take_args(self) -> str:
+        out = "".join(self.args_out)
+        self.args_out.clear()
+        return out
+
+    def feed(self, ch: str) -> None:
+        """Consume one character (sets ``state`` to done or broken at the end)."""
+        st = self.state
+        if st == "key":
+            if self.esc:
+                self.esc = False
+            elif ch == "\\":
+                self.esc = True
+            elif ch == '"':
+                try:
+                    self.key = json.loads('"' + self.key + '"')
+                except ValueError:
+                    pass
+                self.state = "colon"
+                return
+            self.key += ch
+        elif st == "key?":
+            if ch == '"':
+                self.key, self.state = "", "key"
+            elif ch == "}":
+                self.state = "done"
+            elif ch not in _WS and ch != ",":
+                self.state = "broken"
+        elif st == "colon":
+            if ch == ":":
+                self.state = "value?"
+            elif ch not in _WS:
+                self.state = "broken"
+        elif st == "value?":
+            if ch in _WS:
+                return
+            if self.key == self.fmt.name_key and self.name is None:
+                self.role = "name"
+            elif self.key in self.fmt.argument_keys and not self.args_seen:
+                self.role, self.args_seen = "args", True
+            else:
+                self.role = "skip"
+            self.state, self.stack, self.in_str, self.esc = "value", [], False, False
+            self.scalar = ch not in '{["'
+            if self.role == "args" and ch == '"':
+                self.string_args = _StringArgs()
+                self.in_str = True
+                return
+            self._value(ch)
+        elif st == "value":
+            self._value(ch)
+        elif st == "after":
+            if ch == ",":
+                self.state = "key?"
+            elif ch == "}":
+                self.state = "done"
+            elif ch not in _WS:
+                self.state = "broken"
+
+    def _value(self, ch: str) -> None:
+        if self.scalar and not self.in_str and (ch in ",}" or ch in _WS):
+            self._end_value()
+            self.feed(ch)  # the terminator belongs to the object
+            return
+        if self.string_args is not None:
+            if self.esc:
+                self.esc = False
+            elif ch == "\\":
+                self.esc = True
+            elif ch == '"':
+                self.args_out.append(json.loads('"' + self.string_args.raw + '"')
+                                     if self.string_args.raw else "")
+                self.string_args.raw = ""
+                self._end_value()
+                return
+            self.args_out.append(self.string_args.add(ch))
+            return
+        self._emit(ch)
+        if self.in_str:
+            if self.esc:
+                self.esc = False
+            elif ch == "\\":
+                self.esc = True
+            elif ch == '"':
+                self.in_str = False
+                if not self.stack and not self.scalar:
+                    self._end_value()
+        elif ch == '"':
+            self.in_str = True
+        elif ch in _CLOSERS:
+            self.stack.append(_CLOSERS[ch])
+        elif ch in "]}":
+            if self.stack and self.stack[-1] == ch:
+                self.stack.pop()
+            if not self.stack:
+                self._end_value()
+
+    def _emit(self, ch: str) -> None:
+        if self.role == "args":
+            self.args_out.append(ch)
+        elif self.role == "name":
+            self.name_raw += ch
+
+    def _end_value(self) -> None:
+        if self.role == "name":
+            try:
+                value = json.loads(self.name_raw)
+            except ValueError:
+                value = None
+            self.name = value if isinstance(value, str) and value else None
+        elif self.role == "args":
+            self.args_done = True
+        self.role, self.state, self.in_str, self.esc = "skip", "after", False, False
+        self.string_args = None
+
+    def repair(self) -> str:
+        """Closers that finish arguments cut short (open string, then brackets)."""
+        if self.role != "args" or self.args_done:
+            return ""
+        if self.string_args is not None:
+            return ""
+        return ('"' if self.in_str else "") + "".join(reversed(self.stack))
+
+
+class CallParser:
+    """Feeds answer text (thinking already removed) through the format's call syntax."""
+
+    def __init__(self, fmt: ToolFormat, *, detect_calls: bool = True,
+                 max_calls: int | None = None) -> None:
+        self.fmt = fmt
+        self.detect_calls = detect_calls
+        self.max_calls = max_calls
+        self.calls = 0
+        self._state = "text"  # text, open (after a marker), object, between
+        self._buf = ""
+        self._raw = ""  # the current block's text, given back if it yields no call
+        self._scan: _CallScanner | None = None
+        self._index: int | None = None  # index of the call in progress, once its name is known
+        self._in_array = False
+        self._pending_ws = ""
+        self._after_call = False
+        self._seen_text = False  # bare formats: a call can only open the answer
+
+    # -- public -------------------------------------------------------------------------------
+
+    def feed(self, text: str) -> list[Event]:
+        """Events made available by ``text`` (a marker prefix at the end is held back)."""
+        out: list[Event] = []
+        self._buf += text
+        self._run(out, final=False)
+        return out
+
+    def finish(self) -> list[Event]:
+        """End of generation: close a call cut short, give back held text."""
+        out: list[Event] = []
+        self._run(out, final=True)
+        if self._state == "object":
+            self._close_object(out, cut_short=True)
+        elif self._state == "open":
+            self._text(out, self._raw)
+        self._state, self._raw = "text", ""
+        if self._buf:
+            self._text(out, self._buf)
+            self._buf = ""
+        if self._pending_ws and not self.calls:
+            out.append(TextEvent(self._pending_ws))
+        self._pending_ws = ""
+        return out
+
+    # -- states -------------------------------------------------------------------------------
+
+    def _run(self, out: list[Event], *, final: bool) -> None:
+        while self._buf:
+            before = (self._state, len(self._buf))
+            getattr(self, f"_st_{self._state}")(out, final)
+            if (self._state, len(self._buf)) == before:
+                return  # waiting for more text
+
+    def _st_text(self, out: list[Event], final: bool) -> None:
+        buf, marker = self._buf, self.fmt.open
+        if not self.detect_calls:
+            self._text(out, buf)
+            self._buf = ""
+            return
+        if not marker:  # bare JSON calls: only where the answer (or the previous call) ends
+            stripped = buf.lstrip(_WS)
+            if not self._seen_text and stripped.startswith("{"):
+                self._pending_ws = ""
+                self._begin_block(buf[len(buf) - len(stripped):], out)
+                return
+            if not stripped and not final:
+                return
+            self._text(out, buf)
+            self._buf = ""
+            return
+        at = buf.find(marker)
+        if at >= 0:
+            self._text(out, buf[:at])
+            self._pending_ws = ""
+            self._raw = marker
+            self._buf = buf[at + len(marker):]
+            self._state = "open"
+            return
+        keep = 0 if final else _partial_suffix(buf, marker)
+        self._text(out, buf[:len(buf) - keep])
+        self._buf = buf[len(buf) - keep:]
+
+    def _st_open(self, out: list[Event], final: bool) -> None:
+        stripped = self._buf.lstrip(_WS)
+        self._raw += self._buf[:len(self._buf) - len(stripped)]
+        self._buf = stripped
+        if not stripped:
+            return
+        if stripped[0] == "[":
+            self._in_array = True
+            self._raw += "["
+            self._buf = stripped[1:]
+            self._state = "between"
+        elif stripped[0] == "{":
+            self._begin_block(stripped, out)
+        else:  # not a call after all: the marker was text
+            self._state = "text"
+            self._text(out, self._raw)
+            self._raw = ""
+
+    def _begin_block(self, text: str, out: list[Event]) -> None:
+        self._scan = _CallScanner(self.fmt)
+        self._index = None
+        self._buf = text[1:]
+        self._raw += "{"
+        self._state = "object"
+
+    def _st_object(self, out: list[Event], final: bool) -> None:
+        scan = self._scan
+        assert scan is not None
+        close = self.fmt.close
+        i = 0
+        buf = self._buf
+        while i < len(buf):
+            if close and not scan.in_string and buf.startswith(close[0], i):
+                rest = buf[i:]
+                if rest.startswith(close):  # the block closed inside the object: cut short
+                    self._consume(out, buf[:i])
+                    self._buf = buf[i:]
+                    self._close_object(out, cut_short=True)
+                    return
+                if close.startswith(rest) and not final:
+                    self._consume(out, buf[:i])
+                    self._buf = rest
+                    return
+            scan.feed(buf[i])
+            i += 1
+            if scan.state in ("done", "broken"):
+                break
+        self._consume(out, buf[:i])
+        self._buf = buf[i:]
+        if scan.state in ("done", "broken"):
+            self._close_object(out, cut_short=scan.state == "broken")
+
+    def _consume(self, out: list[Event], text: str) -> None:
+        """Account for scanned ``text``: raw copy, call start once named, argument fragments."""
+        scan = self._scan
+        assert scan is not None
+        if self._index is None:
+            self._raw += text
+            if scan.name is not None:
+                self._start_call(out, scan.name)
+        if self._index is not None:
+            args = scan.take_args()
+            if args and self._index >= 0:
+                out.append(ArgsEvent(self._index, args))
+
+    def _start_call(self, out: list[Event], name: str) -> None:
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            self._index = -1  # over the limit: parse it, say nothing
+            return
+        self._index = self.calls
+        self.calls += 1
+        self._raw = ""
+        out.append(CallStart(self._index, name))
+
+    def _close_object(self, out: list[Event], *, cut_short: bool) -> None:
+        scan = self._scan
+        assert scan is not None
+        if self._index is None:  # never named: not a call, give the text back
+            self._text(out, self._raw)
+            self._raw = ""
+            self._state = "text"
+            self._in_array = False
+            return
+        if self._index >= 0:
+            args = scan.take_args() + (scan.repair() if cut_short else "")
+            if not scan.args_seen:
+                args = "{}"  # a call without arguments takes none
+            if args:
+                out.append(ArgsEvent(self._index, args))
+            out.append(CallEnd(self._index))
+        self._after_call = True
+        self._scan, self._index, self._raw = None, None, ""
+        self._state = "between"
+
+    def _st_between(self, out: list[Event], final: bool) -> None:
+        buf = self._buf.lstrip(_WS + ",;")
+        self._buf = buf
+        close = self.fmt.close
+        if not buf:
+            return
+        if buf[0] == "{":
+            self._raw = ""
+            self._begin_block(buf, out)
+        elif self._in_array and buf[0] == "]":
+            self._in_array = False
+            self._buf = buf[1:]
+        elif close and buf.startswith(close):
+            self._buf = buf[len(close):]
+            self._state = "text"
+        elif close and close.startswith(buf) and not final:
+            return
+        elif self.fmt.open and buf.startswith(self.fmt.open):
+            self._state = "text"  # the next block
+        else:
+            self._in_array = False
+            self._state = "text"
+            if not self.fmt.open:
+                self._seen_text = True
+
+    # -- text ---------------------------------------------------------------------------------
+
+    def _text(self, out: list[Event], text: str) -> None:
+        """Emit text; whitespace next to calls is layout, not content."""
+        if self._after_call:
+            text = text.lstrip(_WS)
+            if not text:
+                return
+            self._after_call = False
+        body = text.rstrip(_WS)
+        if not body:
+            self._pending_ws += text
+            return
+        self._seen_text = True
+        out.append(TextEvent(self._pending_ws + body))
+        self._pending_ws = text[len(body):]

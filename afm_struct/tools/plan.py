@@ -1,0 +1,108 @@
+"""One request's tool handling, decided once at admission: :func:`plan_tools` → :class:`ToolPlan`.
+
+The plan says what to render (messages and template ``tools``), which constraint the generator
+applies (``None``: free text, calls parsed afterwards), whether a strict tool runs best-effort
+(``X-Grammar-Constraints: downgraded``) and builds the per-request :class:`ToolCallRouter`.
+
+Which requests are constrained:
+
+* ``none``: no constraint, no calls parsed, no tools in the prompt.
+* ``auto``: constrained when some tool is strict: free text until the format's opener, then a
+  call whose name is one of the tools and whose arguments follow that tool's schema (lazy).
+* ``required`` / a named function: constrained from the first token (at least one call, or
+  exactly the named one); with no strict tool the names and object-shaped arguments are still
+  enforced (``constrain_non_strict``), arguments being generic JSON.
+* ``parallel_tool_calls: false``: the grammar allows one call; the router keeps one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..grammar.compiler import CompiledConstraint
+from ..grammar.spec import CompileOptions, ValidationOutcome
+from ..grammar.validation import validate_json
+from .definitions import Choice, ToolDef, parse_choice, parse_tools
+from .formats import ToolFormat, chat_template_of, detect_format, load_table, template_knows_tools
+from .grammar import compile_tool_grammar
+from .prompt import render_messages
+from .stream import ToolCallRouter
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """How one request's tools are prompted, constrained and streamed."""
+
+    format: ToolFormat
+    choice: Choice
+    tools: tuple[ToolDef, ...]
+    parallel: bool
+    constraint: CompiledConstraint | None  # for GenerationRequest.constraint
+    downgraded: bool  # a strict tool runs best-effort: X-Grammar-Constraints: downgraded
+    reason: str | None
+    messages: list[dict[str, Any]]  # to render with the chat template
+    template_tools: list[dict[str, Any]] | None  # the template's ``tools=`` (None: in the prompt)
+    grammar: str | None = None
+    rungs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def callable_tools(self) -> tuple[ToolDef, ...]:
+        """The tools a call may name under this ``tool_choice``."""
+        if self.choice.kind == "none":
+            return ()
+        if self.choice.kind == "function":
+            return tuple(t for t in self.tools if t.name == self.choice.name)
+        return self.tools
+
+    def make_router(self, *, reasoning_tags: tuple[str, str] | None = None,
+                    start_in_reasoning: bool = False) -> ToolCallRouter:
+        """A fresh router for this request's output (one per generation)."""
+        return ToolCallRouter(self.format, detect_calls=self.choice.kind != "none",
+                              max_calls=None if self.parallel else 1, reasoning_tags=reasoning_tags,
+                              start_in_reasoning=start_in_reasoning)
+
+    def encode_prompt(self, tokenizer: Any) -> list[int]:
+        """Prompt token ids for this plan's messages (the tokenizer facade's ``encode_chat``)."""
+        return tokenizer.encode_chat(self.messages, tools=self.template_tools)
+
+    def validate_call(self, name: str, arguments: str) -> ValidationOutcome:
+        """Check one finished call against its tool's ``parameters`` (unknown name: not ok)."""
+        for tool in self.tools:
+            if tool.name == name:
+                return validate_json(arguments, tool.parameters, require_object=True)
+        return ValidationOutcome(False, (f"unknown tool {name!r}",))
+
+
+def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
+               parallel_tool_calls: bool | None = None, *,
+               messages: list[dict[str, Any]] | None = None, options: CompileOptions | None = None,
+               format_name: str | None = None, constrain_non_strict: bool = True) -> ToolPlan:
+    """Plan tool handling for one request (400 errors for bad tools / tool_choice).
+
+    ``tools`` / ``tool_choice`` are the OpenAI values (dicts or objects with the same fields);
+    ``messages`` the chat-template dicts; ``format_name`` overrides format detection.
+    Compiles (possibly slowly, bounded by ``options.timeout_s``): call it off the event loop.
+    """
+    table = load_table()
+    defs = parse_tools(tools)
+    choice = parse_choice(tool_choice, defs)
+    template = chat_template_of(tokenizer)
+    knows_tools = template_knows_tools(template)
+    fmt = detect_format(template, name=format_name, table=table)
+    parallel = parallel_tool_calls is not False
+    rendered, template_tools = render_messages(list(messages or []), defs, choice, fmt, table,
+                                               knows_tools=knows_tools)
+    plan = ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel, constraint=None,
+                    downgraded=False, reason=None, messages=rendered, template_tools=template_tools)
+    callable_tools = plan.callable_tools
+    forced = choice.kind in ("required", "function")
+    if not callable_tools or not (any(t.strict for t in callable_tools)
+                                  or (forced and constrain_non_strict)):
+        return plan
+    compiled = compile_tool_grammar(tokenizer, fmt, callable_tools, required=forced, parallel=parallel,
+                                    options=options)
+    return ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel,
+                    constraint=compiled.constraint, downgraded=compiled.downgraded,
+                    reason=compiled.reason, messages=rendered, template_tools=template_tools,
+                    grammar=compiled.grammar, rungs=compiled.rungs)

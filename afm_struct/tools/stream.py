@@ -1,0 +1,150 @@
+"""Generated text → OpenAI deltas with ``tool_calls``: the tool-call router for the server.
+
+:class:`ToolCallRouter` has the server's ``DeltaRouter`` shape (``feed`` / ``finish`` /
+``finish_reason``).  It first splits a thinking block off (``reasoning_content``; the block may
+have been opened by the prompt), then runs the answer through the format's
+:class:`~afm_struct.tools.parser.CallParser`.  Each call gets an ``index`` and an id
+``call_<hex>``; its first delta carries ``id``, ``type: "function"`` and the whole name, then
+``function.arguments`` fragments follow as they are generated.  A turn with calls finishes
+with ``tool_calls``.  Pure state machine: no I/O, no MLX.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from .formats import ToolFormat
+from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
+
+Delta = dict[str, Any]
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style call id (``call_`` + 24 hex digits)."""
+    return "call_" + secrets.token_hex(12)
+
+
+def _partial_suffix(buf: str, tag: str) -> int:
+    for n in range(min(len(tag) - 1, len(buf)), 0, -1):
+        if buf.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class ReasoningSplitter:
+    """Splits ``open…close`` thinking blocks off the text; the rest is the answer."""
+
+    def __init__(self, tags: tuple[str, str] | None, *, start_in_reasoning: bool = False) -> None:
+        self.tags = tags
+        self.inside = bool(tags) and start_in_reasoning
+        self._held = ""
+        self._after = False  # whitespace right after a block is the template's, not the answer's
+
+    def feed(self, text: str, *, final: bool = False) -> list[tuple[str, str]]:
+        """``(channel, text)`` pieces: channel is ``reasoning`` or ``answer``."""
+        if self.tags is None:
+            return [("answer", text)] if text else []
+        out: list[tuple[str, str]] = []
+        buf, self._held = self._held + text, ""
+        while buf:
+            tag = self.tags[1] if self.inside else self.tags[0]
+            at = buf.find(tag)
+            if at >= 0:
+                self._put(out, buf[:at])
+                buf = buf[at + len(tag):]
+                self._after = self.inside
+                self.inside = not self.inside
+                continue
+            keep = 0 if final else _partial_suffix(buf, tag)
+            self._put(out, buf[:len(buf) - keep])
+            self._held = buf[len(buf) - keep:]
+            break
+        return out
+
+    def _put(self, out: list[tuple[str, str]], text: str) -> None:
+        if not self.inside and self._after:
+            text = text.lstrip()
+            if not text:
+                return
+            self._after = False
+        if text:
+            out.append(("reasoning" if self.inside else "answer", text))
+
+
+class ToolCallRouter:
+    """``DeltaRouter`` for requests with tools: content, reasoning and streamed tool calls.
+
+    ``detect_calls=False`` (``tool_choice: none``) passes the answer through as content;
+    ``max_calls=1`` (``parallel_tool_calls: false``) keeps only the first call.
+    """
+
+    def __init__(self, fmt: ToolFormat, *, detect_calls: bool = True, max_calls: int | None = None,
+                 reasoning_tags: tuple[str, str] | None = None, start_in_reasoning: bool = False,
+                 id_factory: Callable[[], str] = new_call_id) -> None:
+        self.format = fmt
+        self.parser = CallParser(fmt, detect_calls=detect_calls, max_calls=max_calls)
+        self.splitter = ReasoningSplitter(reasoning_tags, start_in_reasoning=start_in_reasoning)
+        self.id_factory = id_factory
+        self.calls: list[dict[str, Any]] = []  # assembled calls (index order), for non-streaming use
+
+    @property
+    def made_calls(self) -> bool:
+        """True once any call has started."""
+        return bool(self.calls)
+
+    def feed(self, text: str) -> list[Delta]:
+        """Deltas made available by ``text``."""
+        return self._route(self.splitter.feed(text), final=False)
+
+    def finish(self) -> list[Delta]:
+        """Deltas held back until the end (partial markers, a call cut short)."""
+        return self._route(self.splitter.feed("", final=True), final=True)
+
+    def finish_reason(self, reason: str) -> str:
+        """``tool_calls`` when the turn made calls and stopped normally; else ``reason``."""
+        return "tool_calls" if self.calls and reason == "stop" else reason
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _route(self, pieces: list[tuple[str, str]], *, final: bool) -> list[Delta]:
+        out: list[Delta] = []
+        for channel, text in pieces:
+            if channel == "reasoning":
+                _append_text(out, "reasoning_content", text)
+            else:
+                self._events(out, self.parser.feed(text))
+        if final:
+            self._events(out, self.parser.finish())
+        return out
+
+    def _events(self, out: list[Delta], events: list[Event]) -> None:
+        for ev in events:
+            if isinstance(ev, TextEvent):
+                _append_text(out, "content", ev.text)
+            elif isinstance(ev, CallStart):
+                call = {"index": ev.index, "id": self.id_factory(), "type": "function",
+                        "function": {"name": ev.name, "arguments": ""}}
+                self.calls.append({"id": call["id"], "type": "function",
+                                   "function": {"name": ev.name, "arguments": ""}})
+                out.append({"tool_calls": [call]})
+            elif isinstance(ev, ArgsEvent):
+                self.calls[ev.index]["function"]["arguments"] += ev.text
+                last = out[-1]["tool_calls"][-1] if out and "tool_calls" in out[-1] else None
+                if last is not None and last["index"] == ev.index:
+                    last["function"]["arguments"] += ev.text  # same step: one fragment
+                else:
+                    out.append({"tool_calls": [{"index": ev.index,
+                                                "function": {"arguments": ev.text}}]})
+            elif isinstance(ev, CallEnd):
+                pass  # the client parses arguments when the turn finishes
+
+
+def _append_text(out: list[Delta], key: str, text: str) -> None:
+    if not text:
+        return
+    if out and set(out[-1]) == {key}:
+        out[-1][key] += text
+    else:
+        out.append({key: text})

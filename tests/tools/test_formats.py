@@ -1,0 +1,126 @@
+"""The format table, format detection, and the tool grammars of every format and mode."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from afm_struct.errors import InvalidRequestError
+from afm_struct.tools import ToolDef, detect_format, load_table
+from afm_struct.tools.formats import GRAMMARS_DIR, chat_template_of, template_knows_tools
+from afm_struct.tools.grammar import compile_tool_grammar, grammar_marker
+
+QWEN = "{% if tools %}...<tools></tools>...<tool_call>\n{\"name\": ...}\n</tool_call>{% endif %}"
+LLAMA = ("{%- if tools %}...Respond in the format {\"name\": function name, \"parameters\": "
+         "dictionary of argument name and its value}...<|python_tag|>{% endif %}")
+MISTRAL = "{%- if tools %}[AVAILABLE_TOOLS]...{%- endif %}[TOOL_CALLS][...]"
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+        "additionalProperties": False}
+TOOLS = (ToolDef("w", parameters=CITY, strict=True), ToolDef("free", strict=False),
+         ToolDef("none", strict=True))
+GOOD = {
+    "hermes": '<tool_call>\n{"name": "w", "arguments": {"city": "Paris"}}\n</tool_call>',
+    "mistral": '[TOOL_CALLS][{"name": "w", "arguments": {"city": "Paris"}}]',
+    "llama3_json": '{"name": "w", "parameters": {"city": "Paris"}}',
+}
+TWO = {
+    "hermes": GOOD["hermes"] + '\n<tool_call>\n{"name": "none", "arguments": {}}\n</tool_call>',
+    "mistral": ('[TOOL_CALLS][{"name": "w", "arguments": {"city": "Paris"}}, '
+                '{"name": "none", "arguments": {}}]'),
+    "llama3_json": GOOD["llama3_json"] + '; {"name": "none", "parameters": {}}',
+}
+BAD = {  # wrong argument type, unknown key, unknown tool
+    "hermes": ['<tool_call>\n{"name": "w", "arguments": {"city": 1}}\n</tool_call>',
+               '<tool_call>\n{"name": "w", "arguments": {"town": "Paris"}}\n</tool_call>',
+               '<tool_call>\n{"name": "q", "arguments": {}}\n</tool_call>',
+               '<tool_call>\n{"name": "none", "arguments": {"x": 1}}\n</tool_call>'],
+    "mistral": ['[TOOL_CALLS][{"name": "w", "arguments": {"city": 1}}]',
+                '[TOOL_CALLS][{"name": "q", "arguments": {}}]'],
+    "llama3_json": ['{"name": "w", "parameters": {"city": 1}}', '{"name": "q", "parameters": {}}'],
+}
+
+
+def test_table_loads_with_the_three_formats() -> None:
+    table = load_table()
+    assert {f.name for f in table.formats} >= {"hermes", "llama3_json", "mistral"}
+    assert table.default_format.name == "hermes"
+    for fmt in table.formats:
+        assert (GRAMMARS_DIR / fmt.grammar).exists()
+        assert "{{CALL_RULES}}" in fmt.grammar_template()
+    with pytest.raises(InvalidRequestError):
+        table.get("nope")
+
+
+@pytest.mark.parametrize(("template", "name"), [(QWEN, "hermes"), (LLAMA, "llama3_json"),
+                                                (MISTRAL, "mistral"), ("plain", "hermes")])
+def test_format_detected_from_the_chat_template(template: str, name: str) -> None:
+    assert detect_format(template).name == name
+    assert detect_format(template, name="mistral").name == "mistral"
+
+
+def test_embedded_template_knows_no_tools(tokenizer) -> None:
+    template = chat_template_of(tokenizer)
+    assert template and not template_knows_tools(template)
+    assert template_knows_tools(QWEN)
+
+
+def test_markers_special_tokens_by_id(tokenizer) -> None:
+    assert grammar_marker(tokenizer, "<|im_start|>") == "<[1]>"
+    assert grammar_marker(tokenizer, "<tool_call>") == '"<tool_call>"'
+
+
+@pytest.mark.parametrize("fmt_name", sorted(GOOD))
+def test_required_grammar_accepts_exactly_valid_calls(tokenizer, fmt_name: str) -> None:
+    fmt = load_table().get(fmt_name)
+    many = compile_tool_grammar(tokenizer, fmt, TOOLS, required=True, parallel=True)
+    assert not many.downgraded and many.rungs == {"w": "exact", "none": "exact"}
+    one = compile_tool_grammar(tokenizer, fmt, TOOLS, required=True, parallel=False)
+    c_many, c_one = many.constraint, one.constraint
+    assert c_many is not None and c_one is not None
+    assert c_many.validate(GOOD[fmt_name]).ok and c_one.validate(GOOD[fmt_name]).ok
+    assert c_many.validate(TWO[fmt_name]).ok
+    assert not c_one.validate(TWO[fmt_name]).ok  # parallel_tool_calls: false → one call
+    assert not c_many.validate("Sure, here you go.").ok  # required: no free text
+    for bad in BAD[fmt_name]:
+        assert not c_many.validate(bad).ok, bad
+    free = '{"name": "free", "arguments": {"any": [1, 2]}}'.replace(
+        "arguments", fmt.arguments_key)
+    wrapped = {"hermes": f"<tool_call>\n{free}\n</tool_call>", "mistral": f"[TOOL_CALLS][{free}]",
+               "llama3_json": free}[fmt_name]
+    assert c_many.validate(wrapped).ok  # non-strict: generic object arguments
+
+
+@pytest.mark.parametrize("fmt_name", sorted(GOOD))
+def test_auto_grammar_is_free_text_until_the_call_opens(tokenizer, fmt_name: str) -> None:
+    fmt = load_table().get(fmt_name)
+    auto = compile_tool_grammar(tokenizer, fmt, TOOLS, required=False, parallel=True).constraint
+    assert auto is not None
+    assert auto.validate("It is sunny today.").ok
+    assert auto.validate(GOOD[fmt_name]).ok
+    if fmt.open:  # text, then the call
+        assert auto.validate("Let me check. " + GOOD[fmt_name]).ok
+        assert not auto.validate("Let me check. " + BAD[fmt_name][0]).ok
+    for bad in BAD[fmt_name]:
+        assert not auto.validate(bad).ok, bad
+
+
+def test_unenforceable_strict_tool_is_downgraded_with_a_reason(tokenizer) -> None:
+    odd = ToolDef("odd", strict=True, parameters={
+        "type": "object", "properties": {"a": {"oneOf": [{"type": "integer"},
+                                                         {"type": "number", "multipleOf": 0.5}]}}})
+    plan = compile_tool_grammar(tokenizer, load_table().get("hermes"), (*TOOLS, odd),
+                                required=True, parallel=True)
+    assert plan.downgraded and plan.reason and plan.reason.startswith("odd:")
+    assert plan.rungs["odd"] != "exact" and plan.rungs["w"] == "exact"
+    assert plan.constraint is not None and plan.constraint.validate(GOOD["hermes"]).ok
+
+
+def test_string_arguments_format_is_generic_and_downgraded_when_strict(tokenizer) -> None:
+    fmt = dataclasses.replace(load_table().get("hermes"), arguments="string")
+    plan = compile_tool_grammar(tokenizer, fmt, TOOLS[:1], required=True, parallel=True)
+    assert plan.downgraded and plan.reason == "w: arguments_as_string"
+    assert plan.constraint is not None
+    assert plan.constraint.validate(
+        '<tool_call>\n{"name": "w", "arguments": "{\\"city\\": \\"P\\"}"}\n</tool_call>').ok
