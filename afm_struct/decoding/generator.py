@@ -84,6 +84,9 @@ class _Group:
     rows: list[_Sequence]
     cache: list[Any]
     shared: bool  # True: a batchable group new sequences may join
+    # A lone sequence keeps its plain cache (no padding masks); the batch cache is built
+    # when a second sequence joins.
+    batched: bool = False
 
 
 class Generator:
@@ -225,14 +228,16 @@ class Generator:
     def _join(self, seq: _Sequence) -> None:
         assert seq.cache is not None
         if self.cache_ops.batchable(seq.cache):
-            batch = self.cache_ops.to_batch(seq.cache)
-            seq.cache = None
             for g in self.groups:
                 if g.shared:
-                    self.cache_ops.extend(g.cache, batch)
+                    if not g.batched:
+                        g.cache, g.batched = self.cache_ops.to_batch(g.cache), True
+                    self.cache_ops.extend(g.cache, self.cache_ops.to_batch(seq.cache))
                     g.rows.append(seq)
+                    seq.cache = None
                     return
-            self.groups.append(_Group([seq], batch, shared=True))
+            self.groups.append(_Group([seq], seq.cache, shared=True))
+            seq.cache = None
         else:
             self.groups.append(_Group([seq], seq.cache, shared=False))
 
@@ -286,7 +291,7 @@ class Generator:
         going = [(s, run) for s, run in zip(live, runs, strict=True) if self._continues(s)]
         # Rows that ended (here, or by a stop string or cancel last step) leave the batch now.
         if len(going) != len(group.rows):
-            if going and group.shared:
+            if going and group.batched:
                 self.cache_ops.filter(group.cache, [group.rows.index(s) for s, _ in going])
             group.rows = [s for s, _ in going]
         if going:

@@ -81,6 +81,8 @@ class Scheduler:
     def __init__(self, generator: Generator, limits: SchedulerLimits | None = None) -> None:
         self.generator = generator
         self.limits = limits or SchedulerLimits()
+        # The batch the generator decodes together is the scheduler's active set.
+        generator.max_batch = self.limits.max_active
         self._incoming: queue.Queue[Handle] = queue.Queue()
         self._waiting: list[Handle] = []
         self._active: dict[int, Handle] = {}
