@@ -77,17 +77,19 @@ class ToolPlan:
 def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
                parallel_tool_calls: bool | None = None, *,
                messages: list[dict[str, Any]] | None = None, options: CompileOptions | None = None,
-               format_name: str | None = None, constrain_non_strict: bool = True) -> ToolPlan:
+               format_name: str | None = None, chat_template: str | None = None,
+               constrain_non_strict: bool = True) -> ToolPlan:
     """Plan tool handling for one request (400 errors for bad tools / tool_choice).
 
     ``tools`` / ``tool_choice`` are the OpenAI values (dicts or objects with the same fields);
-    ``messages`` the chat-template dicts; ``format_name`` overrides format detection.
+    ``messages`` the chat-template dicts; ``format_name`` overrides format detection and
+    ``chat_template`` the template it is detected from (default: the tokenizer's).
     Compiles (possibly slowly, bounded by ``options.timeout_s``): call it off the event loop.
     """
     table = load_table()
     defs = parse_tools(tools)
     choice = parse_choice(tool_choice, defs)
-    template = chat_template_of(tokenizer)
+    template = chat_template if chat_template is not None else chat_template_of(tokenizer)
     knows_tools = template_knows_tools(template)
     fmt = detect_format(template, name=format_name, table=table)
     parallel = parallel_tool_calls is not False
