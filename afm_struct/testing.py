@@ -109,6 +109,8 @@ class ScriptedModel:
         self._scripts: dict[int, list[int]] = {}
         self.calls = 0
         self.cache_ops = ScriptedCacheOps()
+        # The generator's forward-cost model: a fixed part worth this many positions.
+        self.fixed_cost_positions = 8.0
         probe = [{"role": "user", "content": "x"}]
         with_header = tokenizer.apply_chat_template(probe, add_generation_prompt=True)
         header = with_header[len(tokenizer.apply_chat_template(probe, add_generation_prompt=False)):]
@@ -200,6 +202,7 @@ class RandomModel:
                 favoured[i] = bonus
         self._favoured = favoured
         self.cache_ops = ScriptedCacheOps()
+        self.fixed_cost_positions = 8.0
 
     def make_cache(self) -> list[ScriptedCache]:
         """A position-tracking cache."""

@@ -67,6 +67,7 @@ class _Sequence:
     usage: Usage = field(default_factory=Usage)
     timings: Timings = field(default_factory=Timings)
     logits: mx.array | None = None  # (1, V) next-token logits, possibly still being computed
+    pending: list[int] = field(default_factory=list)  # decided tokens not yet fed to the model
     mask: np.ndarray | None = None  # (1, words) bitmask row of the next step
     mask_all: bool = True
     prefilled: int = 0
@@ -112,6 +113,8 @@ class Generator:
         self.prefilling: list[_Sequence] = []
         # Fill the next mask while MLX runs the forward pass; off only to measure the gain.
         self.overlap = True
+        # Forward-pass cost model: fixed part in positions (None: measure on first need).
+        self.fixed_positions: float | None = getattr(model, "fixed_cost_positions", None)
 
     @classmethod
     def from_loaded(cls, loaded: Any, **kwargs: Any) -> Generator:
@@ -283,22 +286,26 @@ class Generator:
         for seq in group.rows:
             if seq.cancel.is_set():
                 self._finish(seq, "cancelled")
-        live = [r for r in group.rows if not r.done]
-        if not live:
-            group.rows = []
-            return
-        runs = [self._advance(seq, token) for seq, token in zip(live, self._sample(live), strict=True)]
-        going = [(s, run) for s, run in zip(live, runs, strict=True) if self._continues(s)]
+        # Rows with logits sample now; rows still feeding a long forced run wait their turn.
+        ready = [r for r in group.rows if not r.done and r.logits is not None]
+        runs = []
+        if ready:
+            for seq, token in zip(ready, self._sample(ready), strict=True):
+                run = self._advance(seq, token)
+                seq.pending = list(run)
+                runs.append((seq, run))
+        going = [s for s in group.rows if not s.done and self._continues(s)]
         # Rows that ended (here, or by a stop string or cancel last step) leave the batch now.
         if len(going) != len(group.rows):
             if going and group.batched:
-                self.cache_ops.filter(group.cache, [group.rows.index(s) for s, _ in going])
-            group.rows = [s for s, _ in going]
+                self.cache_ops.filter(group.cache, [group.rows.index(s) for s in going])
+            group.rows = going
         if going:
-            self._forward(group, [run for _, run in going])
-            for seq, _ in going:
-                self._fill_mask(seq)  # on the CPU while the forward pass runs
-        for seq, run in zip(live, runs, strict=True):
+            self._forward(group)
+            for seq in going:
+                if seq.logits is not None:
+                    self._fill_mask(seq)  # on the CPU while the forward pass runs
+        for seq, run in runs:
             self._emit_run(seq, run)
 
     def _advance(self, seq: _Sequence, token: int) -> list[int]:
@@ -329,17 +336,23 @@ class Generator:
             return False
         return len(seq.tokens) < seq.max_tokens
 
-    def _forward(self, group: _Group, runs: list[list[int]]) -> None:
-        """One forward pass for the group; each row's next logits at its last real position."""
-        longest = max(len(r) for r in runs)
-        ragged = any(len(r) != longest for r in runs)
-        inputs = mx.array([r + [0] * (longest - len(r)) for r in runs])
+    def _forward(self, group: _Group) -> None:
+        """One forward pass feeding each row (a prefix of) its pending tokens.
+
+        Rows whose pending tokens all fit get their next logits (at their last real position);
+        the others keep the rest for the next step.
+        """
+        feed_len = self._feed_length([len(r.pending) for r in group.rows])
+        feeds = [r.pending[:feed_len] for r in group.rows]
+        longest = max(len(f) for f in feeds)
+        ragged = any(len(f) != longest for f in feeds)
+        inputs = mx.array([f + [0] * (longest - len(f)) for f in feeds])
         if ragged:
-            self.cache_ops.prepare(group.cache, [longest - len(r) for r in runs])
+            self.cache_ops.prepare(group.cache, [longest - len(f) for f in feeds])
         out = self.model(inputs, cache=group.cache)
         if ragged:
             self.cache_ops.finalize(group.cache)
-            last = mx.array([len(r) - 1 for r in runs])
+            last = mx.array([len(f) - 1 for f in feeds])
             out = mx.take_along_axis(out, last[:, None, None], axis=1)[:, 0, :]
         else:
             out = out[:, -1, :]
@@ -347,10 +360,36 @@ class Generator:
             mx.async_eval(out)
         else:
             mx.eval(out)
-        for i, seq in enumerate(group.rows):
-            seq.logits = out[i:i + 1]
+        for i, (seq, fed) in enumerate(zip(group.rows, feeds, strict=True)):
+            seq.pending = seq.pending[len(fed):]
+            seq.logits = None if seq.pending else out[i:i + 1]
+
+    def _feed_length(self, lengths: list[int]) -> int:
+        """How many pending tokens each row feeds this step.
+
+        A forward pass costs about ``fixed + rows * length`` (in positions): its fixed part
+        (reading the weights) is what fast-forward amortizes, but padding rows to the longest
+        forced run costs compute.  Pick the length that maximizes useful tokens per cost.
+        """
+        longest = max(lengths)
+        if len(lengths) == 1 or longest == 1 or len(set(lengths)) == 1:
+            return longest
+        fixed = self.fixed_cost_positions()
+        best, best_rate = 1, 0.0
+        for cand in sorted(set(lengths)):
+            rate = sum(min(n, cand) for n in lengths) / (fixed + len(lengths) * cand)
+            if rate > best_rate:
+                best, best_rate = cand, rate
+        return best
+
+    def fixed_cost_positions(self) -> float:
+        """The fixed cost of a forward pass, in positions (measured once on the model)."""
+        if self.fixed_positions is None:
+            self.fixed_positions = _calibrate(self.model, self.make_cache)
+        return self.fixed_positions
 
     def _emit_run(self, seq: _Sequence, run: list[int]) -> None:
+        """Emit the text of a sampled token and its forced run; finish the row if it ended."""
         for t in run:
             self._emit(seq, seq.stops.feed(seq.detok.add(t)))
             if seq.stops.stopped:
@@ -400,3 +439,20 @@ class Generator:
             yield from events
             events.clear()
         yield from events
+
+
+def _calibrate(model: Any, make_cache: Callable[[], list[Any]]) -> float:
+    """Time 1-token and 16-token forward passes: fixed cost / per-position cost."""
+    def timed(n: int) -> float:
+        best = float("inf")
+        for _ in range(3):
+            cache = make_cache()
+            t0 = time.perf_counter()
+            mx.eval(model(mx.zeros((1, n), dtype=mx.int32), cache=cache))
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    timed(1)  # warm-up
+    one, sixteen = timed(1), timed(16)
+    per_position = max((sixteen - one) / 15, 1e-9)
+    return max((one - per_position) / per_position, 1.0)

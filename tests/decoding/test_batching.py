@@ -132,3 +132,36 @@ def test_batch_is_bounded_and_long_prompts_are_prefilled_in_slices(tokenizer):
     # The running stream kept producing while the long prompt was prefilled 16 tokens a step.
     assert len(produced) > 10 and all(p >= 1 for p in produced[: 10])
     assert final(ev[1]).reason == "length" and final(ev[2]).reason == "length"
+
+
+def test_feed_length_trades_padding_against_the_fixed_cost(tokenizer):
+    gen = Generator.from_loaded(scripted_loaded_model(tokenizer, "x"))
+    gen.fixed_positions = 8.0
+    assert gen._feed_length([12]) == 12  # alone: the whole forced run in one pass
+    assert gen._feed_length([3, 3, 3]) == 3  # no padding needed
+    assert gen._feed_length([1] * 7 + [12]) == 1  # one long run would pad seven rows 11x
+    assert gen._feed_length([10, 12]) == 10  # 20 tokens for 28 vs 22 for 32: defer two
+    gen.fixed_positions = 1000.0  # a GPU-like regime: padding is nearly free
+    assert gen._feed_length([1] * 7 + [12]) == 12
+    assert gen._feed_length([10, 12]) == 12
+
+
+def test_deferred_forced_tokens_keep_outputs_identical(tokenizer):
+    scripts = ['{"a": 12, "b": "hello"}', '["x", "z", "y"]', '{"ok": true, "items": [1.5, 2]}']
+
+    def script(prompt_ids):
+        return scripts[int(tokenizer.decode(prompt_ids).split("#")[1][0])]
+
+    def requests():
+        return [GenerationRequest(tokenizer.encode_chat([{"role": "user", "content": f"#{i}"}]),
+                                  SamplingParams(temperature=0),
+                                  constraint=compile_constraint(tokenizer, JsonSchemaRequest(SCHEMAS[i])))
+                for i in range(3)]
+
+    lm = scripted_loaded_model(tokenizer, Script(script))
+    lm.model.fixed_cost_positions = 0.1  # compute-bound: forced runs are fed a little at a time
+    gen = Generator.from_loaded(lm)
+    events, max_batch = collect(gen, requests())
+    assert max_batch == 3
+    assert [final(events[i]).text for i in range(3)] == scripts
+    assert sum(final(events[i]).usage.forced_tokens for i in range(3)) > 0
