@@ -97,7 +97,7 @@ def test_auto_grammar_is_free_text_until_the_call_opens(tokenizer, fmt_name: str
     fmt = load_table().get(fmt_name)
     auto = compile_tool_grammar(tokenizer, fmt, TOOLS, required=False, parallel=True).constraint
     assert auto is not None
-    assert auto.validate("It is sunny today.").ok
+    assert auto.validate("It is sunny today.").ok and auto.validate("\n It is sunny.").ok
     assert auto.validate(GOOD[fmt_name]).ok
     if fmt.open:  # text, then the call
         assert auto.validate("Let me check. " + GOOD[fmt_name]).ok

@@ -1,0 +1,146 @@
+"""Strict tools vs free text: the share of tool calls whose arguments validate, embedded model.
+
+For N function schemas from JSONSchemaBench (``Glaiveai2K`` and ``BFCL_*`` files; the file's
+``schema`` is the function's ``parameters``, the tool is named after the file), one request each:
+
+* ``strict``: ``strict: true``, ``tool_choice: "required"`` → the plan's grammar (enforced or
+  downgraded, as the ladder decides);
+* ``free``: ``strict: false``, ``tool_choice: "required"``, unconstrained: the system prompt
+  asks for the call, the router parses whatever the model writes.
+
+A request counts as valid when it made a call whose arguments validate against the schema
+(jsonschema, formats checked).  Greedy decoding; same prompt and budget for both.
+
+Usage: python benchmarks/tools/strict_tools.py [--n 24] [--max-tokens 160]
+           [--out benchmarks/tools/strict_tools.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+DATA = Path("/work/shared/jsonschemabench/data")
+BFCL_KINDS = ("simple", "multiple", "parallel", "parallel_multiple", "java", "javascript", "sql")
+
+
+def tool_name(path: Path) -> str:
+    """``Glaiveai2K---get_weather_1a2b3c4d.json`` → ``get_weather``; ``BFCL_simple_10`` as is."""
+    stem = path.stem
+    if stem.startswith("Glaiveai2K---"):
+        stem = re.sub(r"_[0-9a-f]{8}$", "", stem.split("---", 1)[1])
+    return re.sub(r"[^A-Za-z0-9_-]", "_", stem)[:64]
+
+
+def select(n: int) -> list[Path]:
+    """Half Glaive (distinct function names), half BFCL (round-robin over kinds), sorted, fixed."""
+    glaive: dict[str, Path] = {}
+    for p in sorted(DATA.glob("Glaiveai2K---*.json")):
+        glaive.setdefault(tool_name(p), p)
+    by_kind = {k: sorted((p for p in DATA.glob(f"BFCL_{k}_*.json")
+                          if re.fullmatch(rf"BFCL_{k}_\d+", p.stem)),
+                         key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+               for k in BFCL_KINDS}
+    bfcl: list[Path] = []
+    while len(bfcl) < n - n // 2 and any(by_kind.values()):
+        for k in BFCL_KINDS:
+            if by_kind[k] and len(bfcl) < n - n // 2:
+                bfcl.append(by_kind[k].pop(0))
+    return list(glaive.values())[: n // 2] + bfcl
+
+
+def run_one(loaded: Any, path: Path, *, strict: bool, max_tokens: int) -> dict[str, Any]:
+    from afm_struct.decoding.generator import Finished, GenerationRequest, Generator, TextDelta
+    from afm_struct.decoding.sampling import SamplingParams
+    from afm_struct.tools import plan_tools
+
+    schema = json.loads(path.read_text())["schema"]
+    name = tool_name(path)
+    tool = {"type": "function", "function": {"name": name, "strict": strict, "parameters": schema,
+                                             "description": f"The {name.replace('_', ' ')} function."}}
+    messages = [{"role": "user", "content": f"Call {name} with realistic example arguments."}]
+    t0 = time.perf_counter()
+    plan = plan_tools(loaded.tokenizer, [tool], "required", False, messages=messages,
+                      constrain_non_strict=False)
+    compile_s = time.perf_counter() - t0
+    router = plan.make_router()
+    request = GenerationRequest(prompt_ids=plan.encode_prompt(loaded.tokenizer),
+                                params=SamplingParams(max_tokens=max_tokens, temperature=0.0),
+                                constraint=plan.constraint)
+    finished: Finished | None = None
+    for ev in Generator.from_loaded(loaded).generate(request):
+        if isinstance(ev, TextDelta):
+            router.feed(ev.text)
+        else:
+            finished = ev
+            router.finish()
+    assert finished is not None
+    calls = router.calls
+    outcome = plan.validate_call(calls[0]["function"]["name"], calls[0]["function"]["arguments"]) \
+        if calls else None
+    return {
+        "file": path.name, "tool": name, "strict": strict,
+        "constrained": plan.constraint is not None,
+        "mode": ("downgraded" if plan.downgraded else "enforced") if plan.constraint else "free",
+        "reason": plan.reason, "call": bool(calls), "valid": bool(outcome and outcome.ok),
+        "errors": list(outcome.errors[:2]) if outcome else ["no call"],
+        "finish": finished.reason, "tokens": finished.usage.completion_tokens,
+        "compile_s": round(compile_s, 3), "gen_s": round(finished.timings.decode_s, 2),
+        "text": finished.text[:400],
+    }
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def share(items: list[dict[str, Any]], key: str) -> float | None:
+        return round(sum(r[key] for r in items) / len(items), 3) if items else None
+
+    strict = [r for r in rows if r["strict"]]
+    free = [r for r in rows if not r["strict"]]
+    enforced = [r for r in strict if r["mode"] == "enforced"]
+    return {
+        "schemas": len(strict),
+        "strict_required": {"valid": share(strict, "valid"), "call": share(strict, "call"),
+                            "enforced_tools": len(enforced), "valid_enforced": share(enforced, "valid"),
+                            "downgraded_tools": len(strict) - len(enforced),
+                            "length_cut": sum(r["finish"] == "length" for r in strict)},
+        "free_required": {"valid": share(free, "valid"), "call": share(free, "call"),
+                          "length_cut": sum(r["finish"] == "length" for r in free)},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=24)
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--out", default="benchmarks/tools/strict_tools.json")
+    args = parser.parse_args(argv)
+
+    from afm_struct.decoding.generator import Generator  # noqa: F401  (import MLX early)
+    from afm_struct.models import load_model
+
+    loaded = load_model()
+    rows = []
+    for path in select(args.n):
+        for strict in (True, False):
+            row = run_one(loaded, path, strict=strict, max_tokens=args.max_tokens)
+            rows.append(row)
+            print(f"{row['tool']:<40} {'strict' if strict else 'free  '} {row['mode']:<10} "
+                  f"call={row['call']!s:<5} valid={row['valid']!s:<5} {row['finish']:<6} "
+                  f"{row['tokens']:>4} tok", file=sys.stderr, flush=True)
+    result = {"model": loaded.info.id, "max_tokens": args.max_tokens, "tool_choice": "required",
+              "summary": summarize(rows), "rows": rows}
+    Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    print(json.dumps(result["summary"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
