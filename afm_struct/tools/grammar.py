@@ -18,6 +18,7 @@ then the call is constrained (exact: after the opener only a well-formed call ma
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,8 @@ from .definitions import ToolDef
 from .formats import ToolFormat
 
 GENERIC_ARGS: dict[str, Any] = {"type": "object"}
+# ``(tokenizer, request) -> CompiledConstraint``: the server's compile hook (default: the compiler).
+Compile = Callable[[Any, Any], CompiledConstraint]
 # Arguments written as a JSON string (formats with ``arguments: string``): any JSON string; the
 # schema cannot be enforced inside it, so strict tools in such formats are downgraded.
 JSON_STRING_TERMINAL = (r'JSON_STRING: /"(\\([\"\\\/bfnrt]|u[a-fA-F0-9]{4})|'
@@ -71,7 +74,7 @@ def with_options(schema: Any, options: dict[str, Any]) -> Any:
 
 
 def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
-                    *, enforce: bool) -> tuple[Any, Rung, str | None]:
+                    *, enforce: bool, compile_fn: Compile | None = None) -> tuple[Any, Rung, str | None]:
     """What to embed for ``tool``'s arguments: (schema with options, rung, downgrade reason).
 
     ``enforce`` (strict tools) climbs the compiler's ladder; otherwise generic object arguments.
@@ -79,7 +82,9 @@ def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
     exact = json_options(options)
     if not enforce:
         return with_options(GENERIC_ARGS, exact), Rung.GENERIC_JSON, None
-    compiled = compile_constraint(tokenizer, JsonSchemaRequest(tool.parameters, strict=True), options)
+    request = JsonSchemaRequest(tool.parameters, strict=True)
+    compiled = (compile_fn(tokenizer, request) if compile_fn is not None
+                else compile_constraint(tokenizer, request, options))
     if compiled.rung is Rung.EXACT or compiled.rung is Rung.RELAXED:
         rewritten = rewrite_schema(tool.parameters).schema
         opts = exact if compiled.rung is Rung.EXACT else json_options(options, relaxed=True)
@@ -121,19 +126,26 @@ def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any
 
 
 def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, ...], *,
-                         required: bool, parallel: bool,
-                         options: CompileOptions | None = None) -> ToolGrammar:
+                         required: bool, parallel: bool, options: CompileOptions | None = None,
+                         compile_fn: Compile | None = None) -> ToolGrammar:
     """Build and compile the grammar for ``tools`` (the callable ones, in request order).
 
     Never raises for a schema the engine cannot handle: the tool is served lower on the ladder;
     if the assembled grammar still fails, every tool falls back to generic arguments.
     """
     options = options or CompileOptions()
+
+    def compile_lark(text: str) -> CompiledConstraint:
+        if compile_fn is not None:
+            return compile_fn(tokenizer, LarkRequest(text))
+        return compile_constraint(tokenizer, LarkRequest(text), options)
+
     embedded: list[tuple[str, Any]] = []
     rungs: dict[str, str] = {}
     reason: str | None = None
     for tool in tools:
-        schema, rung, why = argument_schema(tokenizer, tool, options, enforce=tool.strict)
+        schema, rung, why = argument_schema(tokenizer, tool, options, enforce=tool.strict,
+                                            compile_fn=compile_fn)
         if fmt.arguments == "string" and tool.strict:
             rung, why = Rung.GENERIC_JSON, "arguments_as_string"
         embedded.append((tool.name, schema))
@@ -143,7 +155,7 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
                 reason = f"{tool.name}: {why or rung.value}"
     grammar = build_grammar(tokenizer, fmt, embedded, required=required, parallel=parallel)
     try:
-        constraint = compile_constraint(tokenizer, LarkRequest(grammar), options)
+        constraint = compile_lark(grammar)
     except SchemaError as exc:
         constraint, why = None, f"tool_grammar_error: {exc}"
     else:
@@ -153,7 +165,7 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
         generic = with_options(GENERIC_ARGS, json_options(options))
         grammar = build_grammar(tokenizer, fmt, [(t.name, generic) for t in tools],
                                 required=required, parallel=parallel)
-        constraint = compile_constraint(tokenizer, LarkRequest(grammar), options)
+        constraint = compile_lark(grammar)
         reason = reason or why or "tool_grammar_error"
         rungs = {name: Rung.GENERIC_JSON.value for name in rungs}
     downgraded = any(r != Rung.EXACT.value for r in rungs.values())

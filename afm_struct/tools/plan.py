@@ -25,7 +25,7 @@ from ..grammar.spec import CompileOptions, ValidationOutcome
 from ..grammar.validation import validate_json
 from .definitions import Choice, ToolDef, parse_choice, parse_tools
 from .formats import ToolFormat, chat_template_of, detect_format, load_table, template_knows_tools
-from .grammar import compile_tool_grammar
+from .grammar import Compile, compile_tool_grammar
 from .prompt import render_messages
 from .stream import ToolCallRouter
 
@@ -78,12 +78,13 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
                parallel_tool_calls: bool | None = None, *,
                messages: list[dict[str, Any]] | None = None, options: CompileOptions | None = None,
                format_name: str | None = None, chat_template: str | None = None,
-               constrain_non_strict: bool = True) -> ToolPlan:
+               constrain_non_strict: bool = True, compile_fn: Compile | None = None) -> ToolPlan:
     """Plan tool handling for one request (400 errors for bad tools / tool_choice).
 
     ``tools`` / ``tool_choice`` are the OpenAI values (dicts or objects with the same fields);
     ``messages`` the chat-template dicts; ``format_name`` overrides format detection and
-    ``chat_template`` the template it is detected from (default: the tokenizer's).
+    ``chat_template`` the template it is detected from (default: the tokenizer's);
+    ``compile_fn(tokenizer, request)`` replaces the shared compiler (the server's hook).
     Compiles (possibly slowly, bounded by ``options.timeout_s``): call it off the event loop.
     """
     table = load_table()
@@ -103,7 +104,7 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
                                   or (forced and constrain_non_strict)):
         return plan
     compiled = compile_tool_grammar(tokenizer, fmt, callable_tools, required=forced, parallel=parallel,
-                                    options=options)
+                                    options=options, compile_fn=compile_fn)
     return ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel,
                     constraint=compiled.constraint, downgraded=compiled.downgraded,
                     reason=compiled.reason, messages=rendered, template_tools=template_tools,

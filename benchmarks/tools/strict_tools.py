@@ -11,7 +11,7 @@ For N function schemas from JSONSchemaBench (``Glaiveai2K`` and ``BFCL_*`` files
 A request counts as valid when it made a call whose arguments validate against the schema
 (jsonschema, formats checked).  Greedy decoding; same prompt and budget for both.
 
-Usage: python benchmarks/tools/strict_tools.py [--n 24] [--max-tokens 160]
+Usage: python benchmarks/tools/strict_tools.py [--n 22] [--max-tokens 128]
            [--out benchmarks/tools/strict_tools.json]
 """
 
@@ -108,18 +108,20 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "schemas": len(strict),
         "strict_required": {"valid": share(strict, "valid"), "call": share(strict, "call"),
+                            "valid_not_cut": share([r for r in strict if r["finish"] != "length"], "valid"),
                             "enforced_tools": len(enforced), "valid_enforced": share(enforced, "valid"),
                             "downgraded_tools": len(strict) - len(enforced),
                             "length_cut": sum(r["finish"] == "length" for r in strict)},
         "free_required": {"valid": share(free, "valid"), "call": share(free, "call"),
+                          "valid_not_cut": share([r for r in free if r["finish"] != "length"], "valid"),
                           "length_cut": sum(r["finish"] == "length" for r in free)},
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=24)
-    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--n", type=int, default=22)
+    parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--out", default="benchmarks/tools/strict_tools.json")
     args = parser.parse_args(argv)
 
@@ -127,17 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     from afm_struct.models import load_model
 
     loaded = load_model()
-    rows = []
-    for path in select(args.n):
+    rows: list[dict[str, Any]] = []
+    paths = select(args.n)
+    for path in paths:
         for strict in (True, False):
             row = run_one(loaded, path, strict=strict, max_tokens=args.max_tokens)
             rows.append(row)
             print(f"{row['tool']:<40} {'strict' if strict else 'free  '} {row['mode']:<10} "
                   f"call={row['call']!s:<5} valid={row['valid']!s:<5} {row['finish']:<6} "
                   f"{row['tokens']:>4} tok", file=sys.stderr, flush=True)
-    result = {"model": loaded.info.id, "max_tokens": args.max_tokens, "tool_choice": "required",
-              "summary": summarize(rows), "rows": rows}
-    Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        # Written after every schema: a long run leaves usable partial results.
+        result = {"model": loaded.info.id, "max_tokens": args.max_tokens, "tool_choice": "required",
+                  "complete": len(rows) == 2 * len(paths), "summary": summarize(rows), "rows": rows}
+        Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(result["summary"], indent=2))
     return 0
 

@@ -90,3 +90,16 @@ def test_template_with_tools_gets_them_and_object_arguments(tokenizer) -> None:
     mistral = "{% if tools %}[AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]"
     plan = plan_tools(tokenizer, [WEATHER], "required", messages=USER, chat_template=mistral)
     assert plan.format.name == "mistral" and plan.grammar is not None and "[TOOL_CALLS]" in plan.grammar
+
+
+def test_compile_hook_is_used_for_every_compile(tokenizer) -> None:
+    from afm_struct.grammar.compiler import compile_constraint
+
+    kinds: list[str] = []
+
+    def hook(tok: Any, request: Any) -> Any:
+        kinds.append(request.kind)
+        return compile_constraint(tok, request)
+
+    plan = plan_tools(tokenizer, [WEATHER, TIME, SEARCH], "required", messages=USER, compile_fn=hook)
+    assert kinds == ["json_schema", "json_schema", "lark"] and plan.constraint is not None
