@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import time
 import uuid
@@ -207,6 +208,7 @@ def markdown(runs: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """All levels, then JSON + Markdown."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     kinds = [k.strip() for k in args.mix.split(",") if k.strip()]
     levels = [int(c) for c in str(args.concurrency).split(",")]
     runs = []
