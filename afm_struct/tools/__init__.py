@@ -1,9 +1,18 @@
 """Tool calls: formats (``grammars/``), prompts, grammars, parsing and streamed deltas.
 
-    plan = plan_tools(tokenizer, body_tools, tool_choice, parallel_tool_calls, messages=messages)
-    prompt_ids = plan.encode_prompt(tokenizer)
-    GenerationRequest(prompt_ids, params, constraint=plan.constraint, reasoning=tags)
-    router = plan.make_router(reasoning_tags=..., start_in_reasoning=...)   # feed/finish/finish_reason
+Server wiring (one request)::
+
+    plan = await asyncio.to_thread(plan_tools, tokenizer, body.tools, body.tool_choice,
+                                   body.parallel_tool_calls, messages=template_messages(body.messages),
+                                   compile_fn=state.compile_fn)
+    prompt_ids = await asyncio.to_thread(plan.encode_prompt, tokenizer)   # plan.messages/template_tools
+    tags = reasoning_tags(state, prompt_ids)
+    GenerationRequest(prompt_ids, params, constraint=plan.constraint,
+                      reasoning=tags if plan.constraint is not None else None)
+    router = plan.make_router(reasoning_tags=(tags.open, tags.close) if tags else None,
+                              start_in_reasoning=bool(tags and tags.opened_in_prompt))
+    # router.feed / finish / finish_reason as any DeltaRouter; stream its deltas as they come
+    if plan.downgraded: headers["X-Grammar-Constraints"] = "downgraded"
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ fragment of the arguments' JSON text, as generated) and :class:`CallEnd`.  Pure:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from .formats import ToolFormat
@@ -51,6 +52,7 @@ class CallEnd:
 
 Event = TextEvent | CallStart | ArgsEvent | CallEnd
 _WS = " \t\r\n"
+_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\r?\n")  # a markdown fence some models put around the JSON
 _CLOSERS = {"{": "}", "[": "]"}
 
 
@@ -328,6 +330,13 @@ class CallParser:
         self._buf = stripped
         if not stripped:
             return
+        fence = _FENCE.match(stripped)
+        if fence:
+            self._raw += fence.group()
+            self._buf = stripped[fence.end():]
+            return
+        if stripped[0] == "`" and not final and "\n" not in stripped and len(stripped) < 16:
+            return  # maybe a fence still being written
         if stripped[0] == "[":
             self._in_array = True
             self._raw += "["
@@ -417,9 +426,10 @@ class CallParser:
         self._state = "between"
 
     def _st_between(self, out: list[Event], final: bool) -> None:
-        buf = self._buf.lstrip(_WS + ",;")
-        self._buf = buf
         close = self.fmt.close
+        # Inside a block that has a close marker, stray brackets and fences before it are noise.
+        buf = self._buf.lstrip(_WS + ",;" + ("`}]" if close else ""))
+        self._buf = buf
         if not buf:
             return
         if buf[0] == "{":

@@ -70,6 +70,9 @@ CASES = [
     ("hermes", 'A <tool_call>{"id": 7, "name": "a", "arguments": {}}</tool_call> B '
                '<tool_call>{"name": "b", "arguments": {"k": null}}</tool_call> C',
      [("text", "A"), *call(0, "a", "{}"), ("text", "B"), *call(1, "b", '{"k": null}'), ("text", "C")]),
+    # markdown fences and a stray closing brace inside the block
+    ("hermes", '<tool_call>\n```json\n{"name": "w", "arguments": {"a": 1}}}\n```\n</tool_call>\nDone.',
+     [*call(0, "w", '{"a": 1}'), ("text", "Done.")]),
     ("mistral", 'ok [TOOL_CALLS][{"name": "a", "arguments": {"x": 1}}, '
                 '{"name": "b", "arguments": {"y": true}}]',
      [("text", "ok"), *call(0, "a", '{"x": 1}'), *call(1, "b", '{"y": true}')]),
