@@ -70,3 +70,29 @@ def test_parallel_false_gives_exactly_one_call(embedded) -> None:
     calls = assemble(deltas)["tool_calls"]
     assert len(calls) == 1 and reason == "tool_calls"
     assert plan.validate_call(calls[0]["name"], calls[0]["arguments"]).ok
+
+
+def test_multi_turn_loop_call_result_answer(embedded) -> None:
+    """call → tool result → final answer, the history carried as openai SDK message objects."""
+    from openai.types.chat import ChatCompletionMessage
+
+    tok = embedded.tokenizer
+    plan = plan_tools(tok, [WEATHER], "required", False, messages=USER)
+    deltas, _, reason = generate(embedded, plan)
+    (call,) = assemble(deltas)["tool_calls"]
+    assert reason == "tool_calls"
+    message = ChatCompletionMessage.model_validate({"role": "assistant", "content": None, "tool_calls": [
+        {"id": call["id"], "type": "function",
+         "function": {"name": call["name"], "arguments": call["arguments"]}}]})
+    history = [*USER, message.model_dump(exclude_none=True),
+               {"role": "tool", "tool_call_id": call["id"], "content": '{"temp_c": 21, "sky": "clear"}'}]
+    final_plan = plan_tools(tok, [WEATHER], "auto", messages=history)
+    prompt = tok.decode(final_plan.encode_prompt(tok))
+    assert "<tool_response>" in prompt and call["arguments"] in prompt
+    deltas, _, reason = generate(embedded, final_plan, max_tokens=32)
+    got = assemble(deltas)
+    assert reason in ("stop", "length", "tool_calls")
+    if reason != "tool_calls":  # a final answer in plain text
+        assert got["content"].strip() and not got["tool_calls"]
+    else:  # the model chose to call again: still a valid call
+        assert final_plan.validate_call(got["tool_calls"][0]["name"], got["tool_calls"][0]["arguments"]).ok
