@@ -174,7 +174,8 @@ async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_to
         "latency_ms": {k: v * 1000 if v is not None else None
                        for k, v in percentiles([r["latency_s"] for r in ok]).items()},
         "completed": len(ok), "rejected_503": sum(r.get("status") == 503 for r in rows),
-        "errors": sum(r.get("status") not in (200, 503) or bool(r.get("error")) for r in rows),
+        "errors": sum(r.get("status") != 503 and (r.get("status") != 200 or bool(r.get("error")))
+                      for r in rows),
         "invalid": sum(bool(r.get("invalid")) for r in ok),
         "downgrades": sum(bool(r.get("downgraded")) for r in ok),
         "cancellations": {"requested": len(cancels),
@@ -182,7 +183,7 @@ async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_to
         "health_failures": health_failures,
         "by_kind": {k: sum(r["kind"] == k for r in ok) for k in kinds},
         "failures": [{k: r.get(k) for k in ("kind", "status", "error", "invalid")}
-                     for r in rows if r.get("error") or r.get("invalid")][:20],
+                     for r in rows if r.get("status") != 503 and (r.get("error") or r.get("invalid"))][:20],
     }
 
 
