@@ -13,13 +13,14 @@ which rewrites it needed, which engine runs it and what the compile cost.  Resul
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequestError, SchemaError
+from ..errors import AfmError, InvalidRequestError, SchemaError
 from .cache import LRUCache
 from .engine import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
@@ -44,6 +45,8 @@ from .spec import (
 from .tool_schema import tool_call_schema
 from .validation import sanitize_json_text, validate_json
 from .worker import WorkerLimitError, run_with_timeout
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class ConstraintCompiler:
         self._generic: dict[str, CompiledGrammar] = {}
         # llguidance also serves regex / Lark / json_object for the outlines backend when needed.
         self.llguidance = LLGuidanceBackend(tokenizer)
+        self._llguidance_ladder = LLGuidanceLadder(self.llguidance, options)
         self.engine: LadderEngine
         if options.backend == "outlines":
             from .outlines_backend import OutlinesBackend
@@ -130,7 +134,7 @@ class ConstraintCompiler:
             self.outlines: Any = OutlinesBackend(tokenizer, options)
             self.engine = OutlinesLadder(self.outlines)
         else:
-            self.engine = LLGuidanceLadder(self.llguidance, options)
+            self.engine = self._llguidance_ladder
 
     # ------------------------------------------------------------------ public
 
@@ -141,7 +145,14 @@ class ConstraintCompiler:
         hit = self.cache.get(key)
         if hit is not None:
             return dataclasses.replace(hit, cached=True, compile_ms=(time.perf_counter() - start) * 1e3)
-        result = self._compile(request, start)
+        try:
+            result = self._compile(request, start)
+        except AfmError:
+            raise
+        except Exception as exc:  # a bug or a library quirk must not take the server down
+            logger.exception("constraint compile failed unexpectedly; serving unconstrained")
+            result = self._result(request, Rung.UNCONSTRAINED, None, f"internal_error:{type(exc).__name__}",
+                                  schema=getattr(request, "schema", None))
         result = dataclasses.replace(result, compile_ms=(time.perf_counter() - start) * 1e3)
         self.cache.put(key, result)
         return result
@@ -183,9 +194,10 @@ class ConstraintCompiler:
                 return self._json_schema(request, schema, start, prechecked=True)
             return self._json_schema(request, request.schema, start)
         if isinstance(request, JsonObjectRequest):
-            result = climb(self.engine, {"type": "object"}, start, self.options.timeout_s,
-                           generic_cache=self._generic)
-            return self._result(request, result.rung, result.grammar, result.reason)
+            # Always llguidance: outlines-core unrolls nesting only 3 levels deep (not exact).
+            result = climb(self._llguidance_ladder, {"type": "object"}, start, self.options.timeout_s)
+            return self._result(request, result.rung, result.grammar, result.reason,
+                                backend="llguidance")
         if isinstance(request, RegexRequest):
             return self._regex(request, start)
         if isinstance(request, LarkRequest):

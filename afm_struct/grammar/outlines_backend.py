@@ -34,6 +34,54 @@ _FORMATS = frozenset({"date-time", "date", "time", "uuid", "uri", "email"})
 _BYTE_DECODER: dict[str, int] | None = None
 
 
+def _has_recursive_ref(schema: Any) -> bool:
+    """True when local ``$ref``s form a cycle (outlines-core unrolls them only 3 levels deep)."""
+    def refs_in(node: Any) -> set[str]:
+        out: set[str] = set()
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, dict):
+                ref = n.get("$ref")
+                if isinstance(ref, str) and ref.startswith("#"):
+                    out.add(ref[1:])
+                stack.extend(v for k, v in n.items() if k not in ("enum", "const", "default", "examples"))
+            elif isinstance(n, list):
+                stack.extend(n)
+        return out
+
+    def target(pointer: str) -> Any:
+        node = schema
+        for part in [p for p in pointer.split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node
+
+    edges = {p: refs_in(target(p)) for p in refs_in(schema)}
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+
+    def cyclic(p: str) -> bool:
+        if state.get(p) == 1:
+            return True
+        if state.get(p) == 2:
+            return False
+        state[p] = 1
+        for q in edges[p]:
+            if q not in edges:
+                edges[q] = refs_in(target(q))
+            if cyclic(q):
+                return True
+        state[p] = 2
+        return False
+
+    return any(cyclic(p) for p in list(edges))
+
+
 def unsupported_keywords(schema: Any) -> list[str]:
     """Assertion keywords (sorted) that outlines-core would not enforce anywhere in ``schema``."""
     found: set[str] = set()
@@ -59,6 +107,8 @@ def unsupported_keywords(schema: Any) -> list[str]:
                 found.add(f"format:{value}")
             elif key in _UNENFORCED:
                 found.add(key)
+    if _has_recursive_ref(schema):
+        found.add("recursive_ref")
     return sorted(found)
 
 

@@ -59,7 +59,8 @@ def draft_of(schema: Any) -> int:
 
 
 def _ref_targets(schema: Any) -> set[str]:
-    """Every local ``$ref`` pointer in ``schema`` (``#/a/b`` → ``/a/b``)."""
+    """Every local ``$ref`` pointer in ``schema`` and all its prefixes (``#/a/b`` → ``/a``,
+    ``/a/b``): a rewrite at a path in this set would make some pointer dangle."""
     out: set[str] = set()
     stack = [schema]
     while stack:
@@ -67,7 +68,8 @@ def _ref_targets(schema: Any) -> set[str]:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/"):
-                out.add(ref[1:])
+                parts = ref[1:].split("/")
+                out.update("/".join(parts[:i]) for i in range(2, len(parts) + 1))
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
@@ -325,7 +327,7 @@ _REWRITES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 def _rewrite_node(node: dict[str, Any], path: str, ctx: _Ctx) -> dict[str, Any]:
     for name, func_name, removes in _REWRITES:
-        if any(t.startswith(f"{path}/{k}/") or t == f"{path}/{k}" for k in removes for t in ctx.refs):
+        if any(f"{path}/{k}" in ctx.refs for k in removes):
             continue
         func = globals()[func_name]
         new = func(node, ctx.draft, ctx.root) if name == "oneof_disjoint" else func(node, ctx.draft)

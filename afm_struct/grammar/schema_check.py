@@ -77,7 +77,12 @@ def _check_refs(schema: dict[str, Any], cls: Any, param: str) -> None:
     spec = referencing.jsonschema.specification_with(cls.META_SCHEMA.get("$schema", ""),
                                                      default=referencing.jsonschema.DRAFT202012)
     resource = spec.create_resource(schema)
+    # Crawl once up front: otherwise every lookup of an id/anchor re-crawls the whole schema.
     registry: referencing.Registry[Any] = referencing.Registry().with_resource("", resource)
+    try:
+        registry = registry.crawl()
+    except Exception:  # referencing trips on odd-but-valid shapes (lists under "id"-bearing keys)
+        pass
     root = registry.resolver(base_uri=resource.id() or "")
     stack: list[tuple[Any, list[Any], Any]] = [(schema, [], root)]
     while stack:
