@@ -1,7 +1,9 @@
 """Server overhead: tokens/s streamed over HTTP vs the engine in-process, same prompt, greedy.
 
-The server runs as ``afm-struct serve`` in its own process (as users run it); the in-process
-runs use a Generator in this process while the server idles.  Runs alternate (engine, HTTP,
+By default the server runs as ``afm-struct serve`` in its own process (as users run it) and
+the engine runs use a Generator in this process while the server idles; ``--server inprocess``
+serves the same loaded model from a uvicorn thread of this process instead (one process, one
+copy of the weights, the client's GIL use counted against HTTP).  Runs alternate (engine, HTTP,
 engine, HTTP, ...) so drift on a shared machine hits both sides alike; medians are reported.
 
 Two rates per run:
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -31,6 +34,7 @@ from afm_struct.decoding.generator import Finished, GenerationRequest, Generator
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.models import load_model
 from afm_struct.models.blas import blas_in_use
+from server.live import LiveServer, start_server
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 HERE = Path(__file__).resolve().parent
@@ -86,18 +90,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--out", default=str(HERE / "overhead.json"))
+    parser.add_argument("--server", choices=["subprocess", "inprocess"], default="subprocess")
+    parser.add_argument("--out", default=None, help="default: overhead-<server>.json here")
     args = parser.parse_args()
 
-    port = free_port()
-    exe = Path(sys.executable).with_name("afm-struct")
-    server = subprocess.Popen([str(exe), "serve", "--port", str(port), "--log-level", "warning"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
+    server: Any = None
+    live: LiveServer | None = None
     try:
         loaded = load_model()
         gen = Generator.from_loaded(loaded)
         prompt_ids = loaded.tokenizer.encode_chat(PROMPT)
-        url = f"http://127.0.0.1:{port}"
+        if args.server == "inprocess":
+            live = start_server(loaded)
+            url = live.url
+        else:
+            port = free_port()
+            exe = Path(sys.executable).with_name("afm-struct")
+            server = subprocess.Popen([str(exe), "serve", "--port", str(port), "--log-level", "warning"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
+            url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -105,7 +116,7 @@ def main() -> int:
                     break
             except httpx.HTTPError:
                 pass
-            if server.poll() is not None or time.monotonic() > deadline:
+            if (server is not None and server.poll() is not None) or time.monotonic() > deadline:
                 err = server.stderr.read().decode() if server.stderr else ""
                 raise SystemExit(f"server did not start: {err}")
             time.sleep(0.2)
@@ -124,13 +135,17 @@ def main() -> int:
                 print(f"run {i + 1}: engine {engine[-1]['decode_tok_s']:.2f} tok/s, "
                       f"http {http[-1]['decode_tok_s']:.2f} tok/s ({http[-1]['tokens']} tokens)", flush=True)
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=20)
+        if live is not None:
+            live.stop()
 
     def med(rows: list[dict], key: str) -> float:
         return round(statistics.median(r[key] for r in rows), 3)
 
     summary = {
+        "server": args.server, "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "model": loaded.info.id, "device": loaded.info.device, "blas": blas_in_use(),
         "runs": args.runs, "max_tokens": args.max_tokens,
         "tokens": [r["tokens"] for r in http],
@@ -144,7 +159,8 @@ def main() -> int:
         h["e2e_tok_s"] / e["e2e_tok_s"] for e, h in zip(engine, http, strict=True)), 3)
     summary["load_average"] = os.getloadavg()
     summary["raw"] = {"engine": engine, "http": http}
-    Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    out = Path(args.out) if args.out else HERE / f"overhead-{args.server}.json"
+    out.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "raw"}, indent=2))
     return 0 if summary["ratio_e2e"] >= 0.95 else 1
 

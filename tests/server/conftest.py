@@ -1,4 +1,4 @@
-"""Live servers over real HTTP: uvicorn in a thread on an ephemeral port.
+"""Live servers over real HTTP: uvicorn in a thread on an ephemeral port (server.live).
 
 ``serve(script, **settings)`` starts a server on a scripted model (fast, deterministic);
 ``real_server`` is one session-wide server on the embedded SmolLM2 (tests marked ``model``).
@@ -7,62 +7,19 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
 from afm_struct.models import LoadedModel
 from afm_struct.testing import Script, scripted_loaded_model
-from server.app import create_app
-from server.completions import ServerState
+from server.live import LiveServer, start_server
 from server.settings import ServerSettings
 
 USER = [{"role": "user", "content": "hi"}]
-
-
-@dataclass
-class LiveServer:
-    """A running server and handles on its insides (for white-box assertions)."""
-
-    url: str
-    app: FastAPI
-    loaded: LoadedModel
-    server: uvicorn.Server
-    thread: threading.Thread
-
-    @property
-    def state(self) -> ServerState:
-        """The app's shared state (scheduler, registry)."""
-        return self.app.state.afm  # type: ignore[no-any-return]
-
-    def stop(self) -> None:
-        """Shut uvicorn down and join its thread."""
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
-def start_server(loaded: LoadedModel, settings: ServerSettings | None = None, **kwargs: Any) -> LiveServer:
-    """Start uvicorn on port 0 in a thread; return once it accepts connections."""
-    app = create_app(loaded, settings, **kwargs)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                            timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    return LiveServer(f"http://127.0.0.1:{port}", app, loaded, server, thread)
 
 
 @pytest.fixture

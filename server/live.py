@@ -1,0 +1,56 @@
+"""Run the app in a background uvicorn thread on an ephemeral port (tests, benchmarks, captures)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from afm_struct.models.loader import LoadedModel
+
+from .app import create_app
+from .completions import ServerState
+from .settings import ServerSettings
+
+
+@dataclass
+class LiveServer:
+    """A running server and handles on its insides (for white-box assertions)."""
+
+    url: str
+    app: FastAPI
+    loaded: LoadedModel
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    @property
+    def state(self) -> ServerState:
+        """The app's shared state (scheduler, registry)."""
+        return self.app.state.afm  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        """Shut uvicorn down and join its thread."""
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def start_server(loaded: LoadedModel, settings: ServerSettings | None = None, *,
+                 timeout_s: float = 20.0, **kwargs: Any) -> LiveServer:
+    """Serve ``loaded`` on 127.0.0.1 port 0 in a daemon thread; return once it accepts."""
+    app = create_app(loaded, settings, **kwargs)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                            timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-live", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return LiveServer(f"http://127.0.0.1:{port}", app, loaded, server, thread)
