@@ -126,6 +126,12 @@ class Scheduler:
         return handle
 
     def _run(self) -> None:
+        try:
+            # Measure the forward-pass cost model now, not in the middle of the first batch.
+            self.generator.fixed_cost_positions()
+        except Exception:  # a model that cannot run a dummy pass still serves (no batching cap)
+            log.warning("could not calibrate the forward-pass cost; assuming padding is cheap")
+            self.generator.fixed_positions = 1e9
         while not self._stop.is_set():
             self._admit(block=not self.generator.has_work)
             if self.generator.has_work:
