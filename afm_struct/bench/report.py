@@ -258,8 +258,8 @@ def section_extract(results: list[Result], out: Path) -> list[str]:
         summary = d.get("summary") or {}
         prefix = f"{label} " if len(results) > 1 else ""
         settings = d.get("settings") or {}
-        shown = ", ".join(f"{k} {settings[k]}" for k in ("temperature", "seed", "max_tokens", "fast_forward")
-                          if k in settings)
+        keys = ("temperature", "seed", "max_tokens", "repetition_penalty", "fast_forward", "backend")
+        shown = ", ".join(f"{k} {settings[k]}" for k in keys if k in settings)
         lines += [f"**{label}**: model `{d.get('model', '?')}`, {d.get('tasks', '?')} tasks; {shown}", ""]
         try:
             lines += [markdown_table(summary), ""]

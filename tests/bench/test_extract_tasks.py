@@ -55,6 +55,8 @@ def test_summary_and_table() -> None:
     summary = summarize_mode([row, bad])
     assert summary["json_valid_rate"] == 0.5 and summary["schema_valid_rate"] == 0.0
     assert summary["field_accuracy"] == 3 / 8
+    assert summary["field_accuracy_schema_valid_only"] is None
+    assert summarize_mode([{**row, "schema_valid": True}, bad])["field_accuracy_schema_valid_only"] == 0.75
     assert summary["finish_reasons"] == {"stop": 1, "length": 1}
     table = markdown_table({"free": summary, "constrained": summary})
     assert table.count("\n") == 3 and "37.5%" in table
