@@ -5,6 +5,8 @@ The format's template (``grammars/<format>.lark``) gives the call syntax and the
 markers and one rule per callable tool: the name is a literal (so the parser has chosen the
 tool before the arguments start) and the arguments are an inline ``%json`` schema.
 
+Strict tools are read as OpenAI reads them: objects that declare properties take no others
+(:func:`close_objects`; a subset of the schema's instances, so every call still validates).
 Each strict tool's ``parameters`` goes through the compiler's ladder first; its rung decides
 what is embedded: the rewritten schema with exact options (enforced), with llguidance's
 relaxed options, or the generic JSON of its type.  Any strict tool below the exact rung makes
@@ -73,23 +75,62 @@ def with_options(schema: Any, options: dict[str, Any]) -> Any:
     return {**schema, "x-guidance": options}
 
 
+_OPEN_WORLD_KEYS = ("allOf", "unevaluatedProperties", "dependentSchemas", "dependencies", "if")
+
+
+def close_objects(schema: Any) -> Any:
+    """``schema`` with ``additionalProperties: false`` on objects that declare properties but say
+    nothing about extra ones (OpenAI's strict-mode reading of a tool schema, as xgrammar's
+    ``strict_mode``).  Every instance of the result is an instance of ``schema``; small models
+    otherwise invent keys without end.  Schemas that compose objects (``allOf``, ``if``,
+    dependencies, ``unevaluatedProperties``) are returned unchanged: closing could empty them.
+    """
+    if _mentions(schema, _OPEN_WORLD_KEYS):
+        return schema
+    return _close(schema)
+
+
+def _mentions(node: Any, keys: tuple[str, ...]) -> bool:
+    if isinstance(node, dict):
+        return any(k in node for k in keys) or any(_mentions(v, keys) for k, v in node.items()
+                                                   if k not in ("enum", "const", "default", "examples"))
+    if isinstance(node, list):
+        return any(_mentions(v, keys) for v in node)
+    return False
+
+
+def _close(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_close(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: (v if k in ("enum", "const", "default", "examples") else _close(v)) for k, v in node.items()}
+    if isinstance(node.get("properties"), dict) and not any(
+            k in node for k in ("additionalProperties", "patternProperties")):
+        out["additionalProperties"] = False
+    return out
+
+
 def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
-                    *, enforce: bool, compile_fn: Compile | None = None) -> tuple[Any, Rung, str | None]:
+                    *, enforce: bool, compile_fn: Compile | None = None,
+                    closed: bool = True) -> tuple[Any, Rung, str | None]:
     """What to embed for ``tool``'s arguments: (schema with options, rung, downgrade reason).
 
-    ``enforce`` (strict tools) climbs the compiler's ladder; otherwise generic object arguments.
+    ``enforce`` (strict tools) climbs the compiler's ladder (on the closed schema when
+    ``closed``); otherwise generic object arguments.
     """
     exact = json_options(options)
     if not enforce:
         return with_options(GENERIC_ARGS, exact), Rung.GENERIC_JSON, None
-    request = JsonSchemaRequest(tool.parameters, strict=True)
+    params = close_objects(tool.parameters) if closed else tool.parameters
+    request = JsonSchemaRequest(params, strict=True)
     compiled = (compile_fn(tokenizer, request) if compile_fn is not None
                 else compile_constraint(tokenizer, request, options))
     if compiled.rung is Rung.EXACT or compiled.rung is Rung.RELAXED:
-        rewritten = rewrite_schema(tool.parameters).schema
+        rewritten = rewrite_schema(params).schema
         opts = exact if compiled.rung is Rung.EXACT else json_options(options, relaxed=True)
         return with_options(rewritten, opts), compiled.rung, compiled.reason
-    generic = generic_schema(tool.parameters) or GENERIC_ARGS
+    generic = generic_schema(params) or GENERIC_ARGS
     return with_options(generic, exact), compiled.rung, compiled.reason or "compile_error"
 
 
@@ -127,7 +168,7 @@ def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any
 
 def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, ...], *,
                          required: bool, parallel: bool, options: CompileOptions | None = None,
-                         compile_fn: Compile | None = None) -> ToolGrammar:
+                         compile_fn: Compile | None = None, closed: bool = True) -> ToolGrammar:
     """Build and compile the grammar for ``tools`` (the callable ones, in request order).
 
     Never raises for a schema the engine cannot handle: the tool is served lower on the ladder;
@@ -145,7 +186,7 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
     reason: str | None = None
     for tool in tools:
         schema, rung, why = argument_schema(tokenizer, tool, options, enforce=tool.strict,
-                                            compile_fn=compile_fn)
+                                            compile_fn=compile_fn, closed=closed)
         if fmt.arguments == "string" and tool.strict:
             rung, why = Rung.GENERIC_JSON, "arguments_as_string"
         embedded.append((tool.name, schema))

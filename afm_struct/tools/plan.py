@@ -9,6 +9,7 @@ Which requests are constrained:
 * ``none``: no constraint, no calls parsed, no tools in the prompt.
 * ``auto``: constrained when some tool is strict: free text until the format's opener, then a
   call whose name is one of the tools and whose arguments follow that tool's schema (lazy).
+  Strict schemas are read with closed objects (no undeclared keys), as OpenAI's strict mode.
 * ``required`` / a named function: constrained from the first token (at least one call, or
   exactly the named one); with no strict tool the names and object-shaped arguments are still
   enforced (``constrain_non_strict``), arguments being generic JSON.
@@ -78,13 +79,15 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
                parallel_tool_calls: bool | None = None, *,
                messages: list[dict[str, Any]] | None = None, options: CompileOptions | None = None,
                format_name: str | None = None, chat_template: str | None = None,
-               constrain_non_strict: bool = True, compile_fn: Compile | None = None) -> ToolPlan:
+               constrain_non_strict: bool = True, compile_fn: Compile | None = None,
+               closed_objects: bool = True) -> ToolPlan:
     """Plan tool handling for one request (400 errors for bad tools / tool_choice).
 
     ``tools`` / ``tool_choice`` are the OpenAI values (dicts or objects with the same fields);
     ``messages`` the chat-template dicts; ``format_name`` overrides format detection and
     ``chat_template`` the template it is detected from (default: the tokenizer's);
-    ``compile_fn(tokenizer, request)`` replaces the shared compiler (the server's hook).
+    ``compile_fn(tokenizer, request)`` replaces the shared compiler (the server's hook);
+    ``closed_objects`` reads strict schemas' objects as closed (OpenAI strict semantics).
     Compiles (possibly slowly, bounded by ``options.timeout_s``): call it off the event loop.
     """
     table = load_table()
@@ -104,7 +107,7 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
                                   or (forced and constrain_non_strict)):
         return plan
     compiled = compile_tool_grammar(tokenizer, fmt, callable_tools, required=forced, parallel=parallel,
-                                    options=options, compile_fn=compile_fn)
+                                    options=options, compile_fn=compile_fn, closed=closed_objects)
     return ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel,
                     constraint=compiled.constraint, downgraded=compiled.downgraded,
                     reason=compiled.reason, messages=rendered, template_tools=template_tools,

@@ -9,7 +9,7 @@ import pytest
 from afm_struct.errors import InvalidRequestError
 from afm_struct.tools import ToolDef, detect_format, load_table
 from afm_struct.tools.formats import GRAMMARS_DIR, chat_template_of, template_knows_tools
-from afm_struct.tools.grammar import compile_tool_grammar, grammar_marker
+from afm_struct.tools.grammar import close_objects, compile_tool_grammar, grammar_marker
 
 QWEN = "{% if tools %}...<tools></tools>...<tool_call>\n{\"name\": ...}\n</tool_call>{% endif %}"
 LLAMA = ("{%- if tools %}...Respond in the format {\"name\": function name, \"parameters\": "
@@ -124,3 +124,30 @@ def test_string_arguments_format_is_generic_and_downgraded_when_strict(tokenizer
     assert plan.constraint is not None
     assert plan.constraint.validate(
         '<tool_call>\n{"name": "w", "arguments": "{\\"city\\": \\"P\\"}"}\n</tool_call>').ok
+
+
+OPEN = {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}},
+                                         "m": {"type": "object", "additionalProperties": {"type": "string"}}}}
+
+
+def test_close_objects_closes_declared_objects_only() -> None:
+    closed = close_objects(OPEN)
+    assert closed["additionalProperties"] is False
+    assert closed["properties"]["a"]["additionalProperties"] is False
+    assert closed["properties"]["m"] == OPEN["properties"]["m"]  # said what extras may be
+    assert "additionalProperties" not in OPEN  # the caller's schema is untouched
+    composed = {"allOf": [OPEN, {"properties": {"c": {"type": "string"}}}]}
+    assert close_objects(composed) is composed  # closing could make allOf unsatisfiable
+
+
+def test_strict_tool_objects_are_closed_unless_asked_not_to(tokenizer) -> None:
+    fmt = load_table().get("hermes")
+    tool = (ToolDef("o", parameters=OPEN, strict=True),)
+    extra = '<tool_call>\n{"name": "o", "arguments": {"a": {"b": 1}, "zzz": 2}}\n</tool_call>'
+    plain = '<tool_call>\n{"name": "o", "arguments": {"a": {"b": 1}}}\n</tool_call>'
+    closed = compile_tool_grammar(tokenizer, fmt, tool, required=True, parallel=True).constraint
+    opened = compile_tool_grammar(tokenizer, fmt, tool, required=True, parallel=True,
+                                  closed=False).constraint
+    assert closed is not None and opened is not None
+    assert closed.validate(plain).ok and not closed.validate(extra).ok
+    assert opened.validate(plain).ok and opened.validate(extra).ok

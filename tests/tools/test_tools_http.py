@@ -48,7 +48,7 @@ def live(embedded) -> Iterator[LiveServer]:
 def test_sdk_streaming_required_call_validates(live) -> None:
     stream = _sdk(live.url).chat.completions.create(
         model=MODEL, messages=USER, tools=[WEATHER], tool_choice="required", stream=True,
-        max_tokens=48, temperature=0)
+        parallel_tool_calls=False, max_tokens=48, temperature=0)
     chunks = [c for c in stream if c.choices]
     frags = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or ())]
     first = frags[0]
@@ -64,7 +64,7 @@ def test_sdk_streaming_required_call_validates(live) -> None:
 def test_sdk_non_streaming_named_function(live) -> None:
     resp = _sdk(live.url).chat.completions.create(
         model=MODEL, messages=USER, tools=[WEATHER, TIME], max_tokens=48, temperature=0,
-        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        parallel_tool_calls=False, tool_choice={"type": "function", "function": {"name": "get_weather"}})
     calls = resp.choices[0].message.tool_calls
     assert resp.choices[0].finish_reason == "tool_calls" and calls[0].function.name == "get_weather"
     jsonschema.validate(json.loads(calls[0].function.arguments), PARAMS)
@@ -82,7 +82,8 @@ def test_sdk_parallel_false_exactly_one_call(live) -> None:
 def test_sdk_multi_turn_loop(live) -> None:
     client = _sdk(live.url)
     first = client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER],
-                                           tool_choice="required", max_tokens=48, temperature=0)
+                                           tool_choice="required", parallel_tool_calls=False,
+                                           max_tokens=48, temperature=0)
     call = first.choices[0].message.tool_calls[0]
     history = [*USER, first.choices[0].message.model_dump(exclude_none=True),
                {"role": "tool", "tool_call_id": call.id, "content": '{"temp_c": 21, "sky": "clear"}'}]
