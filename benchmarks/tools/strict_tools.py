@@ -12,7 +12,7 @@ A request counts as valid when it made a call whose arguments validate against t
 (jsonschema, formats checked).  Greedy decoding; same prompt and budget for both.
 
 Usage: python benchmarks/tools/strict_tools.py [--n 22] [--max-tokens 128]
-           [--out benchmarks/tools/strict_tools.json]
+           [--out benchmarks/tools/strict_tools.json]      (then --report for the Markdown table)
 """
 
 from __future__ import annotations
@@ -118,12 +118,52 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The README table: one row per schema, then the totals."""
+    by_tool: dict[str, dict[bool, dict[str, Any]]] = {}
+    for r in result["rows"]:
+        by_tool.setdefault(r["file"], {})[r["strict"]] = r
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "–"
+        verdict = "valid" if r["valid"] else ("no call" if not r["call"] else "invalid")
+        return f"{verdict} ({r['finish']}, {r['tokens']} tok)"
+
+    lines = ["| schema file | strict: mode | strict + required | free + required |",
+             "|---|---|---|---|"]
+    for name, pair in by_tool.items():
+        s, f = pair.get(True), pair.get(False)
+        mode = (s["mode"] + (f" ({s['reason']})" if s and s["reason"] else "")) if s else "–"
+        lines.append(f"| {name} | {mode} | {cell(s)} | {cell(f)} |")
+    sm = result["summary"]
+    st, fr = sm["strict_required"], sm["free_required"]
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{x:.0%}"
+
+    lines += ["", "| condition | schemas | calls made | arguments valid | valid when not cut by max_tokens |",
+              "|---|---|---|---|---|"]
+    for label, part in (("strict: true, required (grammar)", st),
+                        ("strict: false, required, unconstrained (asked in the prompt)", fr)):
+        lines.append(f"| {label} | {sm['schemas']} | {pct(part['call'])} | {pct(part['valid'])} | "
+                     f"{pct(part['valid_not_cut'])} |")
+    lines += ["", f"Enforced strict tools: {st['enforced_tools']} of {sm['schemas']}, "
+              f"{pct(st['valid_enforced'])} of them valid; {st['length_cut']} strict and "
+              f"{fr['length_cut']} free runs stopped at max_tokens={result['max_tokens']}."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=22)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--out", default="benchmarks/tools/strict_tools.json")
+    parser.add_argument("--report", action="store_true", help="print the Markdown table of --out")
     args = parser.parse_args(argv)
+    if args.report:
+        print(markdown(json.loads(Path(args.out).read_text())))
+        return 0
 
     from afm_struct.decoding.generator import Generator  # noqa: F401  (import MLX early)
     from afm_struct.models import load_model
