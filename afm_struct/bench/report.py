@@ -90,7 +90,9 @@ def plot_bars(path: Path, title: str, groups: list[str], series: dict[str, list[
               ylabel: str, log_scale: bool = False, percent: bool = False) -> None:
     """Grouped bars: one group per ``groups`` entry, one bar per series (None draws nothing)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(series)) / 2 + 3), 4.2))
+    n = len(groups)
+    width_in = min(12.0, max(6.0, 1.4 * n + 2, 0.55 * n * max(1, len(series)) + 2))
+    fig, ax = plt.subplots(figsize=(width_in, 4.2))
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
@@ -277,7 +279,19 @@ def section_extract(results: list[Result], out: Path) -> list[str]:
             lines.append("")
     plot_bars(out / "extract_validity.png", "Extraction: free vs constrained",
               [name for name, _, _ in _EXTRACT_METRICS], series, ylabel="rate", percent=True)
-    return [*lines, "![extraction validity and accuracy](extract_validity.png)"]
+    lines.append("![extraction validity and accuracy](extract_validity.png)")
+    cat_series: dict[str, list[float | None]] = {}
+    categories = sorted({c for _, d in results for c in (d.get("per_category") or {})})
+    for label, d in results:
+        cats = d.get("per_category") or {}
+        prefix = f"{label} " if len(results) > 1 else ""
+        for mode in ("free", "constrained"):
+            cat_series[prefix + mode] = [(cats.get(c) or {}).get(mode) for c in categories]
+    if categories:
+        plot_bars(out / "extract_categories.png", "Field accuracy by category", categories, cat_series,
+                  ylabel="field accuracy", percent=True)
+        lines += ["", "![field accuracy by category](extract_categories.png)"]
+    return lines
 
 
 def section_serve(results: list[Result], out: Path) -> list[str]:

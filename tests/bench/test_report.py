@@ -91,8 +91,8 @@ def test_report_has_every_section_and_valid_pngs(results: Path, tmp_path: Path) 
         assert title in text
     assert "could not render" not in text
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["decode_tok_s.png", "decode_validity.png", "extract_validity.png", "masks_compile.png",
-                    "masks_mask.png", "serve_latency.png"]
+    assert pngs == ["decode_tok_s.png", "decode_validity.png", "extract_categories.png",
+                    "extract_validity.png", "masks_compile.png", "masks_mask.png", "serve_latency.png"]
     for name in pngs:
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000, name
