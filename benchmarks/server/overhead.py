@@ -52,6 +52,20 @@ def rates(tokens: int, t0: float, first: float, last: float) -> dict:
             "decode_tok_s": (tokens - 1) / (last - first)}
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of this process, plus ``pid``'s (the server) when given.
+
+    On a shared machine wall-clock rates swing with other people's load; CPU time spent per
+    token does not (much), so its ratio is the steadier estimate of the HTTP layer's cost.
+    """
+    t = os.times()
+    total = t.user + t.system
+    if pid is not None:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def engine_run(gen: Generator, prompt_ids: list[int], max_tokens: int) -> dict:
     """One greedy generation on this thread, timed like the HTTP client times a stream."""
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
@@ -124,14 +138,22 @@ def main() -> int:
             engine_run(gen, prompt_ids, 8)  # warm-up both sides
             http_run(client, 8)
             engine, http = [], []
+            pid = server.pid if server is not None else None
+
+            def timed(run: Any, *run_args: Any) -> dict:
+                c0 = cpu_seconds(pid)
+                row = run(*run_args)
+                row["cpu_ms_per_token"] = (cpu_seconds(pid) - c0) * 1e3 / row["tokens"]
+                return dict(row)
+
             for i in range(args.runs):
                 # alternate which side goes first so slow drift does not favour one side
                 if i % 2 == 0:
-                    engine.append(engine_run(gen, prompt_ids, args.max_tokens))
-                    http.append(http_run(client, args.max_tokens))
+                    engine.append(timed(engine_run, gen, prompt_ids, args.max_tokens))
+                    http.append(timed(http_run, client, args.max_tokens))
                 else:
-                    http.append(http_run(client, args.max_tokens))
-                    engine.append(engine_run(gen, prompt_ids, args.max_tokens))
+                    http.append(timed(http_run, client, args.max_tokens))
+                    engine.append(timed(engine_run, gen, prompt_ids, args.max_tokens))
                 print(f"run {i + 1}: engine {engine[-1]['decode_tok_s']:.2f} tok/s, "
                       f"http {http[-1]['decode_tok_s']:.2f} tok/s ({http[-1]['tokens']} tokens)", flush=True)
     finally:
@@ -149,9 +171,12 @@ def main() -> int:
         "model": loaded.info.id, "device": loaded.info.device, "blas": blas_in_use(),
         "runs": args.runs, "max_tokens": args.max_tokens,
         "tokens": [r["tokens"] for r in http],
-        "engine": {"e2e_tok_s": med(engine, "e2e_tok_s"), "decode_tok_s": med(engine, "decode_tok_s")},
-        "http": {"e2e_tok_s": med(http, "e2e_tok_s"), "decode_tok_s": med(http, "decode_tok_s")},
+        "engine": {k: med(engine, k) for k in ("e2e_tok_s", "decode_tok_s", "cpu_ms_per_token")},
+        "http": {k: med(http, k) for k in ("e2e_tok_s", "decode_tok_s", "cpu_ms_per_token")},
     }
+    # engine CPU per token / HTTP CPU per token: the rate ratio when CPU is the bottleneck
+    cpu = summary["engine"]["cpu_ms_per_token"], summary["http"]["cpu_ms_per_token"]
+    summary["cpu_ratio"] = round(cpu[0] / cpu[1], 3)
     summary["ratio_e2e"] = round(summary["http"]["e2e_tok_s"] / summary["engine"]["e2e_tok_s"], 3)
     summary["ratio_decode"] = round(summary["http"]["decode_tok_s"] / summary["engine"]["decode_tok_s"], 3)
     # adjacent runs share the machine's momentary load: their ratio is the steadier estimate
