@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -36,15 +37,17 @@ def _allowed(bitmask: np.ndarray, token: int) -> bool:
 
 
 def walk_instance(constraint: Any, tokenizer: Any, text: str, bitmask: np.ndarray,
-                  mask_us: list[float]) -> bool:
-    """True when the constraint accepts ``text`` token by token (masks timed into ``mask_us``)."""
+                  mask_us: list[float], mask_cpu_us: list[float] | None = None) -> bool:
+    """True when the constraint accepts ``text`` token by token (mask wall / CPU times recorded)."""
     matcher = constraint.new_matcher()
     if matcher is None:
         return True
     for token in tokenizer.encode(text):
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         matcher.fill_mask(bitmask, 0)
         mask_us.append((time.perf_counter() - t0) * 1e6)
+        if mask_cpu_us is not None:
+            mask_cpu_us.append((time.thread_time() - c0) * 1e6)
         if not _allowed(bitmask, token) or not matcher.advance(token):
             return False
     return matcher.is_accepting()
@@ -56,21 +59,23 @@ def run_file(compiler: Any, tokenizer: Any, path: Path, bitmask: np.ndarray) -> 
     from afm_struct.grammar.spec import JsonSchemaRequest, Mode
 
     doc = json.loads(path.read_text())
-    row: dict[str, Any] = {"file": path.name, "mask_us": [], "validation_errors": 0,
+    row: dict[str, Any] = {"file": path.name, "mask_us": [], "mask_cpu_us": [], "validation_errors": 0,
                            "invalidation_errors": 0}
+    cpu0 = time.process_time()  # CPU time: what the compile costs, whatever else runs on the box
     try:
         constraint = compiler.compile(JsonSchemaRequest(doc["schema"]))
     except SchemaError as exc:
         row.update(status="compile_error", reason=exc.message[:200], compile_us=None)
         return row
     row.update(status=constraint.mode.value, rung=constraint.rung.value, reason=constraint.reason,
-               rewrites=list(constraint.rewrites), compile_us=constraint.compile_ms * 1e3)
+               rewrites=list(constraint.rewrites), compile_us=constraint.compile_ms * 1e3,
+               compile_cpu_us=(time.process_time() - cpu0) * 1e6)
     if constraint.reason in ("compile_timeout", "compile_memory"):
         row["timeout"] = True
     enforced = constraint.mode is Mode.ENFORCED
     for i, test in enumerate(doc.get("tests", [])):
         text = json.dumps(test["data"], indent=None, ensure_ascii=False)
-        accepted = walk_instance(constraint, tokenizer, text, bitmask, row["mask_us"])
+        accepted = walk_instance(constraint, tokenizer, text, bitmask, row["mask_us"], row["mask_cpu_us"])
         if enforced and test["valid"] and not accepted:
             row["validation_errors"] += 1
             row.setdefault("failures", []).append({"test": i, "valid": True, "text": text[:200]})
@@ -97,8 +102,12 @@ def summarize(rows: list[dict[str, Any]], backend: str, cached_us: list[float]) 
         "invalidation_error": sum(1 for r in enforced if r["invalidation_errors"]),
         "timeout": sum(1 for r in rows if r.get("timeout")),
         "compile_us": percentiles([r["compile_us"] for r in rows if r["compile_us"] is not None]),
+        "compile_cpu_us": percentiles([r["compile_cpu_us"] for r in rows if "compile_cpu_us" in r]),
         "cached_compile_us": percentiles(cached_us),
         "mask_us": percentiles([t for r in rows for t in r["mask_us"]]),
+        "mask_cpu_us": percentiles([t for r in rows for t in r["mask_cpu_us"]]),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
         "rungs": dict(Counter(r.get("rung", "rejected") for r in rows)),
         "reasons": dict(Counter(r["reason"] for r in rows if r.get("reason")).most_common()),
         "rewrites": dict(Counter(w for r in rows for w in r.get("rewrites", []))),
@@ -112,16 +121,18 @@ def summarize(rows: list[dict[str, Any]], backend: str, cached_us: list[float]) 
 def markdown_table(reports: list[dict[str, Any]]) -> str:
     """One row per report."""
     lines = ["| backend | schemas | enforced | downgraded | compile error | validation err | "
-             "invalidation err | timeout | compile p50 / p90 / p99 (ms) | cached p50 (ms) | "
-             "mask p50 / p90 / p99 (µs) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "invalidation err | timeout | compile p50 / p90 / p99 (ms) | compile CPU p50 / p90 / p99 (ms) "
+             "| cached p50 (ms) | mask p50 / p90 / p99 (µs) | mask CPU p50 (µs) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in reports:
         c, m, k = r["compile_us"], r["mask_us"], r["cached_compile_us"]
+        cc, mc = r.get("compile_cpu_us", c), r.get("mask_cpu_us", m)
         lines.append(
             f"| {r['backend']} | {r['schemas']} | {r['enforced']} ({r['enforced_pct']}%) | {r['downgraded']} "
             f"| {r['compile_error']} | {r['validation_error']} | {r['invalidation_error']} | {r['timeout']} "
-            f"| {c['p50'] / 1e3:.2f} / {c['p90'] / 1e3:.2f} / {c['p99'] / 1e3:.2f} | {k['p50'] / 1e3:.4f} "
-            f"| {m['p50']:.1f} / {m['p90']:.1f} / {m['p99']:.1f} |")
+            f"| {c['p50'] / 1e3:.2f} / {c['p90'] / 1e3:.2f} / {c['p99'] / 1e3:.2f} "
+            f"| {cc['p50'] / 1e3:.2f} / {cc['p90'] / 1e3:.2f} / {cc['p99'] / 1e3:.2f} | {k['p50'] / 1e3:.4f} "
+            f"| {m['p50']:.1f} / {m['p90']:.1f} / {m['p99']:.1f} | {mc['p50']:.1f} |")
     return "\n".join(lines)
 
 
@@ -160,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         compiler.close()
     report = summarize(rows, args.backend, cached_us)
     report["command"] = " ".join(["afm-struct", "bench", "masks", *sys.argv[3:]]) if len(sys.argv) > 2 else ""
-    report["per_schema"] = [{k: v for k, v in r.items() if k != "mask_us"} for r in rows]
+    report["per_schema"] = [{k: v for k, v in r.items() if k not in ("mask_us", "mask_cpu_us")} for r in rows]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False))
     print(markdown_table([report]))

@@ -12,6 +12,7 @@ import functools
 import json
 import warnings
 from typing import Any
+from urllib.parse import unquote
 
 import referencing
 import referencing.exceptions
@@ -72,8 +73,50 @@ def check_schema(schema: Any, *, param: str = "response_format.json_schema.schem
         _check_refs(schema, cls, param)
 
 
+_NOT_SCHEMAS = ("enum", "const", "default", "examples")
+
+
+def _local_refs_resolve(schema: dict[str, Any]) -> bool:
+    """Fast path: True when every ``$ref`` is a JSON pointer into ``schema`` that resolves and no
+    nested ``$id``/``id`` changes the base URI (the common case, no registry needed)."""
+    stack: list[tuple[Any, bool]] = [(schema, True)]
+    while stack:
+        node, is_root = stack.pop()
+        if isinstance(node, dict):
+            if not is_root and isinstance(node.get("$id", node.get("id")), str):
+                return False
+            ref = node.get("$ref")
+            if isinstance(ref, str) and resolve_pointer(schema, ref) is _MISSING:
+                return False
+            stack.extend((v, False) for k, v in node.items() if k not in _NOT_SCHEMAS)
+        elif isinstance(node, list):
+            stack.extend((v, False) for v in node)
+    return True
+
+
+_MISSING = object()
+
+
+def resolve_pointer(schema: Any, ref: str) -> Any:
+    """The target of a local ref ``#`` / ``#/a/b`` in ``schema``, or ``_MISSING``."""
+    if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
+        return _MISSING
+    node = schema
+    for part in ref[2:].split("/") if len(ref) > 1 else []:
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
+
+
 def _check_refs(schema: dict[str, Any], cls: Any, param: str) -> None:
     """Resolve every ``$ref`` from the scope it appears in (``$id`` changes the base URI)."""
+    if _local_refs_resolve(schema):
+        return
     spec = referencing.jsonschema.specification_with(cls.META_SCHEMA.get("$schema", ""),
                                                      default=referencing.jsonschema.DRAFT202012)
     resource = spec.create_resource(schema)
@@ -102,7 +145,7 @@ def _check_refs(schema: dict[str, Any], cls: Any, param: str) -> None:
                     raise SchemaError(f"unresolvable $ref {ref!r}", path=json_path([*path, "$ref"]),
                                       param=param) from exc
             for key, value in node.items():
-                if key in ("enum", "const", "default", "examples"):
+                if key in _NOT_SCHEMAS:
                     continue
                 if key in ("properties", "patternProperties", "$defs", "definitions",
                            "dependentSchemas") and isinstance(value, dict):
