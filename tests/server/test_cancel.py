@@ -7,6 +7,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from afm_struct.testing import Script
 
@@ -160,3 +161,37 @@ def test_duplicate_in_flight_request_id_is_409(serve) -> None:
     again = httpx.post(f"{live.url}/v1/chat/completions", json={"messages": USER, "max_tokens": 2},
                        headers={"X-Request-ID": "dup"})
     assert again.status_code == 200
+
+
+def test_cancel_while_queued_behind_another_request(serve) -> None:
+    live = serve(Script(LONG, delay_s=0.02), max_active=1, max_queue=2)
+    with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
+                      json={"messages": USER, "stream": True}, headers={"X-Request-ID": "runner"}) as first:
+        runner_lines = first.iter_lines()  # keep it: a dropped iterator closes the connection
+        next(runner_lines)
+        with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
+                          json={"messages": USER, "stream": True, "stream_options": {"include_usage": True}},
+                          headers={"X-Request-ID": "waiter"}) as queued:
+            assert queued.status_code == 200  # admitted to the queue: headers go out at once
+            assert _cancel(live.url, "waiter").status_code == 200
+            assert _cancel(live.url, "runner").status_code == 200  # frees the slot
+            events = decode([line[6:] for line in queued.iter_lines() if line.startswith("data: ")])
+    assert events[-2]["choices"][0]["finish_reason"] == "cancelled"
+    assert events[-1]["usage"]["completion_tokens"] == 0  # it never ran
+
+
+@pytest.mark.xfail(strict=True, reason="the scheduler finishes a cancelled waiting request only when "
+                                       "a slot frees (scheduler change requested)")
+def test_cancel_while_queued_ends_the_stream_promptly(serve) -> None:
+    live = serve(Script(" ".join(f"w{i}" for i in range(40)), delay_s=0.02), max_active=1, max_queue=2)
+    with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
+                      json={"messages": USER, "stream": True}, headers={"X-Request-ID": "runner2"}) as first:
+        runner_lines = first.iter_lines()  # keep it: a dropped iterator closes the connection
+        next(runner_lines)
+        with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
+                          json={"messages": USER, "stream": True},
+                          headers={"X-Request-ID": "waiter2"}) as queued:
+            t0 = time.perf_counter()
+            assert _cancel(live.url, "waiter2").status_code == 200
+            list(queued.iter_lines())
+            assert time.perf_counter() - t0 < 0.5
