@@ -1,0 +1,79 @@
+"""The tool-call seam: a DeltaRouter that emits tool_calls deltas flows through both paths.
+
+The real tool-call parser is the tools issue; this plugs a toy one into ``make_router`` to pin
+down the wire shape the server produces for it (deltas by index, ``finish_reason:
+"tool_calls"``, merged calls in non-streaming responses) and that the client assembles it.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from afm_struct.client import Client
+from server import completions
+
+from .conftest import USER, decode, stream_raw
+
+
+class ToyToolRouter:
+    """Text 'name|args-fragment;...' → one tool call per name, arguments streamed in pieces."""
+
+    def __init__(self, **_: object) -> None:
+        self.index = -1
+        self.buf = ""
+
+    def feed(self, text: str) -> list[dict]:
+        out = []
+        self.buf += text
+        while ";" in self.buf:
+            piece, self.buf = self.buf.split(";", 1)
+            name, frag = piece.strip().split("|", 1)
+            if name:
+                self.index += 1
+                out.append({"tool_calls": [{"index": self.index, "id": f"call_{self.index}",
+                                            "type": "function",
+                                            "function": {"name": name, "arguments": frag}}]})
+            else:
+                out.append({"tool_calls": [{"index": self.index, "function": {"arguments": frag}}]})
+        return out
+
+    def finish(self) -> list[dict]:
+        return []
+
+    def finish_reason(self, reason: str) -> str:
+        return "tool_calls" if self.index >= 0 and reason == "stop" else reason
+
+
+SCRIPT = 'read_file|{"pa;|th": "a.md"};ls|{};|'
+EXPECTED = [
+    {"id": "call_0", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.md"}'}},
+    {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]
+
+
+@pytest.fixture
+def tool_server(serve, monkeypatch):
+    monkeypatch.setattr(completions, "make_router", ToyToolRouter)
+    return serve(SCRIPT)
+
+
+def test_streamed_tool_call_deltas_and_finish_reason(tool_server) -> None:
+    _, payloads = stream_raw(tool_server.url, {"messages": USER})
+    events = decode(payloads)
+    deltas = [e["choices"][0]["delta"] for e in events]
+    assert deltas[0]["role"] == "assistant" and deltas[0]["tool_calls"][0]["index"] == 0
+    assert [d["tool_calls"][0]["index"] for d in deltas if "tool_calls" in d] == [0, 0, 1]
+    assert events[-1]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None,
+                                        "finish_reason": "tool_calls"}
+    with Client(tool_server.url) as client:
+        result = client.chat(USER)
+    assert [c.to_dict() for c in result.tool_calls] == EXPECTED
+    assert result.finish_reason == "tool_calls" and result.content == ""
+
+
+def test_non_streaming_merges_tool_calls(tool_server) -> None:
+    body = httpx.post(f"{tool_server.url}/v1/chat/completions", json={"messages": USER}).json()
+    message = body["choices"][0]["message"]
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    assert message["content"] is None
+    assert message["tool_calls"] == EXPECTED
