@@ -86,16 +86,41 @@ def run_one(loaded: Any, path: Path, *, strict: bool, max_tokens: int) -> dict[s
     calls = router.calls
     outcome = plan.validate_call(calls[0]["function"]["name"], calls[0]["function"]["arguments"]) \
         if calls else None
+    # A call cut by max_tokens is incomplete even if closing its brackets happens to validate.
+    close = plan.format.close
+    complete = bool(calls) and (finished.reason != "length" or bool(close and close in finished.text))
+    loose = lenient_arguments(finished.text, name)
     return {
         "file": path.name, "tool": name, "strict": strict,
         "constrained": plan.constraint is not None,
         "mode": ("downgraded" if plan.downgraded else "enforced") if plan.constraint else "free",
-        "reason": plan.reason, "call": bool(calls), "valid": bool(outcome and outcome.ok),
+        "reason": plan.reason, "call": bool(calls), "complete": complete,
+        "valid": bool(outcome and outcome.ok and complete),
+        "valid_if_closed": bool(outcome and outcome.ok),
+        "valid_lenient": loose is not None and plan.validate_call(name, json.dumps(loose)).ok,
         "errors": list(outcome.errors[:2]) if outcome else ["no call"],
         "finish": finished.reason, "tokens": finished.usage.completion_tokens,
         "compile_s": round(compile_s, 3), "gen_s": round(finished.timings.decode_s, 2),
-        "text": finished.text[:400],
+        "text": finished.text,
     }
+
+
+def lenient_arguments(text: str, name: str) -> Any:
+    """Arguments of the first JSON object anywhere in ``text`` that names ``name`` and carries
+    ``arguments``/``parameters`` (fenced or bare, no tags): the most a lenient reader could get."""
+    decoder = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch != "{":
+            continue
+        try:
+            value, _ = decoder.raw_decode(text, i)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value.get("name") == name:
+            for key in ("arguments", "parameters"):
+                if key in value:
+                    return value[key]
+    return None
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -107,7 +132,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     enforced = [r for r in strict if r["mode"] == "enforced"]
     return {
         "schemas": len(strict),
+        "valid_lenient": {"strict": share(strict, "valid_lenient"), "free": share(free, "valid_lenient")},
         "strict_required": {"valid": share(strict, "valid"), "call": share(strict, "call"),
+                            "valid_if_closed": share(strict, "valid_if_closed"),
                             "valid_not_cut": share([r for r in strict if r["finish"] != "length"], "valid"),
                             "enforced_tools": len(enforced), "valid_enforced": share(enforced, "valid"),
                             "downgraded_tools": len(strict) - len(enforced),
@@ -149,8 +176,11 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {label} | {sm['schemas']} | {pct(part['call'])} | {pct(part['valid'])} | "
                      f"{pct(part['valid_not_cut'])} |")
     lines += ["", f"Enforced strict tools: {st['enforced_tools']} of {sm['schemas']}, "
-              f"{pct(st['valid_enforced'])} of them valid; {st['length_cut']} strict and "
-              f"{fr['length_cut']} free runs stopped at max_tokens={result['max_tokens']}."]
+              f"{pct(st['valid_enforced'])} of them with complete valid calls; {st['length_cut']} strict "
+              f"and {fr['length_cut']} free runs stopped at max_tokens={result['max_tokens']}; strict "
+              f"calls valid once their brackets are closed: {pct(st.get('valid_if_closed'))}.",
+              f"Lenient reading of the free runs (any JSON object in the text naming the tool, with "
+              f"arguments/parameters, tags or not): {pct(sm.get('valid_lenient', {}).get('free'))} valid."]
     return "\n".join(lines)
 
 
