@@ -9,6 +9,7 @@ keywords llguidance enforces, or leaves it unchanged when it cannot prove equiva
 * ``dependencies``       ``dependentRequired`` / ``dependencies`` / ``dependentSchemas`` → ``anyOf``
 * ``min_max_properties`` redundant or enumerable ``minProperties`` / ``maxProperties``
 * ``noop_keyword``       keywords that constrain nothing (``uniqueItems: false``, lone ``if``)
+* ``ref_siblings``       keywords next to ``$ref`` in drafts 4–7 (ignored by those drafts) → dropped
 
 All functions are pure: the input is never mutated, the output shares no mutable state with it.
 A node reached by a ``$ref`` through a keyword a rewrite removes is left alone (the pointer
@@ -325,7 +326,27 @@ _REWRITES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
+# Keys next to a draft ≤ 7 ``$ref`` that still matter: they locate ref targets or set the base URI.
+_REF_KEEP = frozenset({"$ref", "$schema", "$id", "id", "definitions", "$defs"})
+
+
+def rewrite_ref_siblings(node: dict[str, Any], draft: int, path: str,
+                         refs: set[str]) -> dict[str, Any] | None:
+    """Drafts 4–7 ignore every keyword next to ``$ref``; llguidance intersects them (2019+
+    semantics).  Drop them, except keys that hold ref targets or change the base URI."""
+    if not (isinstance(node.get("$ref"), str) and draft in (4, 6, 7)):
+        return None
+    drop = [k for k in node if k not in _REF_KEEP and f"{path}/{k}" not in refs]
+    if not drop:
+        return None
+    return {k: v for k, v in node.items() if k not in drop}
+
+
 def _rewrite_node(node: dict[str, Any], path: str, ctx: _Ctx) -> dict[str, Any]:
+    new_ref = rewrite_ref_siblings(node, ctx.draft, path, ctx.refs)
+    if new_ref is not None:
+        node = new_ref
+        ctx.applied.add("ref_siblings")
     for name, func_name, removes in _REWRITES:
         if any(f"{path}/{k}" in ctx.refs for k in removes):
             continue

@@ -62,6 +62,11 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
      {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
       "additionalProperties": False, "minProperties": 1, "maxProperties": 2},
      [{"a": 1}, {"b": 2}, {"a": 1, "b": 2}], [{}, {"c": 1}]),
+    ("ref_siblings",  # draft 7 ignores keywords next to $ref (llguidance would intersect them)
+     {"$schema": "http://json-schema.org/draft-07/schema#",
+      "definitions": {"p": {"type": ["string", "object"]}},
+      "properties": {"s": {"$ref": "#/definitions/p", "enum": ["key", "sas"], "description": "d"}}},
+     [{"s": {"key": "x"}}, {"s": "other"}, {}], [{"s": 3}, {"s": None}]),
     ("noop_keyword", {"type": "array", "items": {"type": "integer"}, "uniqueItems": False,
                       "additionalItems": False},
      [[], [1, 1]], [["a"], "x"]),
