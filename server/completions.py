@@ -22,10 +22,11 @@ from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
 from afm_struct.decoding.scheduler import Handle, Scheduler
 from afm_struct.errors import AfmError, GenerationError
 from afm_struct.models.loader import LoadedModel
+from afm_struct.tools import ToolPlan, plan_tools
 
 from . import sse
 from .cancel import Inflight, InflightRegistry
-from .channels import Delta, make_router
+from .channels import Delta, DeltaRouter, make_router
 from .profile import (
     PROFILE_EXTENDED,
     ProfileSampler,
@@ -35,7 +36,7 @@ from .profile import (
     read_energy_uj,
 )
 from .request import check_model, check_n, sampling_params, template_messages, template_tools
-from .schemas import ChatCompletionRequest
+from .schemas import ChatCompletionRequest, NamedToolChoice
 from .settings import ServerSettings
 from .structured import Compile, StructuredPlan, plan_structured
 
@@ -68,6 +69,12 @@ class Prepared:
     counter: TokenCounter
     started: float
     reasoning: ReasoningTags | None = None
+    tools: ToolPlan | None = None
+
+    @property
+    def downgraded(self) -> bool:
+        """A strict schema or strict tool grammar runs best-effort."""
+        return self.plan.downgraded or bool(self.tools and self.tools.downgraded)
 
 
 @dataclass
@@ -86,24 +93,50 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
     check_n(body.n)
     check_model(body.model, state.loaded.info.id)
     messages = template_messages(body.messages)
-    tools = template_tools(body)
+    template_tools(body)  # tool/tool_choice admission checks (400s naming the parameter)
     params = sampling_params(body, default_max_tokens=state.settings.default_max_tokens)
     tokenizer = state.loaded.tokenizer
     plan = await plan_structured(tokenizer, body.response_format, compile_fn=state.compile_fn)
+    tool_plan = await plan_request_tools(state, body, messages)
+    constraint = plan.constraint
+    if tool_plan is not None and tool_plan.constraint is not None:
+        # One mask per request: the tool grammar (which allows free text where the format does)
+        # wins; a JSON response_format then runs best-effort, deferred and sanitized.
+        plan = plan.without_mask("a tool grammar owns the mask")
+        constraint = tool_plan.constraint
     # Template rendering and tokenization of a long chat take milliseconds: keep them off the loop.
-    prompt_ids = await asyncio.to_thread(tokenizer.encode_chat, messages, tools=tools)
+    if tool_plan is not None:
+        prompt_ids = await asyncio.to_thread(tool_plan.encode_prompt, tokenizer)
+    else:
+        prompt_ids = await asyncio.to_thread(tokenizer.encode_chat, messages)
     reasoning = reasoning_tags(state, prompt_ids)
     counter = TokenCounter()
-    generation = GenerationRequest(prompt_ids=prompt_ids, params=params, constraint=plan.constraint,
+    generation = GenerationRequest(prompt_ids=prompt_ids, params=params, constraint=constraint,
                                    logits_processors=[counter], request_id=request_id,
                                    # the mask governs the answer, after any thinking block
-                                   reasoning=reasoning if plan.constraint is not None else None)
+                                   reasoning=reasoning if constraint is not None else None)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
                                model=state.loaded.info.id)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return Prepared(request_id=request_id, ident=ident, generation=generation, plan=plan,
                     stream=body.stream, include_usage=include_usage, profile_key=profile_key,
-                    counter=counter, started=started, reasoning=reasoning)
+                    counter=counter, started=started, reasoning=reasoning, tools=tool_plan)
+
+
+async def plan_request_tools(state: ServerState, body: ChatCompletionRequest,
+                             messages: list[dict[str, Any]]) -> ToolPlan | None:
+    """The tools plan (prompt rendering, tool grammar, call router), or None without tools.
+
+    Compiling a tool grammar can take a while: it runs in a worker thread.
+    """
+    if not body.tools:
+        return None
+    tools = [t.model_dump(exclude_none=True) for t in body.tools]
+    choice = body.tool_choice
+    choice_value = choice.model_dump() if isinstance(choice, NamedToolChoice) else choice
+    return await asyncio.to_thread(plan_tools, state.loaded.tokenizer, tools, choice_value,
+                                   body.parallel_tool_calls, messages=messages,
+                                   compile_fn=state.compile_fn)
 
 
 def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags | None:
@@ -144,8 +177,12 @@ class Run:
         """Protocol deltas in order; afterwards :attr:`outcome` is set."""
         plan = self.prepared.plan
         tags = self.prepared.reasoning
-        router = make_router(reasoning_tags=(tags.open, tags.close) if tags else None,
-                             start_in_reasoning=bool(tags and tags.opened_in_prompt))
+        pair = (tags.open, tags.close) if tags else None
+        opened = bool(tags and tags.opened_in_prompt)
+        tool_plan = self.prepared.tools
+        router: DeltaRouter = (
+            tool_plan.make_router(reasoning_tags=pair, start_in_reasoning=opened)
+            if tool_plan is not None else make_router(reasoning_tags=pair, start_in_reasoning=opened))
         deferred: list[str] = []
 
         def route(items: list[Delta]) -> list[Delta]:
@@ -291,6 +328,6 @@ def response_headers(prepared: Prepared) -> dict[str, str]:
     if prepared.stream:
         headers.update({"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                         "X-Accel-Buffering": "no"})
-    if prepared.plan.downgraded:
+    if prepared.downgraded:
         headers["X-Grammar-Constraints"] = "downgraded"
     return headers

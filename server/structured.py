@@ -10,6 +10,7 @@ served best-effort sets ``X-Grammar-Constraints: downgraded``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -68,6 +69,14 @@ class StructuredPlan:
     downgraded: bool  # a strict request runs best-effort: X-Grammar-Constraints: downgraded
     reason: str | None = None
     sanitize: Callable[[str], str] = sanitize_json_text
+    strict: bool = False  # the caller asked for json_schema strict
+
+    def without_mask(self, reason: str) -> StructuredPlan:
+        """This plan run best-effort (another constraint owns the mask): deferred + sanitized."""
+        if not self.json_output:
+            return self
+        return dataclasses.replace(self, constraint=None, enforced=False, downgraded=self.strict,
+                                   reason=reason)
 
     @property
     def defer(self) -> bool:
@@ -128,10 +137,11 @@ async def plan_structured(tokenizer: Tokenizer, fmt: ResponseFormat | None, *,
     compile_fn = compile_fn or default_compiler()
     if compile_fn is None:
         return StructuredPlan(constraint=None, json_output=True, enforced=False, downgraded=strict,
-                              reason="no grammar compiler in this build; output is sanitized")
+                              reason="no grammar compiler in this build; output is sanitized",
+                              strict=strict)
     compiled = await asyncio.to_thread(compile_fn, tokenizer, request)
     enforced = str(getattr(compiled, "mode", "downgraded")) == "enforced"
     sanitize = getattr(compiled, "sanitize", None) or sanitize_json_text
     return StructuredPlan(constraint=compiled, json_output=True, enforced=enforced,
                           downgraded=strict and not enforced, reason=getattr(compiled, "reason", None),
-                          sanitize=sanitize)
+                          sanitize=sanitize, strict=strict)
