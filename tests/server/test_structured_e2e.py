@@ -68,3 +68,21 @@ def test_strict_schema_that_must_be_relaxed_sets_the_downgrade_header(serve) -> 
     r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60,
                    json={"messages": USER, "response_format": _fmt(schema, strict=False), "max_tokens": 40})
     assert r.status_code == 200 and "x-grammar-constraints" not in r.headers
+
+
+def test_tool_grammar_and_json_response_format_share_one_mask(serve) -> None:
+    tool = {"type": "function", "function": {"name": "get_time", "strict": True,
+                                             "parameters": {"type": "object", "properties": {},
+                                                            "additionalProperties": False}}}
+    live = serve('```json\n{"name": "Ada", "age": 36}\n```')
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+        "messages": USER, "tools": [tool], "tool_choice": "auto", "response_format": _fmt(SCHEMA)})
+    assert r.status_code == 200
+    # the tool grammar owns the mask, so the strict schema ran best-effort: flagged and sanitized
+    assert r.headers.get("x-grammar-constraints") == "downgraded"
+    message = r.json()["choices"][0]["message"]
+    assert json.loads(message["content"]) == {"name": "Ada", "age": 36}
+    assert not message.get("tool_calls")
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+        "messages": USER, "tools": [tool], "tool_choice": "auto"})
+    assert r.status_code == 200 and "x-grammar-constraints" not in r.headers  # the tool grammar is exact
