@@ -215,7 +215,7 @@ class Run:
                     yield {"content": text}
             reason = "cancelled" if cancelled else router.finish_reason(event.reason)
             self.outcome = Outcome(reason, event)
-        if self.outcome is None:  # the scheduler stopped without a Finished (shutdown)
+        if self.outcome is None:  # defensive: the event stream ended without a Finished
             self.outcome = Outcome("error", Finished("error", _usage(self), _timings(), ""),
                                    GenerationError("the server is shutting down"))
 
