@@ -147,6 +147,10 @@ class Scheduler:
                 block = False
         except queue.Empty:
             pass
+        # A request cancelled while it waits ends now, not when a slot frees.
+        for handle in [h for h in self._waiting if h.cancel_event.is_set()]:
+            self._waiting.remove(handle)
+            self._start(handle)
         while self._waiting and len(self.generator.active) < self.limits.max_active:
             handle = self._waiting.pop(0)
             self._start(handle)

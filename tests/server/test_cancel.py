@@ -7,7 +7,6 @@ import threading
 import time
 
 import httpx
-import pytest
 
 from afm_struct.testing import Script
 
@@ -180,8 +179,6 @@ def test_cancel_while_queued_behind_another_request(serve) -> None:
     assert events[-1]["usage"]["completion_tokens"] == 0  # it never ran
 
 
-@pytest.mark.xfail(strict=True, reason="the scheduler finishes a cancelled waiting request only when "
-                                       "a slot frees (scheduler change requested)")
 def test_cancel_while_queued_ends_the_stream_promptly(serve) -> None:
     live = serve(Script(" ".join(f"w{i}" for i in range(40)), delay_s=0.02), max_active=1, max_queue=2)
     with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
