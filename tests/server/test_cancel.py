@@ -100,13 +100,15 @@ def test_cancel_non_streaming_request(serve) -> None:
 
 def test_cancel_racing_completion_is_consistent(serve) -> None:
     """Whatever the interleaving, 200 ⇔ the stream says cancelled, and 404 ⇔ it does not."""
-    live = serve(Script("a b c d e f", delay_s=0.005))
+    # ~12 steps of 20 ms: early cancels land mid-stream even on a loaded machine, late ones
+    # race the completion.
+    live = serve(Script("a b c d e f g h i j k l", delay_s=0.02))
     outcomes = set()
     for i in range(12):
         rid = f"race-{i}"
         with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
                           json={"messages": USER, "stream": True}, headers={"X-Request-ID": rid}) as response:
-            time.sleep(0.004 * i)
+            time.sleep(0.025 * i)
             status = _cancel(live.url, rid).status_code
             reasons = [json.loads(line[6:])["choices"][0]["finish_reason"]
                        for line in response.iter_lines() if line.startswith("data: {")]
