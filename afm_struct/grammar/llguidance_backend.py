@@ -9,6 +9,7 @@ immutable grammar string already checked against the tokenizer; every request ge
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import llguidance
@@ -23,6 +24,21 @@ from .spec import CompileOptions
 # wall-clock timeout: a grammar that would blow them fails fast instead of running away.
 DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
                   "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000}
+
+
+_LL_TOKENIZERS: dict[int, tuple[Any, Any]] = {}
+_LL_LOCK = threading.Lock()
+
+
+def ll_tokenizer_for(tokenizer: Any) -> Any:
+    """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build)."""
+    with _LL_LOCK:
+        hit = _LL_TOKENIZERS.get(id(tokenizer))
+        if hit is not None and hit[0] is tokenizer:
+            return hit[1]
+        ll = llguidance.hf.from_tokenizer(tokenizer.hf, n_vocab=int(tokenizer.vocab_size))
+        _LL_TOKENIZERS[id(tokenizer)] = (tokenizer, ll)
+        return ll
 
 
 class BackendCompileError(Exception):
@@ -118,7 +134,7 @@ class LLGuidanceBackend:
     def __init__(self, tokenizer: Any, *, limits: dict[str, int] | None = None) -> None:
         self.vocab_size = int(tokenizer.vocab_size)
         self.words = mask_words(self.vocab_size)
-        self.ll_tokenizer = llguidance.hf.from_tokenizer(tokenizer.hf, n_vocab=self.vocab_size)
+        self.ll_tokenizer = ll_tokenizer_for(tokenizer)
         self._limits = {**DEFAULT_LIMITS, **(limits or {})}
 
     def _build(self, grammar: str) -> LLGuidanceGrammar:

@@ -37,10 +37,17 @@ def test_committed_sample_llguidance(compiler, tokenizer) -> None:  # type: igno
 
 
 def test_committed_sample_outlines(outlines_compiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    report = _run(outlines_compiler, tokenizer, SAMPLE[:6])
+    # outlines-core index builds take seconds to minutes: the files it builds in under ~1 s.
+    quick = [DATA / f"{n}.json" for n in ("Github_trivial---o10076", "JsonSchemaStore---first-timers",
+                                          "Kubernetes---kb_753_Normalized", "Snowplow---sp_84_Normalized",
+                                          "Github_medium---o8453")]
+    report = _run(outlines_compiler, tokenizer, quick)
     assert report["served"] == report["schemas"]
     assert report["invalidation_error"] == 0, report["failures"]
-    assert report["enforced"] >= 1
+    assert report["validation_error"] == 0, report["failures"]
+    assert report["enforced"] >= 2
+    # Open objects are not exact on outlines-core (it closes them): downgraded with that reason.
+    assert report["reasons"].get("unsupported_keyword:additionalProperties", 0) >= 1
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason=f"JSONSchemaBench dev set not present at {SHARED}")
