@@ -8,7 +8,10 @@ engine, HTTP, ...) so drift on a shared machine hits both sides alike; medians a
 
 Two rates per run:
 * end-to-end: completion tokens / (request start → last token), prefill included;
-* decode: (completion tokens - 1) / (first token → last token).
+* decode: (completion tokens - 1) / (first token → last token);
+* same-run ratio: for each HTTP run, the engine's own time for that very generation (queue +
+  prefill + decode, from the ``X-AFM-Profile`` timings) over the client's request → last
+  token time.  Both clocks cover the same window, so neighbours' load cancels out.
 
 Usage: LD_PRELOAD=$(.venv/bin/python -m afm_struct.models.blas) \
        .venv/bin/python benchmarks/server/overhead.py [--runs 5] [--max-tokens 128]
@@ -88,7 +91,7 @@ def http_run(client: Client, max_tokens: int) -> dict:
     t0 = time.perf_counter()
     first = last = None
     result = None
-    for event in client.stream(PROMPT, max_tokens=max_tokens, temperature=0,
+    for event in client.stream(PROMPT, max_tokens=max_tokens, temperature=0, profile="true",
                                stream_options={"include_usage": True}):
         now = time.perf_counter()
         if event.kind == "delta":
@@ -96,8 +99,14 @@ def http_run(client: Client, max_tokens: int) -> dict:
             last = now
         elif event.kind == "done":
             result = event.data
-    assert first is not None and last is not None and result is not None
-    return rates(result.usage["completion_tokens"], t0, first, last)
+    assert first is not None and last is not None and result is not None and result.profile
+    row = rates(result.usage["completion_tokens"], t0, first, last)
+    # The same generation as the engine inside the server timed it (queue + prefill + decode):
+    # client and engine share the time window, so other processes' load cancels out.
+    timing = result.profile["timing"]
+    engine_s = timing["queued_s"] + timing["prefill_s"] + timing["decode_s"]
+    row["same_run_ratio"] = engine_s / (last - t0)
+    return row
 
 
 def main() -> int:
@@ -175,6 +184,7 @@ def main() -> int:
         "http": {k: med(http, k) for k in ("e2e_tok_s", "decode_tok_s", "cpu_ms_per_token")},
     }
     # engine CPU per token / HTTP CPU per token: the rate ratio when CPU is the bottleneck
+    summary["same_run_ratio_median"] = med(http, "same_run_ratio")
     cpu = summary["engine"]["cpu_ms_per_token"], summary["http"]["cpu_ms_per_token"]
     summary["cpu_ratio"] = round(cpu[0] / cpu[1], 3)
     summary["ratio_e2e"] = round(summary["http"]["e2e_tok_s"] / summary["engine"]["e2e_tok_s"], 3)
