@@ -49,6 +49,7 @@ def collect(paths: list[str]) -> dict[str, list[Result]]:
     for p in map(Path, paths):
         files.extend(sorted(p.rglob("*.json")) if p.is_dir() else [p])
     found: dict[str, list[Result]] = {k: [] for k in KINDS}
+    stems: dict[str, list[str]] = {k: [] for k in KINDS}
     for path in files:
         try:
             doc = json.loads(path.read_text())
@@ -61,10 +62,13 @@ def collect(paths: list[str]) -> dict[str, list[Result]]:
             continue
         label = doc.get("backend", path.stem) if kind == "masks" else path.stem
         found[kind].append((label, doc))
-    for results in found.values():  # two masks runs of one backend still need distinct labels
+        stems[kind].append(path.stem)
+    for kind, results in found.items():  # two masks runs of one backend: tell them by file name
         labels = [label for label, _ in results]
         if len(set(labels)) < len(labels):
-            results[:] = [(f"{label} ({i + 1})", doc) for i, (label, doc) in enumerate(results)]
+            names = stems[kind] if len(set(stems[kind])) == len(stems[kind]) else \
+                [f"{stem} ({i + 1})" for i, stem in enumerate(stems[kind])]
+            results[:] = [(name, doc) for name, (_, doc) in zip(names, results, strict=True)]
     return found
 
 
@@ -99,8 +103,8 @@ def plot_bars(path: Path, title: str, groups: list[str], series: dict[str, list[
         heights = [v if v is not None else 0.0 for v in values]
         bars = ax.bar(xs, heights, width, label=name)
         for bar, v in zip(bars, values, strict=True):
-            if v is not None:
-                text = f"{v:.0%}" if percent else f"{v:.3g}"
+            if v is not None and n * len(series) <= 24:  # beyond that the labels overlap
+                text = f"{v:.0%}" if percent else f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
                 ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                             va="bottom", fontsize=7)
     ax.set_xticks(range(len(groups)), groups, rotation=20 if len(groups) > 4 else 0, ha="right"

@@ -81,6 +81,9 @@ def test_collect_skips_unknown(results: Path, caplog: pytest.LogCaptureFixture) 
     assert {k: len(v) for k, v in found.items()} == {"masks": 2, "decode": 1, "extract": 1, "serve": 1}
     assert [label for label, _ in found["masks"]] == ["llguidance", "outlines"]
     assert sum("skipping" in r.message for r in caplog.records) == 3
+    (results / "masks_llg_again.json").write_text(json.dumps(_masks("llguidance", False)))
+    again = collect([str(results)])["masks"]
+    assert [label for label, _ in again] == ["masks_llg", "masks_llg_again", "masks_outlines"]
 
 
 def test_report_has_every_section_and_valid_pngs(results: Path, tmp_path: Path) -> None:
