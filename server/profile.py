@@ -149,7 +149,16 @@ class ProfileSampler:
         return self.samples
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        # Sleep to absolute deadlines so a late wake-up (a loaded machine) does not push every
+        # later sample back; if one is missed entirely, sample at once and resume the grid.
+        deadline = time.perf_counter()
+        while True:
+            deadline += self.interval_s
+            now = time.perf_counter()
+            if deadline < now:
+                deadline = now
+            if self._stop.wait(deadline - now):
+                return
             self._sample()
 
     def _sample(self) -> None:
