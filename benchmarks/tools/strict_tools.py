@@ -154,7 +154,8 @@ def markdown(result: dict[str, Any]) -> str:
     def cell(r: dict[str, Any] | None) -> str:
         if r is None:
             return "–"
-        verdict = "valid" if r["valid"] else ("no call" if not r["call"] else "invalid")
+        verdict = ("valid" if r["valid"] else "no call" if not r["call"]
+                   else "cut short" if not r.get("complete", True) else "invalid")
         return f"{verdict} ({r['finish']}, {r['tokens']} tok)"
 
     lines = ["| schema file | strict: mode | strict + required | free + required |",
