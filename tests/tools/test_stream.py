@@ -14,6 +14,7 @@ from afm_struct.client import StreamAssembler
 from afm_struct.tools import ToolCallRouter, load_table
 
 from .conftest import assemble, check_first_deltas
+from .test_parser import CASES
 
 HERMES = load_table().get("hermes")
 TWO_CALLS = ('I will look both up.\n<tool_call>\n{"name": "get_weather", "arguments": '
@@ -149,4 +150,16 @@ def test_assembler_and_sdk_agree_on_interleaved_indices() -> None:
 def test_assembler_and_sdk_agree_with_content_around_calls() -> None:
     text = "Before. " + TWO_CALLS + " After."
     deltas, router = route(text, random_cuts(text, 99))
+    assert_agree(deltas, router.finish_reason("stop"))
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_assembler_and_sdk_agree_on_every_parser_case(case: int) -> None:
+    fmt_name, text, _ = CASES[case]
+    router = ToolCallRouter(load_table().get(fmt_name))
+    deltas: list[dict[str, Any]] = []
+    for cut in range(0, len(text), 3):
+        deltas += router.feed(text[cut:cut + 3])
+    deltas += router.finish()
+    check_first_deltas(deltas)
     assert_agree(deltas, router.finish_reason("stop"))
