@@ -1,7 +1,7 @@
 """Tools end to end over HTTP: the official openai SDK and the client assembler against the server.
 
-Skipped until the server calls :func:`afm_struct.tools.plan_tools` (server wiring pending); the
-tests are written against the contract so they run unchanged once it does.
+Skipped only if the server does not call :func:`afm_struct.tools.plan_tools` (a build without the
+tools wiring).
 """
 
 from __future__ import annotations
