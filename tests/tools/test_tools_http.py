@@ -9,18 +9,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import httpx
 import jsonschema
 import openai
 import pytest
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletionChunk
 
-from afm_struct.client import Client
+from afm_struct.client import Client, StreamAssembler
 from afm_struct.testing import scripted_loaded_model
 
 from .conftest import TIME, WEATHER
 
 try:  # the server package may be mid-change; these tests need it only once tools are wired
     import server.completions as _completions
-    from tests.server.conftest import LiveServer, start_server
+    from server.live import LiveServer, start_server
+    from server.settings import ServerSettings
     WIRED = hasattr(_completions, "plan_tools")  # the server imports the planner once wired
 except Exception:  # pragma: no cover - import problems mean: not wired
     WIRED = False
@@ -118,5 +122,40 @@ def test_unenforceable_strict_tool_sets_the_downgraded_header(tokenizer) -> None
             model="scripted", messages=USER, tools=[odd], tool_choice="required", max_tokens=40)
         assert raw.headers["x-grammar-constraints"] == "downgraded"
         assert raw.parse().choices[0].message.tool_calls[0].function.name == "odd"
+    finally:
+        server.stop()
+
+
+SCRIPTED_TURN = ("<think>The user wants the weather.</think>\nChecking.\n<tool_call>\n"
+                 '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>')
+
+
+def test_reasoning_content_and_a_call_over_sse(tokenizer) -> None:
+    """Scripted: thinking, then text, then a strict call (auto: lazy grammar) over real SSE."""
+    server = start_server(scripted_loaded_model(tokenizer, SCRIPTED_TURN), ServerSettings(reasoning="think"))
+    try:
+        body = {"messages": USER, "tools": [WEATHER, TIME], "stream": True, "max_tokens": 120}
+        with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            payloads = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        assembler, state = StreamAssembler(), ChatCompletionStreamState()
+        for p in payloads:
+            assembler.feed_data(p)
+            if p != "[DONE]":
+                chunk = json.loads(p)
+                if chunk.get("choices"):
+                    state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+        ours = assembler.close()
+        sdk = state.get_final_completion().choices[0]
+        assert ours.reasoning_content == "The user wants the weather." and ours.content == "Checking."
+        assert ours.finish_reason == sdk.finish_reason == "tool_calls"
+        assert [(c.name, c.arguments) for c in ours.tool_calls] == [
+            (c.function.name, c.function.arguments) for c in sdk.message.tool_calls]
+        jsonschema.validate(json.loads(ours.tool_calls[0].arguments), PARAMS)
+        plain = _sdk(server.url).chat.completions.create(model="scripted", messages=USER,
+                                                         tools=[WEATHER, TIME], max_tokens=120)
+        msg = plain.choices[0].message
+        assert plain.choices[0].finish_reason == "tool_calls" and msg.content == "Checking."
+        assert msg.tool_calls[0].function.arguments == ours.tool_calls[0].arguments
     finally:
         server.stop()
