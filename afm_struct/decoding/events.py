@@ -35,6 +35,9 @@ class GenerationRequest:
     constraint: Constraint | None = None
     logits_processors: list[LogitsProcessor] = field(default_factory=list)
     fast_forward: bool = True
+    # Break degenerate cycles (``0000…``) under a constraint, where a loop inside an unbounded
+    # rule would otherwise run to max_tokens.
+    loop_guard: bool = True
     reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
     request_id: str = ""
 

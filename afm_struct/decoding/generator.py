@@ -41,7 +41,7 @@ from .events import (
 )
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
 from .reasoning import ReasoningGate
-from .sampling import LogitsProcessor, make_logits_processors, make_sampler
+from .sampling import LogitsProcessor, make_logits_processors, make_loop_breaker, make_sampler
 from .stops import StopMatcher
 
 __all__ = ["Constraint", "Event", "Finished", "GenerationRequest", "Generator", "LanguageModel",
@@ -147,7 +147,8 @@ class Generator:
         seq = _Sequence(
             request=request, sink=sink, cancel=cancel or threading.Event(), cache=self.make_cache(),
             sampler=make_sampler(params),
-            processors=[*make_logits_processors(params), *request.logits_processors],
+            processors=[*make_logits_processors(params), *request.logits_processors,
+                        *([make_loop_breaker()] if matcher is not None and request.loop_guard else [])],
             matcher=matcher, detok=StreamingDetokenizer(self.tokenizer), stops=StopMatcher(params.stop),
             max_tokens=max_tokens, started=time.perf_counter())
         seq.usage.prompt_tokens = len(request.prompt_ids)

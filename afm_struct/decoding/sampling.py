@@ -113,6 +113,44 @@ def make_repetition_penalty(penalty: float, context: int = 64) -> LogitsProcesso
     return process
 
 
+def find_loop(tokens: Sequence[int], *, max_period: int = 16, min_repeats: int = 3,
+              min_span: int = 10) -> int | None:
+    """The token that would continue a degenerate cycle at the end of ``tokens``, if any.
+
+    A cycle is the last ``p`` tokens repeated at least ``min_repeats`` times and over at least
+    ``min_span`` tokens (``0000…``, ``"Sales", "Sales", …``).
+    """
+    n = len(tokens)
+    for period in range(1, max_period + 1):
+        repeats = max(min_repeats, -(-min_span // period))
+        span = period * repeats
+        if span > n:
+            break
+        tail = tokens[n - span:]
+        if all(tail[i] == tail[i - period] for i in range(period, span)):
+            return int(tokens[n - period])
+    return None
+
+
+def make_loop_breaker(penalty: float = 1e4) -> LogitsProcessor:
+    """Push down the token that would continue a degenerate cycle.
+
+    Greedy decoding of small models under a grammar can loop inside a rule with no length
+    bound (digits, repeated array items) until ``max_tokens``.  A large finite penalty (not
+    -inf) lets the grammar's other tokens win, yet keeps the token when it is the only one
+    the mask allows.
+    """
+
+    def process(tokens: Sequence[int], logits: mx.array) -> mx.array:
+        token = find_loop(tokens)
+        if token is None:
+            return logits
+        logits[..., token] = logits[..., token] - penalty
+        return logits
+
+    return process
+
+
 def make_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:
     """The processors implied by ``params`` (the grammar mask is added by the generator)."""
     if params.repetition_penalty != 1.0:

@@ -70,3 +70,23 @@ def test_invalid_parameters_are_request_errors(field, value):
         SamplingParams(**{field: value})
     assert err.value.param == field
     assert err.value.status == 400
+
+
+def test_find_loop_detects_degenerate_cycles_only():
+    from afm_struct.decoding.sampling import find_loop
+
+    assert find_loop([5, 7] + [0] * 10) == 0  # a run of one token
+    assert find_loop([9] + [3, 4, 5] * 4) == 3  # a period-3 cycle: 3 continues it
+    assert find_loop([0] * 9) is None  # too short to call a loop
+    assert find_loop([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]) is None
+    assert find_loop([3, 4, 5] * 3 + [6]) is None  # the cycle was already broken
+
+
+def test_loop_breaker_demotes_only_the_continuing_token():
+    from afm_struct.decoding.sampling import make_loop_breaker
+
+    out = make_loop_breaker()([0] * 12, mx.array([[5.0, 4.0, -math.inf]]))
+    assert out[0, 0].item() < -1000 and out[0, 1].item() == 4.0
+    # When the mask leaves only the looping token, it still wins (finite penalty).
+    only = make_loop_breaker()([0] * 12, mx.array([[5.0, -math.inf, -math.inf]]))
+    assert int(mx.argmax(only, axis=-1).item()) == 0
