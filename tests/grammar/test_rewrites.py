@@ -7,6 +7,8 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from afm_struct.grammar.rewrites import rewrite_schema
 from afm_struct.grammar.spec import JsonSchemaRequest, Mode
@@ -127,3 +129,22 @@ def test_draft4_bounds_use_boolean_exclusive() -> None:
     result = rewrite_schema(schema)
     v = jsonschema.Draft4Validator(result.schema)
     assert v.is_valid(2) and not v.is_valid(3) and not v.is_valid("a")
+
+
+# Random instances on top of the hand-picked ones: objects over the keys the cases use, so the
+# interesting regions (present/absent/duplicated constraints) are hit often.
+_KEYS = st.sampled_from(["a", "b", "c", "x", "kind", "card", "zip", "s", "name"])
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-20, 20), st.floats(-20, 20, allow_nan=False),
+                     st.sampled_from(["", "a", "ab", "abc", "key", "sas", "b", "c", "d", "x"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=4)), max_leaves=8)
+
+
+@pytest.mark.parametrize(("name", "schema"), [(c[0], c[1]) for c in CASES],
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=_VALUES)
+def test_rewrite_agrees_on_random_instances(name: str, schema: dict[str, Any], instance: Any) -> None:
+    rewritten = rewrite_schema(schema).schema
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    assert cls(schema).is_valid(instance) == cls(rewritten).is_valid(instance), (instance, rewritten)
