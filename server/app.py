@@ -44,31 +44,10 @@ def _openapi_without_422(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-def _materialize_engine_constants() -> None:
-    """Evaluate module-level MLX constants of the engine on the thread that imported them.
-
-    MLX streams are per thread: a lazily built module-level array (``masking._SHIFTS``) cannot
-    be evaluated first from the scheduler thread ("There is no Stream(cpu, 0) in current
-    thread"), which breaks every masked request.  Workaround until the engine evaluates it at
-    import; harmless once it does.
-    """
-    import mlx.core as mx
-
-    from afm_struct.decoding import masking
-
-    shifts = getattr(masking, "_SHIFTS", None)
-    if shifts is not None:
-        try:
-            mx.eval(shifts)
-        except RuntimeError as exc:  # imported on another thread: nothing this thread can do
-            log.warning("could not pre-evaluate the engine's mask constants: %s", exc)
-
-
 def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
                compile_fn: Compile | None = None) -> FastAPI:
     """The app serving ``loaded``; ``compile_fn`` overrides the grammar compiler (tests)."""
     settings = settings or ServerSettings()
-    _materialize_engine_constants()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

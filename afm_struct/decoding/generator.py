@@ -301,13 +301,17 @@ class Generator:
             if going and group.batched:
                 self.cache_ops.filter(group.cache, [group.rows.index(s) for s in going])
             group.rows = going
-        if going:
-            self._forward(group)
-            for seq in going:
-                if seq.logits is not None:
-                    self._fill_mask(seq)  # on the CPU while the forward pass runs
-        for seq, run in runs:
-            self._emit_run(seq, run)
+        try:
+            if going:
+                self._forward(group)
+                for seq in going:
+                    if seq.logits is not None:
+                        self._fill_mask(seq)  # on the CPU while the forward pass runs
+        finally:
+            # Sampled text is delivered even when the forward pass fails (the row then ends
+            # with an error event after it).
+            for seq, run in runs:
+                self._emit_run(seq, run)
 
     def _advance(self, seq: _Sequence, token: int) -> list[int]:
         """Feed the sampled token to the matcher; return it plus the forced run."""

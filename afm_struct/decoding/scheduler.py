@@ -85,7 +85,6 @@ class Scheduler:
         generator.max_batch = self.limits.max_active
         self._incoming: queue.Queue[Handle] = queue.Queue()
         self._waiting: list[Handle] = []
-        self._active: dict[int, Handle] = {}
         self._lock = threading.Lock()
         self._pending = 0
         self._stop = threading.Event()
@@ -136,8 +135,21 @@ class Scheduler:
             self._admit(block=not self.generator.has_work)
             if self.generator.has_work:
                 self.generator.step()
-        for handle in [*self._waiting, *self._active.values()]:
+        self._drain()
+
+    def _drain(self) -> None:
+        """On stop, end every request with ``cancelled`` so no consumer waits forever."""
+        self._admit(block=False)
+        for handle in self._waiting:
             handle.cancel()
+            self._start(handle)
+        self._waiting.clear()
+        for seq in self.generator.active:
+            seq.cancel.set()
+        for _ in range(4):  # cancelled rows finish at their next step
+            if not self.generator.has_work:
+                break
+            self.generator.step()
 
     def _admit(self, *, block: bool) -> None:
         try:
