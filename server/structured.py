@@ -11,53 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from afm_struct.errors import SchemaError
+from afm_struct.grammar.validation import sanitize_json_text
 from afm_struct.models.tokenizer import Tokenizer
 
 from .schemas import ResponseFormatJsonObject, ResponseFormatJsonSchema, ResponseFormatText
 
 ResponseFormat = ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema
 Compile = Callable[[Tokenizer, Any], Any]
-
-_FENCE_WHOLE = re.compile(r"^```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)\n?[ \t]*```$", re.S)
-_FENCE_ANY = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.S)
-
-
-def sanitize_json_text(text: str) -> str:
-    """Best-effort unfenced JSON from model text: drop markdown fences and surrounding prose.
-
-    Returns the first complete JSON value found (as written, not re-serialized), else the
-    fence-stripped text.  Pure; used when no constraint guarantees the output.
-    """
-    s = text.strip()
-    whole = _FENCE_WHOLE.match(s)
-    if whole:
-        s = whole.group(1).strip()
-    else:
-        inner = _FENCE_ANY.search(s)
-        if inner:
-            s = inner.group(1).strip()
-    decoder = json.JSONDecoder()
-    try:
-        decoder.decode(s)
-        return s
-    except ValueError:
-        pass
-    for i, ch in enumerate(s):
-        if ch in "{[":
-            try:
-                _, end = decoder.raw_decode(s, i)
-            except ValueError:
-                continue
-            return s[i:end]
-    return s.replace("```", "").strip() if s.startswith("```") else s
-
 
 @dataclass(frozen=True)
 class StructuredPlan:
@@ -96,23 +60,6 @@ def default_compiler() -> Compile | None:
     return compile_constraint  # type: ignore[no-any-return]
 
 
-def _check_schema(schema: Any) -> None:
-    """400 with the JSON path when ``schema`` is not a valid JSON Schema."""
-    if isinstance(schema, bool):
-        return
-    if not isinstance(schema, dict):
-        raise SchemaError("the schema must be a JSON object or boolean",
-                          param="response_format.json_schema.schema")
-    import jsonschema
-
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        path = "$" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
-        raise SchemaError(f"invalid JSON Schema: {exc.message}", path=path,
-                          param="response_format.json_schema.schema") from None
-
-
 def _constraint_request(fmt: ResponseFormatJsonObject | ResponseFormatJsonSchema) -> tuple[Any, bool]:
     """The grammar package's request value, and whether the caller asked for strict."""
     from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
@@ -130,9 +77,6 @@ async def plan_structured(tokenizer: Tokenizer, fmt: ResponseFormat | None, *,
     """Validate and compile ``response_format`` (off the event loop); raise 400-class errors."""
     if fmt is None or isinstance(fmt, ResponseFormatText):
         return TEXT_PLAN
-    if isinstance(fmt, ResponseFormatJsonSchema):
-        if fmt.json_schema.schema_ is not None:
-            _check_schema(fmt.json_schema.schema_)
     request, strict = _constraint_request(fmt)
     compile_fn = compile_fn or default_compiler()
     if compile_fn is None:

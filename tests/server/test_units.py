@@ -91,9 +91,11 @@ def test_invalid_schema_is_a_400_with_path(tokenizer) -> None:
         "messages": [{"role": "user", "content": "x"}],
         "response_format": {"type": "json_schema", "json_schema": {
             "name": "t", "strict": True, "schema": {"type": "object", "properties": {"a": {"type": 5}}}}}})
+    # The grammar compiler checks the meta-schema and reports the JSON path of the problem.
     with pytest.raises(SchemaError) as exc:
-        asyncio.run(plan_structured(tokenizer, req.response_format, compile_fn=lambda t, r: None))
-    assert exc.value.status == 400 and "properties" in exc.value.message
+        asyncio.run(plan_structured(tokenizer, req.response_format))
+    assert exc.value.status == 400 and "$.properties.a.type" in exc.value.message
+    assert exc.value.param == "response_format.json_schema.schema"
 
 
 def test_registry_lifecycle() -> None:
