@@ -51,13 +51,11 @@ class StructuredPlan:
 TEXT_PLAN = StructuredPlan(constraint=None, json_output=False, enforced=True, downgraded=False)
 
 
-def default_compiler() -> Compile | None:
-    """``afm_struct.grammar.compiler.compile_constraint`` when that module is present."""
-    try:
-        from afm_struct.grammar.compiler import compile_constraint  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return compile_constraint  # type: ignore[no-any-return]
+def default_compiler() -> Compile:
+    """The grammar package's ``compile_constraint`` (tests may pass another)."""
+    from afm_struct.grammar.compiler import compile_constraint
+
+    return compile_constraint
 
 
 def _constraint_request(fmt: ResponseFormatJsonObject | ResponseFormatJsonSchema) -> tuple[Any, bool]:
@@ -79,10 +77,6 @@ async def plan_structured(tokenizer: Tokenizer, fmt: ResponseFormat | None, *,
         return TEXT_PLAN
     request, strict = _constraint_request(fmt)
     compile_fn = compile_fn or default_compiler()
-    if compile_fn is None:
-        return StructuredPlan(constraint=None, json_output=True, enforced=False, downgraded=strict,
-                              reason="no grammar compiler in this build; output is sanitized",
-                              strict=strict)
     compiled = await asyncio.to_thread(compile_fn, tokenizer, request)
     enforced = str(getattr(compiled, "mode", "downgraded")) == "enforced"
     sanitize = getattr(compiled, "sanitize", None) or sanitize_json_text
