@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib
+import os
 import pickle
 import select
 import subprocess
@@ -103,9 +104,12 @@ class ProcessWorker:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def _start(self) -> None:
+        # The child compiles grammars only: no BLAS.  A preloaded OpenBLAS reserves hundreds of
+        # MB of address space per thread at load, which would count against RLIMIT_AS.
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, close_fds=True)
+            stderr=subprocess.DEVNULL, close_fds=True, env=env)
         assert self._proc.stdin is not None
         _write_frame(self._proc.stdin, (self._max_memory_mb, self._init))
 
