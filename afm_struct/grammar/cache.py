@@ -1,8 +1,8 @@
 """A thread-safe LRU cache of compiled constraints.
 
-Keys are built by the compiler from the canonical request (sorted-key JSON of the schema), the
-compile options and the tokenizer identity, so two spellings of one schema share an entry and
-two tokenizers never do.
+Keys are built by the compiler from the request (compact JSON of the schema, in the caller's key
+order: the grammar emits properties in that order), the compile options and the tokenizer
+identity, so two tokenizers never share an entry.
 """
 
 from __future__ import annotations
