@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
         files = files[::step][: args.limit]
     tokenizer = load_tokenizer(args.model)
     options = CompileOptions(backend=args.backend, timeout_s=args.timeout, max_memory_mb=args.max_memory_mb,
-                             whitespace=args.whitespace, cache_size=max(16, len(files) + 1))
+                             whitespace=args.whitespace, property_order=args.property_order,
+                             cache_size=max(16, len(files) + 1))
     compiler = ConstraintCompiler(tokenizer, options)
     bitmask = allocate_bitmask(1, tokenizer.vocab_size)
     rows: list[dict[str, Any]] = []
@@ -170,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         compiler.close()
     report = summarize(rows, args.backend, cached_us)
+    report["property_order"] = args.property_order
     report["command"] = " ".join(["afm-struct", "bench", "masks", *sys.argv[3:]]) if len(sys.argv) > 2 else ""
     report["per_schema"] = [{k: v for k, v in r.items() if k not in ("mask_us", "mask_cpu_us")} for r in rows]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -189,6 +191,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="compile time limit (s)")
     parser.add_argument("--max-memory-mb", type=int, default=4096, help="compile memory bound (outlines)")
     parser.add_argument("--whitespace", default="default", choices=("default", "compact", "flexible"))
+    parser.add_argument("--property-order", default="schema", choices=("schema", "any"),
+                        help="objects' properties only in the schema's order (default: every key is "
+                             "forced) or in any order (each at most once)")
     parser.add_argument("--model", default=None, help="tokenizer source (default: the embedded model)")
     parser.add_argument("--out", required=True, help="where to write the JSON report")
     parser.set_defaults(func=run)

@@ -24,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
         raise SchemaError(f"{path} is not JSON: {exc.msg} (line {exc.lineno})", path="$") from exc
     # A MaskBench file wraps the schema with its tests: accept both shapes.
     schema = doc["schema"] if isinstance(doc, dict) and "tests" in doc and "schema" in doc else doc
-    options = CompileOptions(backend=args.backend, whitespace=args.whitespace, timeout_s=args.timeout)
+    options = CompileOptions(backend=args.backend, whitespace=args.whitespace,
+                             property_order=args.property_order, timeout_s=args.timeout)
     compiler = ConstraintCompiler(load_tokenizer(args.model), options)
     try:
         result = compiler.compile(JsonSchemaRequest(schema, strict=True))
@@ -48,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("schema", help="a JSON Schema file (or a MaskBench file)")
     parser.add_argument("--backend", default="llguidance", choices=("llguidance", "outlines"))
     parser.add_argument("--whitespace", default="default", choices=("default", "compact", "flexible"))
+    parser.add_argument("--property-order", default="schema", choices=("schema", "any"),
+                        help="objects' properties only in the schema's order (default: every key is "
+                             "forced) or in any order (each at most once)")
     parser.add_argument("--timeout", type=float, default=10.0, help="compile time limit (s)")
     parser.add_argument("--model", default=None, help="tokenizer source (default: the embedded model)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -31,6 +31,7 @@ from .rewrites import canonical_json, rewrite_schema
 from .schema_check import check_schema, schema_limits_reason
 from .spec import (
     BACKENDS,
+    PROPERTY_ORDERS,
     WHITESPACE_MODES,
     CompileOptions,
     ConstraintRequest,
@@ -126,6 +127,9 @@ class ConstraintCompiler:
                                       param="backend")
         if options.whitespace not in WHITESPACE_MODES:
             raise InvalidRequestError(f"unknown whitespace mode {options.whitespace!r}", param="whitespace")
+        if options.property_order not in PROPERTY_ORDERS:
+            raise InvalidRequestError(f"unknown property order {options.property_order!r}; use one of "
+                                      f"{PROPERTY_ORDERS}", param="property_order")
         self.tokenizer = tokenizer
         self.cache: LRUCache[CompiledConstraint] = LRUCache(options.cache_size)
         self._identity = _tokenizer_identity(tokenizer)
@@ -234,8 +238,7 @@ class ConstraintCompiler:
                 check_schema(schema)
                 raise
             engine, target = self.engine, rewritten.schema
-            future = _THREADS.submit(
-                lambda: engine.backend.compile_json_schema(target, options=engine.exact_options))
+            future = _THREADS.submit(lambda: engine.build_exact(target))
             check_schema(schema)
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .any_order import any_order_grammar
 from .engine import CompiledGrammar
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend, json_options
 from .regex_classify import first_irregular_pattern
@@ -106,10 +107,21 @@ class LLGuidanceLadder(LadderEngine):
         self.backend = backend
         self.exact_options = json_options(options)
         self.relaxed_options = json_options(options, relaxed=True)
+        self.any_order = options.property_order == "any"
+
+    def build_exact(self, schema: Any) -> CompiledGrammar:
+        """The exact grammar, on the calling thread: objects in any order when so configured."""
+        if self.any_order:
+            grammar = any_order_grammar(schema, self.exact_options)
+            if grammar is not None:
+                try:
+                    return self.backend.compile_lark(grammar)
+                except BackendCompileError:
+                    pass  # compile the JSON Schema itself: its error names the unsupported part
+        return self.backend.compile_json_schema(schema, options=self.exact_options)
 
     def exact(self, schema: Any, timeout_s: float) -> CompiledGrammar:
-        return run_with_timeout(
-            lambda: self.backend.compile_json_schema(schema, options=self.exact_options), timeout_s)
+        return run_with_timeout(lambda: self.build_exact(schema), timeout_s)
 
     def relaxed(self, schema: Any, timeout_s: float) -> CompiledGrammar:
         return run_with_timeout(

@@ -12,8 +12,10 @@ from typing import Any, Literal
 
 BackendName = Literal["llguidance", "outlines"]
 WhitespaceMode = Literal["default", "compact", "flexible"]
+PropertyOrder = Literal["schema", "any"]
 BACKENDS: tuple[str, ...] = ("llguidance", "outlines")
 WHITESPACE_MODES: tuple[str, ...] = ("default", "compact", "flexible")
+PROPERTY_ORDERS: tuple[str, ...] = ("schema", "any")
 
 
 class Mode(enum.StrEnum):
@@ -105,10 +107,16 @@ class CompileOptions:
     ``whitespace``: ``default`` allows exactly what ``json.dumps`` writes (``", "`` and ``": "``,
     nothing else), ``compact`` allows no whitespace (``","`` / ``":"``), ``flexible`` allows a
     bounded run (at most ``max_whitespace`` characters of space/newline/tab) around every token.
+
+    ``property_order``: ``schema`` (default) accepts an object's properties only in the schema's
+    order, which forces every key (more tokens fast-forwarded); ``any`` accepts them in any order
+    (each at most once, required ones present; see :mod:`afm_struct.grammar.any_order`) at a
+    higher compile and mask cost.
     """
 
     backend: BackendName = "llguidance"
     whitespace: WhitespaceMode = "default"
+    property_order: PropertyOrder = "schema"
     max_whitespace: int = 4
     timeout_s: float = 10.0
     max_memory_mb: int = 4096

@@ -1,0 +1,498 @@
+"""Objects whose properties may come in any order: JSON Schema → llguidance parametric Lark.
+
+llguidance's JSON compiler emits and accepts an object's properties only in the schema's order
+(a documented departure from JSON Schema, and 58 of the 59 valid MaskBench instances it rejects
+on the dev set).  Any order with every property at most once and every required one present is a
+permutation language: a plain context-free grammar for it needs a rule per subset of properties.
+llguidance's *parametric* rules carry that subset as a 64-bit parameter and materialize only the
+subsets a parse visits, so the grammar stays linear in the number of properties.
+
+:func:`any_order_grammar` rewrites the object, array, ``anyOf`` and local ``$ref`` structure of a
+schema into such rules and embeds every other subschema unchanged as ``%json {...}`` (same JSON
+options), so nothing outside the object structure changes meaning.  Objects it cannot express
+exactly (``patternProperties``, ``min/maxProperties``, applicators next to ``properties``, more
+than 64 properties...) stay ``%json`` leaves, in schema order.  Extra keys allowed by
+``additionalProperties`` are written without escapes (so none can spell a declared key in
+disguise); everything the grammar accepts is valid against the schema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .schema_check import _MISSING, resolve_pointer
+
+# Keywords that assert something (JSON Schema drafts 4 to 2020-12); every other key is an
+# annotation or an unknown keyword, which JSON Schema ignores.
+_ASSERTIONS = frozenset({
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+    "maxLength", "minLength", "pattern", "format", "items", "prefixItems", "additionalItems", "contains",
+    "minContains", "maxContains", "maxItems", "minItems", "uniqueItems", "maxProperties", "minProperties",
+    "required", "properties", "patternProperties", "additionalProperties", "dependentRequired",
+    "dependentSchemas", "dependencies", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+    "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
+    "contentEncoding", "contentMediaType", "contentSchema"})
+_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
+                          "allOf", "anyOf", "oneOf", "not"})
+_APPLICATORS = ("allOf", "anyOf", "oneOf", "not")
+_ARRAY_KEYS = frozenset({"type", "items", "minItems", "maxItems"})
+_STRING = (r'/"([^"\\\x00-\x1F\x7F]|\\["\\\/bfnrt]|\\u(?:[0-9a-ce-fA-CE-F][0-9a-fA-F]{3}|'
+           r'[dD][0-7][0-9a-fA-F]{2}|[dD][89aAbB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))*"/')
+_SCALARS = {"string": "STRING", "integer": "INTEGER", "number": "NUMBER", "boolean": "BOOLEAN",
+            "null": "NULL"}
+_SCALAR_TERMINALS = {
+    "STRING": _STRING, "INTEGER": "/-?(0|[1-9][0-9]*)/",
+    "NUMBER": r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/", "BOOLEAN": '"true" | "false"',
+    "NULL": '"null"'}
+_MAX_PROPERTIES = 64  # bits in an llguidance rule parameter
+_WS = "[\\x20\\x0A\\x0D\\x09]"
+_REGEX_META = set("\\.+*?()|[]{}^$#&-~/")
+
+
+class _Untranslatable(Exception):
+    """The schema uses references this translation cannot carry into ``%json`` leaves."""
+
+
+def _lark_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _regex_literal(text: str) -> str:
+    return "".join("\\" + c if c in _REGEX_META else c for c in text)
+
+
+def _punctuation(options: dict[str, Any]) -> dict[str, str]:
+    """Lark terminals for ``{ } [ ] , :`` that write exactly what the JSON options write."""
+    if options.get("whitespace_flexible"):
+        ws = options.get("whitespace_pattern") or f"{_WS}*"
+        return {"LBRACE": f"/\\{{{ws}/", "RBRACE": f"/{ws}\\}}/", "LBRACK": f"/\\[{ws}/",
+                "RBRACK": f"/{ws}\\]/", "COMMA": f"/{ws},{ws}/", "COLON": f"/{ws}:{ws}/"}
+    return {"LBRACE": '"{"', "RBRACE": '"}"', "LBRACK": '"["', "RBRACK": '"]"',
+            "COMMA": _lark_string(options.get("item_separator", ",")),
+            "COLON": _lark_string(options.get("key_separator", ":"))}
+
+
+def _asserting(schema: dict[str, Any]) -> set[str]:
+    """The keywords of ``schema`` that assert something."""
+    return {k for k in schema if k in _ASSERTIONS}
+
+
+def _is_false(schema: Any) -> bool:
+    """True for schemas no value satisfies, in the spellings rewrites produce."""
+    if schema is False:
+        return True
+    if not isinstance(schema, dict):
+        return False
+    keys = _asserting(schema)
+    if keys == {"not"}:
+        return schema["not"] in (True, {})
+    branches = schema.get("allOf")
+    return keys == {"allOf"} and isinstance(branches, list) and any(_is_false(b) for b in branches)
+
+
+def _all(conds: list[str]) -> str:
+    out = conds[0] if conds else "true"
+    for c in conds[1:]:
+        out = f"and({out}, {c})"
+    return out
+
+
+def _any(conds: list[str]) -> str:
+    if not conds:
+        return "not(true)"
+    out = conds[0]
+    for c in conds[1:]:
+        out = f"or({out}, {c})"
+    return out
+
+
+@dataclass
+class _Translator:
+    root: Any
+    options: dict[str, Any]
+    rules: dict[str, str] = field(default_factory=dict)  # name → definition, in creation order
+    terminals: dict[str, str] = field(default_factory=dict)
+    by_pointer: dict[str, str] = field(default_factory=dict)
+    by_leaf: dict[str, str] = field(default_factory=dict)
+    reorderable: int = 0  # objects whose order the grammar frees (nothing to gain when 0)
+    count: int = 0
+
+    def new_rule(self) -> str:
+        name = f"r{self.count}"
+        self.count += 1
+        self.rules[name] = ""  # reserved here so rules print in creation order
+        return name
+
+    def define(self, name: str, body: str) -> None:
+        self.rules[name] = f"{name}{body}"
+
+    # ---------------------------------------------------------------- dispatch
+
+    def node(self, schema: Any) -> str:
+        if isinstance(schema, dict):
+            keys = _asserting(schema)
+            ref = schema.get("$ref")
+            typed_ref = keys == {"$ref", "type"} and self.ref_typed(schema)
+            if isinstance(ref, str) and (keys == {"$ref"} or typed_ref):
+                return self.ref(ref)
+            if keys == {"anyOf"} and isinstance(schema["anyOf"], list) and schema["anyOf"]:
+                name = self.new_rule()
+                self.define(name, ": " + " | ".join(self.node(b) for b in schema["anyOf"]))
+                return name
+            scalar = self.scalar(schema, keys)
+            if scalar is not None:
+                return scalar
+            if self.is_plain_object(schema, keys):
+                return self.object(schema)
+            if self.is_plain_array(schema, keys):
+                return self.array(schema)
+        return self.leaf(schema)
+
+    def ref_typed(self, schema: dict[str, Any]) -> bool:
+        """``{"$ref": R, "type": T}`` means R alone when R admits no type outside T."""
+        target = resolve_pointer(self.root, schema["$ref"])
+        types = _types(target) if isinstance(target, dict) else []
+        return bool(types) and set(types) <= set(_types(schema))
+
+    def ref(self, ref: str) -> str:
+        if ref in self.by_pointer:
+            return self.by_pointer[ref]
+        target = resolve_pointer(self.root, ref)
+        if target is _MISSING:
+            raise _Untranslatable(ref)
+        # Named before the body is built: a recursive reference finds the rule.
+        name = self.by_pointer[ref] = self.new_rule()
+        self.define(name, ": " + self.node(target))
+        return name
+
+    def scalar(self, schema: dict[str, Any], keys: set[str]) -> str | None:
+        """Unconstrained scalars and enums of plain scalars as terminals (no nested JSON grammar)."""
+        if keys == {"type"} and isinstance(schema["type"], str) and schema["type"] in _SCALARS:
+            terminal = _SCALARS[schema["type"]]
+            self.terminals[terminal] = _SCALAR_TERMINALS[terminal]
+            return terminal
+        values = schema.get("enum") if keys - {"type"} == {"enum"} else None
+        if keys - {"type"} == {"const"}:
+            values = [schema["const"]]
+        if values and "type" in keys:  # the type keeps the values of its types
+            types = _types(schema)
+            values = [v for v in values if _json_type(v) in types or (
+                "integer" in types and _json_type(v) == "number" and isinstance(v, int))]
+        if (values and isinstance(values, list) and len(values) <= 256
+                and all(isinstance(v, str | bool) or v is None or (isinstance(v, int) and abs(v) < 2**53)
+                        for v in values)):
+            literals = dict.fromkeys(_lark_string(json.dumps(v, ensure_ascii=False)) for v in values)
+            name = self.new_rule()
+            self.define(name, ": " + " | ".join(literals))
+            return name
+        return None
+
+    # ---------------------------------------------------------------- objects
+
+    def is_plain_object(self, schema: dict[str, Any], keys: set[str]) -> bool:
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        return (keys <= _OBJECT_KEYS and "object" in _types(schema)
+                and isinstance(props, dict) and len(props) <= _MAX_PROPERTIES
+                and isinstance(required, list) and all(isinstance(r, str) for r in required)
+                and len(set(required)) == len(required)
+                and isinstance(schema.get("additionalProperties", True), bool | dict)
+                and self.single_pattern(schema) is not False
+                and (props or required or isinstance(schema.get("additionalProperties"), dict)
+                     or "patternProperties" in schema)
+                and all(self.presence({k: schema[k]}, set()) is not None
+                        for k in _APPLICATORS if k in schema))
+
+    @staticmethod
+    def single_pattern(schema: dict[str, Any]) -> tuple[str, Any] | bool | None:
+        """The one ``patternProperties`` entry as (regex body, schema); None when absent; False
+        when it cannot be expressed (several patterns, inner anchors, an invalid regex)."""
+        pp = schema.get("patternProperties")
+        if pp is None:
+            return None
+        if not isinstance(pp, dict) or len(pp) != 1:
+            return False
+        pattern, sub = next(iter(pp.items()))
+        body = pattern[1:] if pattern.startswith("^") else ".*" + pattern
+        body = body[:-1] if body.endswith("$") and not body.endswith("\\$") else body + ".*"
+        if "^" in body.replace("[^", "") or "$" in body.replace("\\$", "") or "/" in body:
+            return False
+        try:
+            re.compile(pattern)
+        except re.error:
+            return False
+        return body, sub
+
+    def presence(self, schema: Any, mentioned: set[str]) -> list[Any] | None:
+        """``schema`` as a formula over which keys are present, or None if it says more.
+
+        The formula is a nested list: ``["and"|"or"|"not", ...]``, ``["has", key]``, ``True``.
+        Keys it mentions are added to ``mentioned``.
+        """
+        if schema is True or schema == {}:
+            return [True]
+        if _is_false(schema):
+            return ["not", [True]]
+        if not isinstance(schema, dict):
+            return None
+        keys = _asserting(schema)
+        if not keys <= {"required", "properties", "allOf", "anyOf", "oneOf", "not", "type"}:
+            return None
+        if "type" in keys and "object" not in _types(schema):
+            return None
+        parts: list[Any] = []
+        required = schema.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            return None
+        for key in required:
+            mentioned.add(key)
+            parts.append(["has", key])
+        props = schema.get("properties", {})
+        if not isinstance(props, dict):
+            return None
+        for key, sub in props.items():
+            if _is_false(sub):
+                mentioned.add(key)
+                parts.append(["not", ["has", key]])
+            elif not (sub is True or sub == {}):
+                return None
+        for word in ("allOf", "anyOf", "oneOf"):
+            branches = schema.get(word)
+            if branches is None:
+                continue
+            if not isinstance(branches, list) or not branches:
+                return None
+            subs = [self.presence(b, mentioned) for b in branches]
+            if any(x is None for x in subs):
+                return None
+            if word == "allOf":
+                parts.extend(subs)
+            elif word == "anyOf":
+                parts.append(["or", *subs])
+            else:  # exactly one branch holds
+                parts.append(["or", *(["and", x, *(["not", y] for y in subs if y is not x)] for x in subs)])
+        if "not" in schema:
+            sub = self.presence(schema["not"], mentioned)
+            if sub is None:
+                return None
+            parts.append(["not", sub])
+        return ["and", *parts]
+
+    @staticmethod
+    def condition(formula: list[Any], bits: dict[str, int], absent: set[str]) -> str:
+        """A formula as an llguidance ``%if`` condition over the bits of ``bits``."""
+        head = formula[0]
+        if head is True:
+            return "true"
+        if head == "has":
+            key = formula[1]
+            return "not(true)" if key in absent else f"bit_set({bits[key]})"
+        subs = [_Translator.condition(f, bits, absent) for f in formula[1:]]
+        if head == "not":
+            return f"not({subs[0]})"
+        return _all(subs) if head == "and" else _any(subs)
+
+    def object(self, schema: dict[str, Any]) -> str:
+        props: dict[str, Any] = schema.get("properties", {})
+        required: list[str] = schema.get("required", [])
+        extra = schema.get("additionalProperties", True)
+        pattern = self.single_pattern(schema)
+        mentioned: set[str] = set(required)
+        formulas = [self.presence({k: schema[k]}, mentioned) for k in _APPLICATORS if k in schema]
+        # A key named only by a presence formula is a property of the extras' schema.
+        declared = dict(props)
+        absent: set[str] = set()
+        for key in sorted(mentioned - props.keys()):
+            value = self.extra_schema(key, extra, pattern)
+            if value is None:
+                absent.add(key)
+            else:
+                declared[key] = value
+        order = [k for k in required if k in declared] + [
+            k for k in declared if k not in required and not _is_false(declared[k])]
+        if len(order) > _MAX_PROPERTIES:
+            return self.leaf(schema)
+        bits = {k: i for i, k in enumerate(order)}
+        end_parts = [f"is_ones([0:{len([k for k in required if k in declared])}])"] if required else []
+        if any(k in absent or _is_false(declared.get(k, True)) for k in required):
+            end_parts = ["not(true)"]
+        end_parts += [self.condition(f, bits, absent) for f in formulas if f is not None]
+        end = f" %if {_all(end_parts)}" if end_parts else ""
+        values = [self.node(self.value_schema(k, declared[k], pattern)) for k in order]
+        if len(order) >= 2 or (order and (extra is not False or pattern)):
+            self.reorderable += 1
+        name = self.new_rule()
+        members = [f"{_lark_string(json.dumps(k, ensure_ascii=False))} COLON {v} {name}_more::set_bit({i})"
+                   f" %if bit_clear({i})" for i, (k, v) in enumerate(zip(order, values, strict=True))]
+        first = [f'""{end}', *members]
+        more = [f'""{end}', *(f"COMMA {m}" for m in members)]
+        extras: list[tuple[str, Any]] = []
+        if isinstance(pattern, tuple):
+            extras.append((self.key_terminal(name, "P", declared, pattern[0]), pattern[1]))
+        if extra is not False:
+            extras.append((self.key_terminal(name, "X", declared, None, exclude=pattern), extra))
+        for key_terminal, sub in extras:
+            value = self.node({} if sub is True else sub)
+            first.append(f"{key_terminal} COLON {value} {name}_more::_")
+            more.append(f"COMMA {key_terminal} COLON {value} {name}_more::_")
+        body = f": LBRACE {name}_first::0x0 RBRACE"
+        others = [t for t in _types(schema) if t != "object"]
+        if others:  # object keywords say nothing about other types: they stay JSON leaves
+            body += f" | {self.leaf({'type': others})}"
+        self.define(name, body)
+        self.rules[f"{name}_first"] = f"{name}_first::_ : " + "\n    | ".join(first)
+        self.rules[f"{name}_more"] = f"{name}_more::_ : " + "\n    | ".join(more)
+        return name
+
+    @staticmethod
+    def extra_schema(key: str, extra: Any, pattern: Any) -> Any:
+        """The schema an undeclared ``key`` gets (None: it cannot be present)."""
+        if isinstance(pattern, tuple) and re.fullmatch(pattern[0], key):
+            return pattern[1]
+        return None if extra is False else extra
+
+    @staticmethod
+    def value_schema(key: str, sub: Any, pattern: Any) -> Any:
+        """A declared key that also matches the pattern must satisfy both schemas."""
+        if isinstance(pattern, tuple) and pattern[1] not in (True, {}) and re.fullmatch(pattern[0], key):
+            return {"allOf": [sub, pattern[1]]}
+        return sub
+
+    def key_terminal(self, name: str, tag: str, declared: dict[str, Any], body: str | None, *,
+                     exclude: Any = None) -> str:
+        """Keys that are not declared (declared ones must not come back as extras), matching
+        ``body`` when given and not matching the pattern ``exclude`` (its keys have their own)."""
+        terminal = f"{tag}KEY_{name.upper()}"
+        inner = r"/[^\"\\\x00-\x1F\x7F]*/"
+        if body is not None:
+            inner += f" & /{body}/"
+        if isinstance(exclude, tuple):
+            inner += f" & ~/{exclude[0]}/"
+        plain = [k for k in declared if not any(c in k for c in '"\\') and all(ord(c) >= 0x20 for c in k)]
+        if plain:
+            inner += " & ~/(" + "|".join(_regex_literal(k) for k in plain) + ")/"
+        self.terminals[f"{terminal}_BODY"] = inner
+        self.terminals[terminal] = f'"\\"" {terminal}_BODY "\\""'
+        return terminal
+
+    # ---------------------------------------------------------------- arrays
+
+    @staticmethod
+    def is_plain_array(schema: dict[str, Any], keys: set[str]) -> bool:
+        lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        return (keys <= _ARRAY_KEYS and schema.get("type") == "array"
+                and isinstance(schema.get("items"), dict)
+                and isinstance(lo, int) and not isinstance(lo, bool) and lo >= 0
+                and (hi is None or (isinstance(hi, int) and not isinstance(hi, bool) and hi >= max(lo, 1))))
+
+    def array(self, schema: dict[str, Any]) -> str:
+        lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        item = self.node(schema["items"])
+        rest_lo = max(lo - 1, 0)
+        rest = f"(COMMA {item}){{{rest_lo},{'' if hi is None else hi - 1}}}"
+        items = f"{item} {rest}" if lo > 0 else f"({item} {rest})?"
+        name = self.new_rule()
+        self.define(name, f": LBRACK {items} RBRACK")
+        return name
+
+    # ---------------------------------------------------------------- leaves
+
+    def leaf(self, schema: Any) -> str:
+        """``%json`` of the subschema with the definitions its references need and the options."""
+        doc: dict[str, Any] = {"allOf": [schema]} if isinstance(schema, bool) else dict(schema)
+        for container in self.containers(schema):
+            if container in doc and doc[container] is not self.root.get(container):
+                raise _Untranslatable(container)  # a local definitions block would be shadowed
+            doc[container] = self.root[container]
+        doc["x-guidance"] = self.options
+        text = json.dumps(doc, ensure_ascii=False)
+        if text not in self.by_leaf:
+            name = self.by_leaf[text] = self.new_rule()
+            self.define(name, ": %json " + text)
+        return self.by_leaf[text]
+
+    def containers(self, schema: Any) -> set[str]:
+        """The root definition blocks ``schema`` reaches through ``$ref`` (transitively)."""
+        found: set[str] = set()
+        seen: set[str] = set()
+        stack = [schema]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, list):
+                stack.extend(node)
+            elif isinstance(node, dict):
+                ref = node.get("$ref")
+                if isinstance(ref, str) and ref not in seen:
+                    seen.add(ref)
+                    head = ref.split("/")
+                    if len(head) < 3 or head[0] != "#" or head[1] not in ("definitions", "$defs"):
+                        raise _Untranslatable(ref)
+                    target = resolve_pointer(self.root, ref)
+                    if target is _MISSING:
+                        raise _Untranslatable(ref)
+                    found.add(head[1])
+                    stack.append(target)
+                stack.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
+        return found
+
+
+_JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
+
+
+def _types(schema: dict[str, Any]) -> list[str]:
+    """The JSON types a schema's ``type`` admits (all of them when absent; integer ⊂ number)."""
+    declared = schema.get("type", list(_JSON_TYPES))
+    declared = [declared] if isinstance(declared, str) else declared
+    if not isinstance(declared, list):
+        return []
+    return [t for t in _JSON_TYPES if t in declared or (t == "number" and "integer" in declared)]
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "")
+
+
+def any_order_grammar(schema: Any, options: dict[str, Any]) -> str | None:
+    """An llguidance Lark grammar for ``schema`` whose objects take their properties in any order.
+
+    ``options`` are the llguidance JSON options the exact rung uses (separators, whitespace); the
+    result writes and accepts exactly the same JSON text per value, only the order of properties
+    is free.  None when no object would gain (compile the JSON Schema as usual then) or when the
+    schema's references cannot be carried into embedded leaves.
+    """
+    if not isinstance(schema, dict) or _has_nested_ids(schema):
+        return None
+    translator = _Translator(schema, {k: v for k, v in options.items() if v is not None})
+    try:
+        top = translator.node(schema)
+    except _Untranslatable:
+        return None
+    if translator.reorderable == 0:
+        return None
+    terminals = {**_punctuation(options), **translator.terminals}
+    return "\n".join([f"start: {top}", *translator.rules.values(),
+                      *(f"{name}: {body}" for name, body in terminals.items())]) + "\n"
+
+
+def _has_nested_ids(schema: dict[str, Any]) -> bool:
+    """True when a subschema changes the base URI (its ``$ref``s would resolve elsewhere)."""
+    stack: list[Any] = [v for k, v in schema.items() if k not in ("enum", "const", "default", "examples")]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key in ("$id", "id"):
+                if isinstance(node.get(key), str) and not node[key].startswith("#"):
+                    return True
+            stack.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
+    return False

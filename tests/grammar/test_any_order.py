@@ -1,0 +1,128 @@
+"""Objects in any property order (``property_order="any"``): exact against jsonschema.
+
+Each schema below is compiled through the whole compiler; every key order of every instance is
+walked through the grammar and must be accepted exactly when jsonschema says the instance is
+valid (the grammar may not accept an invalid instance, and here it must accept every valid one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+
+from afm_struct.errors import InvalidRequestError
+from afm_struct.grammar.any_order import any_order_grammar
+from afm_struct.grammar.compiler import ConstraintCompiler
+from afm_struct.grammar.llguidance_backend import json_options
+from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, Mode
+
+ZIP = {"type": "string", "pattern": "^[0-9]{5}$"}
+ADDRESS = {"type": "object", "properties": {"street": {"type": "string"}, "zip": ZIP},
+           "required": ["zip"], "additionalProperties": False}
+TAGS = {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}
+INT, BOOL = {"type": "integer"}, {"type": "boolean"}
+NODE = {"type": "object", "x-vendor": {"a": 1},
+        "properties": {"value": {"type": "number"},
+                       "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        "required": ["value"], "additionalProperties": False}
+
+CASES: list[tuple[dict[str, Any], list[Any]]] = [
+    # required + optional + open extras, a nested object through $ref, a bounded array, an enum
+    ({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                       "tags": TAGS,
+                                       "home": {"$ref": "#/definitions/address"}},
+      "required": ["name", "age"], "definitions": {"address": ADDRESS}},
+     [{"name": "x", "age": 3},
+      {"name": "x", "age": 3, "tags": ["a"], "home": {"zip": "12345", "street": "s"}},
+      {"name": "x", "age": 3, "extra": [1, {"k": None}]}, {"name": "x"}, {"name": "x", "age": "3"},
+      {"name": "x", "age": 3, "tags": ["a", "b", "a"]}, {"name": "x", "age": 3, "tags": ["c"]},
+      {"name": "x", "age": 3, "home": {"zip": "1234"}},
+      {"name": "x", "age": 3, "home": {"zip": "12345", "q": 1}},
+      {"name": "x", "age": 3.5}, {}]),
+    # presence logic (what the dependencies / oneOf rewrites produce): b needs c; exactly one of x, y
+    ({"type": "object", "properties": {"b": INT, "c": INT, "x": BOOL, "y": BOOL},
+      "additionalProperties": False,
+      "allOf": [{"anyOf": [{"properties": {"b": False}}, {"required": ["b", "c"]}]}],
+      "oneOf": [{"required": ["x"]}, {"required": ["y"]}]},
+     [{"x": True}, {"y": False, "b": 1, "c": 2}, {"x": True, "b": 1}, {"x": True, "y": True}, {},
+      {"c": 1, "y": True}, {"x": True, "z": 1}]),
+    # one patternProperties entry next to declared keys, closed otherwise
+    ({"type": "object", "properties": {"version": {"type": "string"}, "x-id": {"type": "string"}},
+      "patternProperties": {"^x-": {"type": "string", "maxLength": 3}}, "additionalProperties": False},
+     [{"version": "1", "x-a": "ab"}, {"x-a": "abcd"}, {"version": "1", "other": "v"}, {"x-id": "abc"},
+      {"x-id": "abcd"}, {"x-b": "z", "x-c": "y", "version": "2"}]),
+    # enums and consts with a "type" keep only the values of that type
+    ({"type": "object", "properties": {"kind": {"type": "string", "enum": ["zip", 1, None]},
+                                       "n": {"type": "integer", "const": 2}}, "additionalProperties": False},
+     [{"kind": "zip", "n": 2}, {"n": 2, "kind": "zip"}, {"kind": 1}, {"kind": None}, {"n": 3}, {"n": "2"}]),
+    # no "type": the object rule applies to objects only; other values stay valid
+    ({"properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]},
+     [{"a": 1, "b": "s"}, {"b": "s"}, [1, 2], "text", 3, None, {"a": "1"}]),
+    # recursion through $ref and vendor keywords (ignored, as JSON Schema says)
+    ({"$ref": "#/$defs/node", "$defs": {"node": NODE}},
+     [{"value": 1, "children": [{"value": 2.5, "children": []}]}, {"children": [], "value": 0},
+      {"value": 1, "children": [{"children": []}]}, {"value": "1"}]),
+]
+
+
+def _accepts(constraint: Any, tokenizer: Any, text: str) -> bool:
+    m = constraint.new_matcher()
+    return all(m.advance(t) for t in tokenizer.encode(text)) and m.is_accepting()
+
+
+def _orders(value: Any) -> list[Any]:
+    """The instance with its top-level keys in every order (at most 24)."""
+    if not isinstance(value, dict):
+        return [value]
+    return [dict(p) for p in itertools.islice(itertools.permutations(value.items()), 24)]
+
+
+@pytest.fixture(scope="module")
+def any_order(tokenizer) -> ConstraintCompiler:  # type: ignore[no-untyped-def]
+    return ConstraintCompiler(tokenizer, CompileOptions(property_order="any"))
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_any_order_grammar_is_exact(any_order, tokenizer, case: int) -> None:  # type: ignore[no-untyped-def]
+    schema, instances = CASES[case]
+    assert any_order_grammar(schema, json_options(CompileOptions())) is not None  # the Lark path runs
+    constraint = any_order.compile(JsonSchemaRequest(schema))
+    assert constraint.mode is Mode.ENFORCED
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    valid_seen = invalid_seen = 0
+    for instance in instances:
+        for variant in _orders(instance):
+            text = json.dumps(variant, ensure_ascii=False)
+            expected = validator.is_valid(variant)
+            valid_seen += expected
+            invalid_seen += not expected
+            assert _accepts(constraint, tokenizer, text) == expected, text
+    assert valid_seen and invalid_seen
+
+
+def test_schema_order_is_the_default_and_rejects_other_orders(tokenizer, compiler) -> None:  # type: ignore[no-untyped-def]
+    schema, _ = CASES[0]
+    reordered = json.dumps({"age": 3, "name": "x"})
+    assert compiler.options.property_order == "schema"
+    assert not _accepts(compiler.compile(JsonSchemaRequest(schema)), tokenizer, reordered)
+    loose = ConstraintCompiler(tokenizer, CompileOptions(property_order="any"))
+    assert _accepts(loose.compile(JsonSchemaRequest(schema)), tokenizer, reordered)
+
+
+def test_unknown_property_order_is_a_typed_error(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidRequestError):
+        ConstraintCompiler(tokenizer, CompileOptions(property_order="sorted"))  # type: ignore[arg-type]
+
+
+def test_nothing_to_reorder_compiles_the_json_schema_itself() -> None:
+    options = json_options(CompileOptions())
+    assert any_order_grammar({"type": "object", "properties": {"a": {"type": "string"}},
+                              "additionalProperties": False}, options) is None
+    assert any_order_grammar({"type": "string"}, options) is None
+    # a $ref that leaves the document cannot be carried into an embedded leaf
+    assert any_order_grammar({"type": "object", "properties": {"a": {"$ref": "other.json#/x"}, "b": {}}},
+                             options) is None
