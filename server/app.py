@@ -46,7 +46,8 @@ def _openapi_without_422(app: FastAPI) -> dict[str, Any]:
 
 def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
                compile_fn: Compile | None = None) -> FastAPI:
-    """The app serving ``loaded``; ``compile_fn`` overrides the grammar compiler (tests)."""
+    """The app serving ``loaded``; ``compile_fn`` replaces the default grammar compiler (CLI
+    options, tests)."""
     settings = settings or ServerSettings()
 
     @asynccontextmanager

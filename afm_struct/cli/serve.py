@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from ..errors import AfmError
 
@@ -30,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"sequences generated together (default {d.max_active})")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
                    help=f"request body limit, 413 beyond it (default {d.max_body_bytes})")
+    p.add_argument("--grammar-backend", default="llguidance", choices=("llguidance", "outlines"),
+                   help="engine for json_schema / tools constraints (default llguidance)")
+    p.add_argument("--property-order", default="schema", choices=("schema", "any"),
+                   help="objects' properties only in the schema's order (default: keys are forced) "
+                        "or in any order")
     p.set_defaults(func=run)
 
 
@@ -44,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from server.app import create_app
     from server.settings import ServerSettings
 
+    from ..grammar.compiler import compile_constraint
+    from ..grammar.spec import CompileOptions
     from ..models.blas import blas_in_use, warn_if_reference_blas
     from ..models.loader import load_model
 
@@ -63,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
     warn_if_reference_blas()
     print(f"afm-struct: serving on http://{settings.host}:{settings.port} "
           "(POST /v1/chat/completions, GET /v1/models, GET /health)", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(loaded, settings), host=settings.host, port=settings.port,
+    options = CompileOptions(backend=args.grammar_backend, property_order=args.property_order)
+
+    def compile_fn(tokenizer: Any, request: Any) -> Any:
+        return compile_constraint(tokenizer, request, options)
+
+    uvicorn.run(create_app(loaded, settings, compile_fn=compile_fn), host=settings.host, port=settings.port,
                 log_level=settings.log_level, timeout_graceful_shutdown=5)
     return 0
