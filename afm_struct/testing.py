@@ -27,6 +27,7 @@ class ScriptedCache:
         self.offset = 0
         self.prompt_len: int | None = None
         self.fed: list[int] = []
+        self.calls = 0  # forward calls on this cache (a restored prefix starts at offset > 0)
 
     @property
     def state(self) -> list[mx.array]:
@@ -58,6 +59,14 @@ class ScriptedCacheOps:
         """A batch of one row."""
         return [ScriptedBatch([seq_cache[0]])]
 
+    def batch_of(self, seq_caches: list[list[Any]]) -> list[Any]:
+        """The rows, batched."""
+        return [ScriptedBatch([c[0] for c in seq_caches])]
+
+    def extract(self, batch: list[Any], row: int) -> list[Any]:
+        """One row."""
+        return [batch[0].rows[row]]
+
     def extend(self, batch: list[Any], other: list[Any]) -> None:
         """Append rows."""
         batch[0].rows.extend(other[0].rows)
@@ -73,6 +82,16 @@ class ScriptedCacheOps:
     def finalize(self, batch: list[Any]) -> None:
         """Forget it."""
         batch[0].right_padding = None
+
+    def snapshot(self, seq_cache: list[Any]) -> Any | None:
+        """The tokens fed so far."""
+        return list(seq_cache[0].fed)
+
+    def restore(self, snapshot: Any, length: int) -> list[Any]:
+        """A cache that has seen the first ``length`` of them."""
+        c = ScriptedCache()
+        c.fed, c.offset = list(snapshot[:length]), length
+        return [c]
 
 
 def _rows_of(inputs: mx.array, cache: Any) -> list[tuple[ScriptedCache, list[int], int]]:
@@ -145,6 +164,8 @@ class ScriptedModel:
 
     def _row_logits(self, c: ScriptedCache, tokens: list[int]) -> list[mx.array]:
         start = c.offset
+        first_call = c.calls == 0
+        c.calls += 1
         c.fed.extend(tokens)
         c.offset += len(tokens)
         if c.prompt_len is None:
@@ -152,7 +173,7 @@ class ScriptedModel:
             # template) are taken whole from the first call.
             if self._marker and c.fed[-len(self._marker):] == self._marker:
                 c.prompt_len = c.offset
-            elif start == 0 and self._marker_head not in c.fed:
+            elif first_call and self._marker_head not in c.fed:
                 c.prompt_len = c.offset
         rows = []
         for i in range(len(tokens)):

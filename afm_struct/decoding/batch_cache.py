@@ -25,6 +25,12 @@ class CacheOps(Protocol):
     def extend(self, batch: list[Any], other: list[Any]) -> None:
         """Append ``other``'s rows to ``batch`` (in place)."""
 
+    def batch_of(self, seq_caches: list[list[Any]]) -> list[Any]:
+        """One batch cache over several sequence caches (empty or not), row i = ``seq_caches[i]``."""
+
+    def extract(self, batch: list[Any], row: int) -> list[Any]:
+        """Row ``row`` of a batch cache as a sequence cache (padding dropped)."""
+
     def filter(self, batch: list[Any], keep: list[int]) -> None:
         """Keep only the rows ``keep`` (in order)."""
 
@@ -33,6 +39,12 @@ class CacheOps(Protocol):
 
     def finalize(self, batch: list[Any]) -> None:
         """Turn that padding into left padding after the forward pass."""
+
+    def snapshot(self, seq_cache: list[Any]) -> Any | None:
+        """A frozen copy of a sequence cache's content, for prefix reuse (None: not reusable)."""
+
+    def restore(self, snapshot: Any, length: int) -> list[Any]:
+        """A fresh sequence cache holding the snapshot's first ``length`` positions."""
 
 
 class MLXCacheOps:
@@ -49,6 +61,16 @@ class MLXCacheOps:
         from mlx_lm.models.cache import BatchKVCache
 
         return [BatchKVCache.merge([c]) for c in seq_cache]
+
+    def batch_of(self, seq_caches: list[list[Any]]) -> list[Any]:
+        """Layer-wise ``BatchKVCache.merge`` (left-pads shorter rows; empty rows are all padding)."""
+        from mlx_lm.models.cache import BatchKVCache
+
+        return [BatchKVCache.merge(list(layer)) for layer in zip(*seq_caches, strict=True)]
+
+    def extract(self, batch: list[Any], row: int) -> list[Any]:
+        """Layer-wise ``extract``."""
+        return [b.extract(row) for b in batch]
 
     def extend(self, batch: list[Any], other: list[Any]) -> None:
         """Layer-wise ``extend``."""
@@ -72,6 +94,27 @@ class MLXCacheOps:
         """Layer-wise ``finalize``."""
         for b in batch:
             b.finalize()
+
+
+    def snapshot(self, seq_cache: list[Any]) -> Any | None:
+        """Per layer, the keys and values up to the offset (MLX arrays are values: later
+        writes to the live cache make new arrays and leave these as they are)."""
+        from mlx_lm.models.cache import KVCache
+
+        if not all(type(c) is KVCache and c.keys is not None for c in seq_cache):
+            return None
+        return [(c.keys[..., :c.offset, :], c.values[..., :c.offset, :]) for c in seq_cache]
+
+    def restore(self, snapshot: Any, length: int) -> list[Any]:
+        """Plain ``KVCache`` layers over the first ``length`` positions."""
+        from mlx_lm.models.cache import KVCache
+
+        caches = []
+        for keys, values in snapshot:
+            c = KVCache()
+            c.keys, c.values, c.offset = keys[..., :length, :], values[..., :length, :], length
+            caches.append(c)
+        return caches
 
 
 def cache_ops_for(model: Any) -> CacheOps:

@@ -49,6 +49,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     forced_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV state came from the prefix cache
 
     @property
     def total_tokens(self) -> int:

@@ -40,6 +40,7 @@ from .events import (
     Usage,
 )
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
+from .prefix_cache import PrefixCache
 from .reasoning import ReasoningGate
 from .sampling import LogitsProcessor, make_logits_processors, make_loop_breaker, make_sampler
 from .stops import StopMatcher
@@ -96,7 +97,8 @@ class Generator:
     def __init__(self, model: Any, tokenizer: Any, *, context_length: int,
                  make_cache: Callable[[], list[Any]], vocab_size: int | None = None,
                  max_batch: int = 8, prefill_budget: int = PREFILL_CHUNK,
-                 busy_prefill_budget: int = 128) -> None:
+                 busy_prefill_budget: int = 128, prefix_cache_size: int = 16,
+                 batch_prefill: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.context_length = context_length
@@ -109,6 +111,10 @@ class Generator:
         # prompt delays running streams by a bounded amount per token they produce.
         self.busy_prefill_budget = busy_prefill_budget
         self.cache_ops: CacheOps = cache_ops_for(model)
+        # Recent prompts' KV state: a new prompt prefills only what it does not share.
+        self.prefix_cache = PrefixCache(self.cache_ops, capacity=prefix_cache_size)
+        # Prompts waiting together prefill in one forward pass (one read of the weights).
+        self.batch_prefill = batch_prefill
         self.groups: list[_Group] = []
         self.prefilling: list[_Sequence] = []
         # Fill the next mask while MLX runs the forward pass; off only to measure the gain.
@@ -186,13 +192,22 @@ class Generator:
 
     def _prefill_some(self) -> None:
         budget = self.busy_prefill_budget if self.groups else self.prefill_budget
+        for seq in [s for s in self.prefilling if s.cancel.is_set()]:
+            self.prefilling.remove(seq)
+            self._finish(seq, "cancelled")
+        together = self._pick_together(budget)
+        if together:
+            try:
+                budget -= self._prefill_together(together)
+            except Exception as exc:
+                err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
+                for seq in together:
+                    if seq in self.prefilling:
+                        self.prefilling.remove(seq)
+                    self._finish(seq, "error", error=err)
         for seq in list(self.prefilling):
             if budget <= 0:
                 break
-            if seq.cancel.is_set():
-                self.prefilling.remove(seq)
-                self._finish(seq, "cancelled")
-                continue
             if self.decoding >= self.max_batch and self.groups:
                 break
             try:
@@ -202,11 +217,86 @@ class Generator:
                 err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
                 self._finish(seq, "error", error=err)
 
+    def _start_prefill(self, seq: _Sequence) -> None:
+        """Start the clock and take the longest cached prefix of the prompt, if any."""
+        seq.prefill_start = time.perf_counter()
+        hit = self.prefix_cache.lookup(seq.request.prompt_ids)
+        if hit is not None:
+            seq.cache, seq.prefilled = hit.cache, hit.length
+            seq.usage.cached_tokens = hit.length
+
+    def _pick_together(self, budget: int) -> list[_Sequence]:
+        """Waiting prompts to prefill in one forward pass (reading the weights once for all).
+
+        Only whole prompts not started yet, in arrival order, while their (uncached) tokens fit
+        the step's budget and the batch has room; fewer than two is not worth a batch.
+        """
+        if not self.batch_prefill:
+            return []
+        room = self.max_batch - self.decoding if self.groups else self.max_batch
+        picked: list[_Sequence] = []
+        for seq in self.prefilling:
+            if len(picked) >= room or seq.prefill_start or not self.cache_ops.batchable(seq.cache):
+                break
+            need = len(seq.request.prompt_ids) - self.prefix_cache.peek(seq.request.prompt_ids)
+            if need > budget or need > PREFILL_CHUNK:
+                break
+            budget -= need
+            picked.append(seq)
+        return picked if len(picked) >= 2 else []
+
+    def _prefill_together(self, seqs: list[_Sequence]) -> int:
+        """One ragged forward pass over several prompts' uncached tokens; they join the batch."""
+        for seq in seqs:
+            self._start_prefill(seq)
+        feeds = [seq.request.prompt_ids[seq.prefilled:] for seq in seqs]
+        longest = max(len(f) for f in feeds)
+        cache = self.cache_ops.batch_of([seq.cache for seq in seqs])  # type: ignore[misc]
+        ragged = any(len(f) != longest for f in feeds)
+        if ragged:
+            self.cache_ops.prepare(cache, [longest - len(f) for f in feeds])
+        out = self.model(mx.array([f + [0] * (longest - len(f)) for f in feeds]), cache=cache)
+        if ragged:
+            self.cache_ops.finalize(cache)
+            last = mx.array([len(f) - 1 for f in feeds])
+            out = mx.take_along_axis(out, last[:, None, None], axis=1)[:, 0, :]
+        else:
+            out = out[:, -1, :]
+        mx.async_eval(out)
+        for i, seq in enumerate(seqs):
+            seq.logits = out[i:i + 1]
+            self._fill_mask(seq)
+        mx.eval(out)
+        now = time.perf_counter()
+        for i, seq in enumerate(seqs):
+            prompt = seq.request.prompt_ids
+            self.prefix_cache.store(prompt, self.cache_ops.extract(cache, i))
+            seq.prefilled, seq.cache = len(prompt), None
+            seq.timings.prefill_s = now - seq.prefill_start
+            seq.decode_start = now
+            self.prefilling.remove(seq)
+        self._join_batch(seqs, cache)
+        for seq in seqs:
+            if seq.matcher is not None and seq.matcher.is_finished():
+                self._finish(seq, "stop")
+        return sum(len(f) for f in feeds)
+
+    def _join_batch(self, seqs: list[_Sequence], cache: list[Any]) -> None:
+        """Rows prefilled together join the shared group (or become it)."""
+        for g in self.groups:
+            if g.shared:
+                if not g.batched:
+                    g.cache, g.batched = self.cache_ops.to_batch(g.cache), True
+                self.cache_ops.extend(g.cache, cache)
+                g.rows.extend(seqs)
+                return
+        self.groups.append(_Group(list(seqs), cache, shared=True, batched=True))
+
     def _prefill_chunk(self, seq: _Sequence, budget: int) -> int:
         """Process up to ``budget`` prompt tokens; on the last chunk the sequence joins a batch."""
-        if not seq.prefill_start:
-            seq.prefill_start = time.perf_counter()
         prompt = seq.request.prompt_ids
+        if not seq.prefill_start:
+            self._start_prefill(seq)
         remaining = len(prompt) - seq.prefilled
         n = min(remaining, budget, PREFILL_CHUNK)
         if n < remaining:
@@ -219,6 +309,7 @@ class Generator:
         mx.async_eval(seq.logits)
         self._fill_mask(seq)
         mx.eval(seq.logits)
+        self.prefix_cache.store(prompt, seq.cache)
         seq.prefilled = len(prompt)
         now = time.perf_counter()
         seq.timings.prefill_s = now - seq.prefill_start
