@@ -40,7 +40,7 @@ from .events import (
     Usage,
 )
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, common_prefix
 from .reasoning import ReasoningGate
 from .sampling import LogitsProcessor, make_logits_processors, make_loop_breaker, make_sampler
 from .stops import StopMatcher
@@ -195,6 +195,7 @@ class Generator:
         for seq in [s for s in self.prefilling if s.cancel.is_set()]:
             self.prefilling.remove(seq)
             self._finish(seq, "cancelled")
+        budget -= self._prefill_shared_prefix(budget)
         together = self._pick_together(budget)
         if together:
             try:
@@ -224,6 +225,30 @@ class Generator:
         if hit is not None:
             seq.cache, seq.prefilled = hit.cache, hit.length
             seq.usage.cached_tokens = hit.length
+
+    def _prefill_shared_prefix(self, budget: int) -> int:
+        """Compute once the prefix that waiting prompts share and the prefix cache lacks.
+
+        A burst of requests from one client shares its system turn, instructions and schema:
+        prefilled once here, each prompt then prefills only its own tail.
+        """
+        if not self.batch_prefill or self.prefix_cache.capacity <= 0:
+            return 0
+        fresh = [s.request.prompt_ids for s in self.prefilling if not s.prefill_start]
+        if len(fresh) < 2:
+            return 0
+        shared = min(common_prefix(fresh[0], p) for p in fresh[1:])
+        shared = min(shared, min(len(p) for p in fresh) - 1)
+        if shared > min(budget, PREFILL_CHUNK) or shared <= self.prefix_cache.peek(fresh[0]):
+            return 0
+        if shared < self.prefix_cache.min_length or not self.cache_ops.batchable(self.make_cache()):
+            return 0
+        prefix = fresh[0][:shared]
+        cache = self.make_cache()
+        self.model(mx.array([prefix]), cache=cache)
+        mx.eval([c.state for c in cache])
+        self.prefix_cache.store(prefix, cache)
+        return shared
 
     def _pick_together(self, budget: int) -> list[_Sequence]:
         """Waiting prompts to prefill in one forward pass (reading the weights once for all).

@@ -58,7 +58,7 @@ class PrefixCache:
         best_key, best = None, 0
         with self._lock:
             for key in self._entries:
-                n = _common_prefix(key, prompt)
+                n = common_prefix(key, prompt)
                 if n > best:
                     best_key, best = key, n
             best = min(best, len(prompt) - 1)
@@ -75,7 +75,7 @@ class PrefixCache:
         if self.capacity <= 0:
             return 0
         with self._lock:
-            best = max((_common_prefix(key, prompt) for key in self._entries), default=0)
+            best = max((common_prefix(key, prompt) for key in self._entries), default=0)
         best = min(best, len(prompt) - 1)
         return best if best >= self.min_length else 0
 
@@ -97,7 +97,8 @@ class PrefixCache:
         return len(self._entries)
 
 
-def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
+def common_prefix(a: tuple[int, ...] | list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

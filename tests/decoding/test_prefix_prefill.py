@@ -91,10 +91,10 @@ def test_scripted_prefix_hits_keep_outputs(tokenizer) -> None:  # type: ignore[n
     got = _run(reuse, [_requests(tokenizer, names[:2]), _requests(tokenizer, names[2:])])
     assert [f.text for f in got] == [f.text for f in expected]
     assert expected[0].text.startswith('{"name": "Ada"')
-    # The second wave starts from the first wave's prompts: the chat template's system turn.
-    assert all(f.usage.cached_tokens == 0 for f in got[:2])
-    assert all(f.usage.cached_tokens >= 8 for f in got[2:])
-    assert reuse.prefix_cache.hits == 2 and plain.prefix_cache.hits == 0
+    # The first wave shares its system turn (computed once), the second starts from the first
+    # wave's prompts.
+    assert all(f.usage.cached_tokens >= 8 for f in got)
+    assert reuse.prefix_cache.hits == 4 and plain.prefix_cache.hits == 0
 
 
 @pytest.mark.parametrize("together", [True, False])
@@ -151,3 +151,26 @@ def test_real_model_outputs_do_not_change(embedded) -> None:  # type: ignore[no-
     assert [f.text for f in fast] == [f.text for f in plain]
     assert fast_gen.prefix_cache.hits >= 2
     assert sum(f.usage.cached_tokens for f in fast) > 0
+
+
+def test_a_burst_computes_its_shared_prefix_once(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    loaded = scripted_loaded_model(tokenizer, _script(tokenizer))
+    gen = Generator.from_loaded(loaded)
+    requests = _requests(tokenizer, ["Ada", "Alan", "Grace"])
+    shared = min(len(r.prompt_ids) for r in requests)
+    finished: list[list[Any]] = [[] for _ in requests]
+    for req, evs in zip(requests, finished, strict=True):
+        gen.add(req, evs.append)
+    gen.step()
+    # One pass over the shared system turn, one over the three tails.
+    assert loaded.model.calls == 2 and gen.decoding == 3
+    while gen.has_work:
+        gen.step()
+    for name, evs in zip(["Ada", "Alan", "Grace"], finished, strict=True):
+        fin = evs[-1]
+        assert fin.text.startswith(f'{{"name": "{name}"')
+        assert 8 <= fin.usage.cached_tokens < shared
+    plain = Generator.from_loaded(scripted_loaded_model(tokenizer, _script(tokenizer)),
+                                  prefix_cache_size=0, batch_prefill=False)
+    assert [f.text for f in _run(plain, [_requests(tokenizer, ["Ada", "Alan", "Grace"])])] == [
+        evs[-1].text for evs in finished]
