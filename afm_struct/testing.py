@@ -28,6 +28,7 @@ class ScriptedCache:
         self.prompt_len: int | None = None
         self.fed: list[int] = []
         self.calls = 0  # forward calls on this cache (a restored prefix starts at offset > 0)
+        self.script: list[int] | None = None  # what the model says for this sequence
 
     @property
     def state(self) -> list[mx.array]:
@@ -125,7 +126,6 @@ class ScriptedModel:
         rng = np.random.default_rng(seed)
         self._noise = mx.array(rng.standard_normal(self.vocab_size).astype(np.float32))
         self._eos = min(tokenizer.eos_token_ids) if tokenizer.eos_token_ids else 0
-        self._scripts: dict[int, list[int]] = {}
         self.calls = 0
         self.cache_ops = ScriptedCacheOps()
         # The generator's forward-cost model: a fixed part worth this many positions.
@@ -145,13 +145,12 @@ class ScriptedModel:
         return self
 
     def _script_ids(self, cache: ScriptedCache) -> list[int]:
-        key = id(cache)
-        if key not in self._scripts:
+        # Kept on the cache itself: keyed by id(cache), a new cache could inherit a dead one's.
+        if cache.script is None:
             prompt = cache.fed[: cache.prompt_len]
             text = self.script.text(prompt) if callable(self.script.text) else self.script.text
-            ids = [*self.tokenizer.encode(text), self._eos]
-            self._scripts[key] = ids
-        return self._scripts[key]
+            cache.script = [*self.tokenizer.encode(text), self._eos]
+        return cache.script
 
     def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
         self.calls += 1

@@ -411,23 +411,22 @@ class Generator:
                 run = self._advance(seq, token)
                 seq.pending = list(run)
                 runs.append((seq, run))
+        # Text goes out before the next forward pass, not after it: a client sees each token
+        # one forward pass (a whole batch step) sooner, and a row a stop string ends leaves
+        # the batch before that pass.
+        for seq, run in runs:
+            self._emit_run(seq, run)
         going = [s for s in group.rows if not s.done and self._continues(s)]
-        # Rows that ended (here, or by a stop string or cancel last step) leave the batch now.
+        # Rows that ended (here, or by a stop string or cancel) leave the batch now.
         if len(going) != len(group.rows):
             if going and group.batched:
                 self.cache_ops.filter(group.cache, [group.rows.index(s) for s in going])
             group.rows = going
-        try:
-            if going:
-                self._forward(group)
-                for seq in going:
-                    if seq.logits is not None:
-                        self._fill_mask(seq)  # on the CPU while the forward pass runs
-        finally:
-            # Sampled text is delivered even when the forward pass fails (the row then ends
-            # with an error event after it).
-            for seq, run in runs:
-                self._emit_run(seq, run)
+        if going:
+            self._forward(group)
+            for seq in going:
+                if seq.logits is not None:
+                    self._fill_mask(seq)  # on the CPU while the forward pass runs
 
     def _advance(self, seq: _Sequence, token: int) -> list[int]:
         """Feed the sampled token to the matcher; return it plus the forced run."""
