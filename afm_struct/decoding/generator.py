@@ -234,14 +234,15 @@ class Generator:
         """
         if not self.batch_prefill or self.prefix_cache.capacity <= 0:
             return 0
-        fresh = [s.request.prompt_ids for s in self.prefilling if not s.prefill_start]
-        if len(fresh) < 2:
+        waiting = [s for s in self.prefilling if not s.prefill_start]
+        if len(waiting) < 2 or not self.cache_ops.batchable(waiting[0].cache):  # type: ignore[arg-type]
             return 0
+        fresh = [s.request.prompt_ids for s in waiting]
         shared = min(common_prefix(fresh[0], p) for p in fresh[1:])
         shared = min(shared, min(len(p) for p in fresh) - 1)
         if shared > min(budget, PREFILL_CHUNK) or shared <= self.prefix_cache.peek(fresh[0]):
             return 0
-        if shared < self.prefix_cache.min_length or not self.cache_ops.batchable(self.make_cache()):
+        if shared < self.prefix_cache.min_length:
             return 0
         prefix = fresh[0][:shared]
         cache = self.make_cache()
@@ -275,18 +276,8 @@ class Generator:
         for seq in seqs:
             self._start_prefill(seq)
         feeds = [seq.request.prompt_ids[seq.prefilled:] for seq in seqs]
-        longest = max(len(f) for f in feeds)
         cache = self.cache_ops.batch_of([seq.cache for seq in seqs])  # type: ignore[misc]
-        ragged = any(len(f) != longest for f in feeds)
-        if ragged:
-            self.cache_ops.prepare(cache, [longest - len(f) for f in feeds])
-        out = self.model(mx.array([f + [0] * (longest - len(f)) for f in feeds]), cache=cache)
-        if ragged:
-            self.cache_ops.finalize(cache)
-            last = mx.array([len(f) - 1 for f in feeds])
-            out = mx.take_along_axis(out, last[:, None, None], axis=1)[:, 0, :]
-        else:
-            out = out[:, -1, :]
+        out = self._ragged_pass(cache, feeds)
         mx.async_eval(out)
         for i, seq in enumerate(seqs):
             seq.logits = out[i:i + 1]
@@ -464,18 +455,7 @@ class Generator:
         """
         feed_len = self._feed_length([len(r.pending) for r in group.rows])
         feeds = [r.pending[:feed_len] for r in group.rows]
-        longest = max(len(f) for f in feeds)
-        ragged = any(len(f) != longest for f in feeds)
-        inputs = mx.array([f + [0] * (longest - len(f)) for f in feeds])
-        if ragged:
-            self.cache_ops.prepare(group.cache, [longest - len(f) for f in feeds])
-        out = self.model(inputs, cache=group.cache)
-        if ragged:
-            self.cache_ops.finalize(group.cache)
-            last = mx.array([len(f) - 1 for f in feeds])
-            out = mx.take_along_axis(out, last[:, None, None], axis=1)[:, 0, :]
-        else:
-            out = out[:, -1, :]
+        out = self._ragged_pass(group.cache, feeds)
         if self.overlap:
             mx.async_eval(out)
         else:
@@ -483,6 +463,21 @@ class Generator:
         for i, (seq, fed) in enumerate(zip(group.rows, feeds, strict=True)):
             seq.pending = seq.pending[len(fed):]
             seq.logits = None if seq.pending else out[i:i + 1]
+
+    def _ragged_pass(self, cache: list[Any], feeds: list[list[int]]) -> mx.array:
+        """One forward pass feeding row i ``feeds[i]``; ``(rows, V)`` logits at each row's last
+        real position.  Shorter feeds are right-padded, and the cache folds that padding back
+        into its left padding afterwards."""
+        longest = max(len(f) for f in feeds)
+        ragged = any(len(f) != longest for f in feeds)
+        if ragged:
+            self.cache_ops.prepare(cache, [longest - len(f) for f in feeds])
+        out = self.model(mx.array([f + [0] * (longest - len(f)) for f in feeds]), cache=cache)
+        if not ragged:
+            return out[:, -1, :]
+        self.cache_ops.finalize(cache)
+        last = mx.array([len(f) - 1 for f in feeds])
+        return mx.take_along_axis(out, last[:, None, None], axis=1)[:, 0, :]
 
     def _feed_length(self, lengths: list[int]) -> int:
         """How many pending tokens each row feeds this step.
