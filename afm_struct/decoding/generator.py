@@ -6,12 +6,13 @@ A step (:meth:`Generator.step`) does, for each batch group:
    (one bitmask, a row per sequence, applied in one op, before any sampling filter), sample
    each row with its own seeded sampler;
 2. advance each row's matcher and append the tokens the grammar forces (fast-forward), so a
-   row may feed several tokens; finished rows leave the batch at once;
+   row may feed several tokens; emit their text; finished rows leave the batch at once;
 3. launch one forward pass for the remaining rows (ragged runs are right-padded) without
-   waiting for it, and meanwhile fill the next masks on the CPU and turn tokens into text.
+   waiting for it, and meanwhile fill the next masks on the CPU.
 
-Then a bounded slice of pending prompt prefill runs, so new requests join at the next step and
-a long prompt cannot stall running streams for long.
+Then a bounded slice of pending prompt prefill runs (:mod:`.prefill`: prefix reuse, prompts
+prefilled together), so new requests join at the next step and a long prompt cannot stall
+running streams for long.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
 from ..errors import AfmError, ContextOverflowError, GenerationError
-from ..grammar.engine import Matcher, allocate_bitmask
+from ..grammar.engine import allocate_bitmask
 from .batch_cache import CacheOps, cache_ops_for
 from .detokenizer import StreamingDetokenizer
 from .events import (
@@ -40,58 +40,17 @@ from .events import (
     Usage,
 )
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
-from .prefix_cache import PrefixCache, common_prefix
+from .prefill import PREFILL_CHUNK, Prefill
+from .prefix_cache import PrefixCache
 from .reasoning import ReasoningGate
-from .sampling import LogitsProcessor, make_logits_processors, make_loop_breaker, make_sampler
+from .sampling import make_logits_processors, make_loop_breaker, make_sampler
+from .sequence import BatchGroup, SequenceState
 from .stops import StopMatcher
 
 __all__ = ["Constraint", "Event", "Finished", "GenerationRequest", "Generator", "LanguageModel",
            "TextDelta", "Timings", "Usage"]
 
-PREFILL_CHUNK = 512
-
-
-@dataclass
-class _Sequence:
-    request: GenerationRequest
-    sink: Callable[[Event], None]
-    cancel: threading.Event
-    cache: list[Any] | None
-    sampler: Callable[[mx.array], mx.array]
-    processors: list[LogitsProcessor]
-    matcher: Matcher | None
-    detok: StreamingDetokenizer
-    stops: StopMatcher
-    max_tokens: int
-    tokens: list[int] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    timings: Timings = field(default_factory=Timings)
-    logits: mx.array | None = None  # (1, V) next-token logits, possibly still being computed
-    pending: list[int] = field(default_factory=list)  # decided tokens not yet fed to the model
-    mask: np.ndarray | None = None  # (1, words) bitmask row of the next step
-    mask_all: bool = True
-    prefilled: int = 0
-    started: float = 0.0
-    prefill_start: float = 0.0
-    decode_start: float = 0.0
-    eos: bool = False
-    done: bool = False
-
-
-@dataclass
-class _Group:
-    """Rows that share one batch cache (row i of the cache is ``rows[i]``)."""
-
-    rows: list[_Sequence]
-    cache: list[Any]
-    shared: bool  # True: a batchable group new sequences may join
-    # A lone sequence keeps its plain cache (no padding masks); the batch cache is built
-    # when a second sequence joins.
-    batched: bool = False
-
-
-class Generator:
+class Generator(Prefill):
     """Owns the model; :meth:`step` advances every active sequence by one token (or run)."""
 
     def __init__(self, model: Any, tokenizer: Any, *, context_length: int,
@@ -115,8 +74,8 @@ class Generator:
         self.prefix_cache = PrefixCache(self.cache_ops, capacity=prefix_cache_size)
         # Prompts waiting together prefill in one forward pass (one read of the weights).
         self.batch_prefill = batch_prefill
-        self.groups: list[_Group] = []
-        self.prefilling: list[_Sequence] = []
+        self.groups: list[BatchGroup] = []
+        self.prefilling: list[SequenceState] = []
         # Fill the next mask while MLX runs the forward pass; off only to measure the gain.
         self.overlap = True
         # Forward-pass cost model: fixed part in positions (None: measure on first need).
@@ -150,7 +109,7 @@ class Generator:
         matcher = request.constraint.new_matcher() if request.constraint is not None else None
         if matcher is not None and request.reasoning is not None:
             matcher = ReasoningGate(matcher, self.tokenizer, request.reasoning)
-        seq = _Sequence(
+        seq = SequenceState(
             request=request, sink=sink, cancel=cancel or threading.Event(), cache=self.make_cache(),
             sampler=make_sampler(params),
             processors=[*make_logits_processors(params), *request.logits_processors,
@@ -161,7 +120,7 @@ class Generator:
         self.prefilling.append(seq)
 
     @property
-    def active(self) -> list[_Sequence]:
+    def active(self) -> list[SequenceState]:
         """Every admitted, unfinished sequence (decoding or prefilling)."""
         return [r for g in self.groups for r in g.rows] + self.prefilling
 
@@ -190,169 +149,7 @@ class Generator:
         self.groups = [g for g in self.groups if g.rows]
         self._prefill_some()
 
-    def _prefill_some(self) -> None:
-        budget = self.busy_prefill_budget if self.groups else self.prefill_budget
-        for seq in [s for s in self.prefilling if s.cancel.is_set()]:
-            self.prefilling.remove(seq)
-            self._finish(seq, "cancelled")
-        budget -= self._prefill_shared_prefix(budget)
-        together = self._pick_together(budget)
-        if together:
-            try:
-                budget -= self._prefill_together(together)
-            except Exception as exc:
-                err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
-                for seq in together:
-                    if seq in self.prefilling:
-                        self.prefilling.remove(seq)
-                    self._finish(seq, "error", error=err)
-        for seq in list(self.prefilling):
-            if budget <= 0:
-                break
-            if self.decoding >= self.max_batch and self.groups:
-                break
-            try:
-                budget -= self._prefill_chunk(seq, budget)
-            except Exception as exc:
-                self.prefilling.remove(seq)
-                err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
-                self._finish(seq, "error", error=err)
-
-    def _start_prefill(self, seq: _Sequence) -> None:
-        """Start the clock and take the longest cached prefix of the prompt, if any."""
-        seq.prefill_start = time.perf_counter()
-        hit = self.prefix_cache.lookup(seq.request.prompt_ids)
-        if hit is not None:
-            seq.cache, seq.prefilled = hit.cache, hit.length
-            seq.usage.cached_tokens = hit.length
-
-    def _prefill_shared_prefix(self, budget: int) -> int:
-        """Compute once the prefix that waiting prompts share and the prefix cache lacks.
-
-        A burst of requests from one client shares its system turn, instructions and schema:
-        prefilled once here, each prompt then prefills only its own tail.
-        """
-        if not self.batch_prefill or self.prefix_cache.capacity <= 0:
-            return 0
-        waiting = [s for s in self.prefilling if not s.prefill_start]
-        if len(waiting) < 2 or not self.cache_ops.batchable(waiting[0].cache):  # type: ignore[arg-type]
-            return 0
-        fresh = [s.request.prompt_ids for s in waiting]
-        shared = min(common_prefix(fresh[0], p) for p in fresh[1:])
-        shared = min(shared, min(len(p) for p in fresh) - 1)
-        if shared > min(budget, PREFILL_CHUNK) or shared <= self.prefix_cache.peek(fresh[0]):
-            return 0
-        if shared < self.prefix_cache.min_length:
-            return 0
-        prefix = fresh[0][:shared]
-        cache = self.make_cache()
-        self.model(mx.array([prefix]), cache=cache)
-        mx.eval([c.state for c in cache])
-        self.prefix_cache.store(prefix, cache)
-        return shared
-
-    def _pick_together(self, budget: int) -> list[_Sequence]:
-        """Waiting prompts to prefill in one forward pass (reading the weights once for all).
-
-        Only whole prompts not started yet, in arrival order, while their (uncached) tokens fit
-        the step's budget and the batch has room; fewer than two is not worth a batch.
-        """
-        if not self.batch_prefill:
-            return []
-        room = self.max_batch - self.decoding if self.groups else self.max_batch
-        picked: list[_Sequence] = []
-        for seq in self.prefilling:
-            if len(picked) >= room or seq.prefill_start or not self.cache_ops.batchable(seq.cache):
-                break
-            need = len(seq.request.prompt_ids) - self.prefix_cache.peek(seq.request.prompt_ids)
-            if need > budget or need > PREFILL_CHUNK:
-                break
-            budget -= need
-            picked.append(seq)
-        return picked if len(picked) >= 2 else []
-
-    def _prefill_together(self, seqs: list[_Sequence]) -> int:
-        """One ragged forward pass over several prompts' uncached tokens; they join the batch."""
-        for seq in seqs:
-            self._start_prefill(seq)
-        feeds = [seq.request.prompt_ids[seq.prefilled:] for seq in seqs]
-        cache = self.cache_ops.batch_of([seq.cache for seq in seqs])  # type: ignore[misc]
-        out = self._ragged_pass(cache, feeds)
-        mx.async_eval(out)
-        for i, seq in enumerate(seqs):
-            seq.logits = out[i:i + 1]
-            self._fill_mask(seq)
-        mx.eval(out)
-        now = time.perf_counter()
-        for i, seq in enumerate(seqs):
-            prompt = seq.request.prompt_ids
-            self.prefix_cache.store(prompt, self.cache_ops.extract(cache, i))
-            seq.prefilled, seq.cache = len(prompt), None
-            seq.timings.prefill_s = now - seq.prefill_start
-            seq.decode_start = now
-            self.prefilling.remove(seq)
-        self._join_batch(seqs, cache)
-        for seq in seqs:
-            if seq.matcher is not None and seq.matcher.is_finished():
-                self._finish(seq, "stop")
-        return sum(len(f) for f in feeds)
-
-    def _join_batch(self, seqs: list[_Sequence], cache: list[Any]) -> None:
-        """Rows prefilled together join the shared group (or become it)."""
-        for g in self.groups:
-            if g.shared:
-                if not g.batched:
-                    g.cache, g.batched = self.cache_ops.to_batch(g.cache), True
-                self.cache_ops.extend(g.cache, cache)
-                g.rows.extend(seqs)
-                return
-        self.groups.append(_Group(list(seqs), cache, shared=True, batched=True))
-
-    def _prefill_chunk(self, seq: _Sequence, budget: int) -> int:
-        """Process up to ``budget`` prompt tokens; on the last chunk the sequence joins a batch."""
-        prompt = seq.request.prompt_ids
-        if not seq.prefill_start:
-            self._start_prefill(seq)
-        remaining = len(prompt) - seq.prefilled
-        n = min(remaining, budget, PREFILL_CHUNK)
-        if n < remaining:
-            self.model(mx.array([prompt[seq.prefilled:seq.prefilled + n]]), cache=seq.cache)
-            mx.eval([c.state for c in seq.cache])
-            seq.prefilled += n
-            return n
-        # The last chunk: its final position gives the first token's logits.
-        seq.logits = self.model(mx.array([prompt[seq.prefilled:]]), cache=seq.cache)[:, -1, :]
-        mx.async_eval(seq.logits)
-        self._fill_mask(seq)
-        mx.eval(seq.logits)
-        self.prefix_cache.store(prompt, seq.cache)
-        seq.prefilled = len(prompt)
-        now = time.perf_counter()
-        seq.timings.prefill_s = now - seq.prefill_start
-        seq.decode_start = now
-        self.prefilling.remove(seq)
-        self._join(seq)
-        if seq.matcher is not None and seq.matcher.is_finished():
-            self._finish(seq, "stop")
-        return remaining
-
-    def _join(self, seq: _Sequence) -> None:
-        assert seq.cache is not None
-        if self.cache_ops.batchable(seq.cache):
-            for g in self.groups:
-                if g.shared:
-                    if not g.batched:
-                        g.cache, g.batched = self.cache_ops.to_batch(g.cache), True
-                    self.cache_ops.extend(g.cache, self.cache_ops.to_batch(seq.cache))
-                    g.rows.append(seq)
-                    seq.cache = None
-                    return
-            self.groups.append(_Group([seq], seq.cache, shared=True))
-            seq.cache = None
-        else:
-            self.groups.append(_Group([seq], seq.cache, shared=False))
-
-    def _fill_mask(self, seq: _Sequence) -> None:
+    def _fill_mask(self, seq: SequenceState) -> None:
         """Compute the next-token mask on the CPU (overlaps the forward pass in flight)."""
         if seq.matcher is None:
             return
@@ -367,7 +164,7 @@ class Generator:
         seq.mask_all = bitmask_allows_all(row, self.vocab_size)
         seq.timings.mask_s += time.perf_counter() - t0
 
-    def _sample(self, rows: list[_Sequence]) -> list[int]:
+    def _sample(self, rows: list[SequenceState]) -> list[int]:
         """Masks and processors applied, each row sampled with its own sampler."""
         logits = rows[0].logits if len(rows) == 1 else mx.concatenate([r.logits for r in rows], axis=0)
         assert logits is not None
@@ -390,7 +187,7 @@ class Generator:
                 r.timings.first_token_s = now - r.started
         return [int(t) for t in tokens]
 
-    def _decode_group(self, group: _Group) -> None:
+    def _decode_group(self, group: BatchGroup) -> None:
         for seq in group.rows:
             if seq.cancel.is_set():
                 self._finish(seq, "cancelled")
@@ -419,7 +216,7 @@ class Generator:
                 if seq.logits is not None:
                     self._fill_mask(seq)  # on the CPU while the forward pass runs
 
-    def _advance(self, seq: _Sequence, token: int) -> list[int]:
+    def _advance(self, seq: SequenceState, token: int) -> list[int]:
         """Feed the sampled token to the matcher; return it plus the forced run."""
         if token in self.eos_ids:
             seq.eos = True
@@ -440,14 +237,14 @@ class Generator:
         seq.usage.completion_tokens = len(seq.tokens)
         return run
 
-    def _continues(self, seq: _Sequence) -> bool:
+    def _continues(self, seq: SequenceState) -> bool:
         if seq.eos:
             return False
         if seq.matcher is not None and seq.matcher.is_finished():
             return False
         return len(seq.tokens) < seq.max_tokens
 
-    def _forward(self, group: _Group) -> None:
+    def _forward(self, group: BatchGroup) -> None:
         """One forward pass feeding each row (a prefix of) its pending tokens.
 
         Rows whose pending tokens all fit get their next logits (at their last real position);
@@ -503,7 +300,7 @@ class Generator:
             self.fixed_positions = _calibrate(self.model, self.make_cache)
         return self.fixed_positions
 
-    def _emit_run(self, seq: _Sequence, run: list[int]) -> None:
+    def _emit_run(self, seq: SequenceState, run: list[int]) -> None:
         """Emit the text of a sampled token and its forced run; finish the row if it ended."""
         for t in run:
             self._emit(seq, seq.stops.feed(seq.detok.add(t)))
@@ -517,12 +314,12 @@ class Generator:
         elif len(seq.tokens) >= seq.max_tokens:
             self._finish(seq, "length")
 
-    def _emit(self, seq: _Sequence, text: str) -> None:
+    def _emit(self, seq: SequenceState, text: str) -> None:
         if text:
             seq.text.append(text)
             seq.sink(TextDelta(text))
 
-    def _finish(self, seq: _Sequence, reason: str, *, error: AfmError | None = None,
+    def _finish(self, seq: SequenceState, reason: str, *, error: AfmError | None = None,
                 grammar_complete: bool | None = None) -> None:
         if seq.done:
             return

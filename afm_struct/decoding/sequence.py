@@ -1,0 +1,59 @@
+"""The state the generator keeps per sequence and per batch group (plain dataclasses)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from ..grammar.engine import Matcher
+from .detokenizer import StreamingDetokenizer
+from .events import Event, GenerationRequest, Timings, Usage
+from .sampling import LogitsProcessor
+from .stops import StopMatcher
+
+
+@dataclass
+class SequenceState:
+    """One request being generated: its sampler, matcher, cache row and what it produced."""
+
+    request: GenerationRequest
+    sink: Callable[[Event], None]
+    cancel: threading.Event
+    cache: list[Any] | None
+    sampler: Callable[[mx.array], mx.array]
+    processors: list[LogitsProcessor]
+    matcher: Matcher | None
+    detok: StreamingDetokenizer
+    stops: StopMatcher
+    max_tokens: int
+    tokens: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    timings: Timings = field(default_factory=Timings)
+    logits: mx.array | None = None  # (1, V) next-token logits, possibly still being computed
+    pending: list[int] = field(default_factory=list)  # decided tokens not yet fed to the model
+    mask: np.ndarray | None = None  # (1, words) bitmask row of the next step
+    mask_all: bool = True
+    prefilled: int = 0
+    started: float = 0.0
+    prefill_start: float = 0.0
+    decode_start: float = 0.0
+    eos: bool = False
+    done: bool = False
+
+
+@dataclass
+class BatchGroup:
+    """Rows that share one batch cache (row i of the cache is ``rows[i]``)."""
+
+    rows: list[SequenceState]
+    cache: list[Any]
+    shared: bool  # True: a batchable group new sequences may join
+    # A lone sequence keeps its plain cache (no padding masks); the batch cache is built
+    # when a second sequence joins.
+    batched: bool = False
