@@ -1,16 +1,19 @@
 """Batch KV caches: how sequences join, leave and take ragged multi-token steps together.
 
-For mlx-lm models with plain ``KVCache`` layers the batch is mlx-lm's left-padded
-``BatchKVCache``: a finished prefill joins with ``merge`` + ``extend``, finished rows leave with
-``filter``, and a step where rows feed different numbers of tokens (grammar fast-forward) is
-right-padded with ``prepare(right_padding=...)`` and rolled back into left padding by
-``finalize()``.  Models with other cache kinds (sliding windows, state-space layers) are not
-batchable here; the generator then steps each of their sequences as a batch of one.
+For mlx-lm models with plain ``KVCache`` layers the batch is a :class:`RaggedKVCache` per layer
+(rows of their own lengths, left-aligned): a finished prefill joins with ``merge`` + ``extend``,
+finished rows leave with ``filter``, and a step where rows feed different numbers of tokens
+(grammar fast-forward) is right-padded, announced with ``prepare(right_padding=...)`` and settled
+by ``finalize()`` without moving the cache.  Models with other cache kinds (sliding windows,
+state-space layers) are not batchable here; the generator then steps each of their sequences as a
+batch of one.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from .ragged_cache import RaggedKVCache
 
 
 class CacheOps(Protocol):
@@ -38,7 +41,7 @@ class CacheOps(Protocol):
         """Announce right padding for the next (ragged) forward pass."""
 
     def finalize(self, batch: list[Any]) -> None:
-        """Turn that padding into left padding after the forward pass."""
+        """Settle that padding after the forward pass (padded positions stop counting)."""
 
     def snapshot(self, seq_cache: list[Any]) -> Any | None:
         """A frozen copy of a sequence cache's content, for prefix reuse (None: not reusable)."""
@@ -48,7 +51,7 @@ class CacheOps(Protocol):
 
 
 class MLXCacheOps:
-    """:class:`CacheOps` over mlx-lm's ``BatchKVCache``."""
+    """:class:`CacheOps` over mlx-lm ``KVCache`` sequences batched as :class:`RaggedKVCache`."""
 
     def batchable(self, seq_cache: list[Any]) -> bool:
         """Only plain ``KVCache`` layers batch."""
@@ -57,16 +60,12 @@ class MLXCacheOps:
         return all(type(c) is KVCache for c in seq_cache)
 
     def to_batch(self, seq_cache: list[Any]) -> list[Any]:
-        """``BatchKVCache.merge`` of one sequence, layer by layer."""
-        from mlx_lm.models.cache import BatchKVCache
-
-        return [BatchKVCache.merge([c]) for c in seq_cache]
+        """A one-row batch, layer by layer."""
+        return [RaggedKVCache.merge([c]) for c in seq_cache]
 
     def batch_of(self, seq_caches: list[list[Any]]) -> list[Any]:
-        """Layer-wise ``BatchKVCache.merge`` (left-pads shorter rows; empty rows are all padding)."""
-        from mlx_lm.models.cache import BatchKVCache
-
-        return [BatchKVCache.merge(list(layer)) for layer in zip(*seq_caches, strict=True)]
+        """Layer-wise merge (empty sequence caches become empty rows)."""
+        return [RaggedKVCache.merge(list(layer)) for layer in zip(*seq_caches, strict=True)]
 
     def extract(self, batch: list[Any], row: int) -> list[Any]:
         """Layer-wise ``extract``."""
@@ -79,11 +78,8 @@ class MLXCacheOps:
 
     def filter(self, batch: list[Any], keep: list[int]) -> None:
         """Layer-wise ``filter``."""
-        import mlx.core as mx
-
-        idx = mx.array(keep)
         for b in batch:
-            b.filter(idx)
+            b.filter(keep)
 
     def prepare(self, batch: list[Any], right_padding: list[int]) -> None:
         """Layer-wise ``prepare(right_padding=...)``."""
@@ -94,7 +90,6 @@ class MLXCacheOps:
         """Layer-wise ``finalize``."""
         for b in batch:
             b.finalize()
-
 
     def snapshot(self, seq_cache: list[Any]) -> Any | None:
         """Per layer, the keys and values up to the offset (MLX arrays are values: later

@@ -39,6 +39,7 @@ from .events import (
     Timings,
     Usage,
 )
+from .forward import Head, logits_at, split_head
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
 from .prefill import PREFILL_CHUNK, Prefill
 from .prefix_cache import PrefixCache
@@ -59,6 +60,8 @@ class Generator(Prefill):
                  busy_prefill_budget: int = 128, prefix_cache_size: int = 16,
                  batch_prefill: bool = True) -> None:
         self.model = model
+        # Decoding needs logits at one position per row: the LM head runs on those rows only.
+        self.head = split_head(model)
         self.tokenizer = tokenizer
         self.context_length = context_length
         self.make_cache = make_cache
@@ -263,18 +266,17 @@ class Generator(Prefill):
 
     def _ragged_pass(self, cache: list[Any], feeds: list[list[int]]) -> mx.array:
         """One forward pass feeding row i ``feeds[i]``; ``(rows, V)`` logits at each row's last
-        real position.  Shorter feeds are right-padded, and the cache folds that padding back
-        into its left padding afterwards."""
+        real position.  Shorter feeds are right-padded; the cache forgets the padded positions
+        afterwards."""
         longest = max(len(f) for f in feeds)
         ragged = any(len(f) != longest for f in feeds)
         if ragged:
             self.cache_ops.prepare(cache, [longest - len(f) for f in feeds])
-        out = self.model(mx.array([f + [0] * (longest - len(f)) for f in feeds]), cache=cache)
-        if not ragged:
-            return out[:, -1, :]
-        self.cache_ops.finalize(cache)
-        last = mx.array([len(f) - 1 for f in feeds])
-        return mx.take_along_axis(out, last[:, None, None], axis=1)[:, 0, :]
+        tokens = mx.array([f + [0] * (longest - len(f)) for f in feeds])
+        out = logits_at(self.model, self.head, tokens, cache, [len(f) - 1 for f in feeds])
+        if ragged:
+            self.cache_ops.finalize(cache)
+        return out
 
     def _feed_length(self, lengths: list[int]) -> int:
         """How many pending tokens each row feeds this step.
@@ -297,7 +299,7 @@ class Generator(Prefill):
     def fixed_cost_positions(self) -> float:
         """The fixed cost of a forward pass, in positions (measured once on the model)."""
         if self.fixed_positions is None:
-            self.fixed_positions = _calibrate(self.model, self.make_cache)
+            self.fixed_positions = _calibrate(self.model, self.head, self.make_cache)
         return self.fixed_positions
 
     def _emit_run(self, seq: SequenceState, run: list[int]) -> None:
@@ -353,14 +355,14 @@ class Generator(Prefill):
         yield from events
 
 
-def _calibrate(model: Any, make_cache: Callable[[], list[Any]]) -> float:
+def _calibrate(model: Any, head: Head | None, make_cache: Callable[[], list[Any]]) -> float:
     """Time 1-token and 16-token forward passes: fixed cost / per-position cost."""
     def timed(n: int) -> float:
         best = float("inf")
         for _ in range(3):
             cache = make_cache()
             t0 = time.perf_counter()
-            mx.eval(model(mx.zeros((1, n), dtype=mx.int32), cache=cache))
+            mx.eval(logits_at(model, head, mx.zeros((1, n), dtype=mx.int32), cache))
             best = min(best, time.perf_counter() - t0)
         return best
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import mlx.core as mx
 
 from ..errors import AfmError, GenerationError
+from .forward import Head, logits_at
 from .prefix_cache import common_prefix
 from .sequence import BatchGroup, SequenceState
 
@@ -29,6 +30,7 @@ class Prefill:
     """The generator's prefill steps (see the module docstring)."""
 
     model: Any
+    head: Head | None
     make_cache: Any
     cache_ops: CacheOps
     prefix_cache: PrefixCache
@@ -181,7 +183,7 @@ class Prefill:
             seq.prefilled += n
             return n
         # The last chunk: its final position gives the first token's logits.
-        seq.logits = self.model(mx.array([prompt[seq.prefilled:]]), cache=seq.cache)[:, -1, :]
+        seq.logits = logits_at(self.model, self.head, mx.array([prompt[seq.prefilled:]]), seq.cache)
         mx.async_eval(seq.logits)
         self._fill_mask(seq)
         mx.eval(seq.logits)

@@ -1,0 +1,134 @@
+"""RaggedKVCache and logits_at: a ragged batch step gives each row what it would get alone."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models.cache import KVCache
+
+from afm_struct.decoding.batch_cache import MLXCacheOps
+from afm_struct.decoding.forward import logits_at, split_head
+from afm_struct.decoding.ragged_cache import RaggedKVCache
+
+
+def kv(length: int, seed: int, heads: int = 2, dim: int = 4) -> KVCache:
+    """A one-row KVCache holding ``length`` positions of seeded values."""
+    c = KVCache()
+    if length:
+        rng = np.random.default_rng(seed)
+        k = mx.array(rng.standard_normal((1, heads, length, dim)).astype(np.float32))
+        v = mx.array(rng.standard_normal((1, heads, length, dim)).astype(np.float32))
+        c.update_and_fetch(k, v)
+    return c
+
+
+def test_mask_lets_each_row_see_only_its_own_positions():
+    cache = RaggedKVCache([1, 3])
+    mask = np.array(cache.make_mask(2))
+    assert mask.shape == (2, 1, 2, 5)
+    # row 0: query 0 sees keys 0..1, query 1 sees 0..2; row 1: 0..3 and 0..4
+    assert mask[0, 0].tolist() == [[True, True, False, False, False], [True, True, True, False, False]]
+    assert mask[1, 0].tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
+    with pytest.raises(ValueError, match="sliding-window"):
+        cache.make_mask(1, window_size=4)
+
+
+def test_merge_update_extract_keep_each_rows_positions():
+    solo = [kv(2, 0), kv(5, 1), kv(0, 2)]
+    batch = RaggedKVCache.merge(solo)
+    assert batch.lengths == [2, 5, 0] and batch.size() == 5 and not batch.empty()
+    new_k = mx.arange(3 * 2 * 1 * 4, dtype=mx.float32).reshape(3, 2, 1, 4)
+    keys, _values = batch.update_and_fetch(new_k, new_k + 100)
+    assert batch.lengths == [3, 6, 1] and keys.shape[2] == 6
+    for row, c in enumerate(solo):
+        got = batch.extract(row)
+        n = 0 if c.keys is None else c.offset
+        assert got.offset == n + 1
+        if n:
+            assert mx.array_equal(got.keys[:, :, :n], c.keys[:, :, :n])
+        assert mx.array_equal(got.keys[0, :, n], new_k[row, :, 0])
+        assert mx.array_equal(got.values[0, :, n], new_k[row, :, 0] + 100)
+
+
+def test_ragged_padding_is_dropped_and_overwritten():
+    batch = RaggedKVCache.merge([kv(2, 0), kv(4, 1)])
+    batch.prepare(right_padding=[2, 0])  # row 0 feeds 1 real token, row 1 feeds 3
+    batch.update_and_fetch(mx.ones((2, 2, 3, 4)), mx.ones((2, 2, 3, 4)))
+    batch.finalize()
+    assert batch.lengths == [3, 7]
+    batch.update_and_fetch(mx.full((2, 2, 1, 4), 7.0), mx.full((2, 2, 1, 4), 7.0))
+    row0 = batch.extract(0)
+    assert row0.offset == 4
+    assert mx.all(row0.keys[0, :, 3] == 7.0).item()  # the padded slot was overwritten
+
+
+def test_filter_and_extend_reorder_rows():
+    batch = RaggedKVCache.merge([kv(2, 0), kv(3, 1), kv(4, 2)])
+    batch.filter([2, 0])
+    assert batch.lengths == [4, 2]
+    other = RaggedKVCache.merge([kv(300, 3)])  # longer than the first block: capacities differ
+    batch.extend(other)
+    assert batch.lengths == [4, 2, 300]
+    assert mx.array_equal(batch.extract(0).keys, kv(4, 2).keys[:, :, :4])
+    assert mx.array_equal(batch.extract(2).keys, kv(300, 3).keys[:, :, :300])
+    empty = RaggedKVCache([0])
+    empty.extend(RaggedKVCache([0, 0]))
+    assert empty.lengths == [0, 0, 0] and empty.empty() and empty.nbytes == 0
+
+
+def test_split_head_only_for_known_body_then_head_models(embedded):
+    assert split_head(embedded.model) is not None
+
+    class Other:
+        model = object()
+
+    assert split_head(Other()) is None
+
+
+def test_logits_at_equals_full_forward(embedded):
+    model, head = embedded.model, split_head(embedded.model)
+    tokens = mx.array([embedded.tokenizer.encode("The quick brown fox jumps")[:5]])
+    full = model(tokens, cache=embedded.make_cache())
+    for last in ([4], [2]):
+        got = logits_at(model, head, tokens, embedded.make_cache(), last)
+        assert np.allclose(np.array(got[0]), np.array(full[0, last[0]]), atol=1e-3)
+
+
+def test_ragged_batch_step_matches_each_sequence_alone(embedded):
+    """Rows of different lengths feeding different numbers of tokens get their solo logits."""
+    model, head, tok = embedded.model, split_head(embedded.model), embedded.tokenizer
+    prompts = [tok.encode("Hello there"), tok.encode("A much longer prompt about JSON objects")]
+    feeds = [tok.encode(" friend")[:1], tok.encode(' {"a": 1')[:3]]
+    ops = MLXCacheOps()
+
+    solo_logits, seq_caches = [], []
+    for p, f in zip(prompts, feeds, strict=True):
+        c = embedded.make_cache()
+        model(mx.array([p]), cache=c)
+        seq_caches.append(c)
+        alone = embedded.make_cache()
+        model(mx.array([p]), cache=alone)
+        solo_logits.append(np.array(model(mx.array([f]), cache=alone)[0, -1]))
+
+    batch = ops.batch_of(seq_caches)
+    width = max(len(f) for f in feeds)
+    rows = mx.array([f + [0] * (width - len(f)) for f in feeds])
+    ops.prepare(batch, [width - len(f) for f in feeds])
+    out = logits_at(model, head, rows, batch, [len(f) - 1 for f in feeds])
+    ops.finalize(batch)
+    for i in range(2):
+        assert np.argmax(np.array(out[i])) == np.argmax(solo_logits[i])
+        assert np.allclose(np.array(out[i]), solo_logits[i], atol=2e-3)
+    assert [layer.lengths for layer in batch[:1]] == [[len(p) + len(f) for p, f in
+                                                       zip(prompts, feeds, strict=True)]]
+    # a uniform step after the ragged one still matches, and extraction keeps each row's cache
+    nxt = [tok.encode(" and")[:1], tok.encode(" and")[:1]]
+    out2 = logits_at(model, head, mx.array(nxt), batch)
+    for i in range(2):
+        alone = ops.extract(batch, i)
+        assert alone[0].offset == len(prompts[i]) + len(feeds[i]) + 1
+        c = embedded.make_cache()
+        model(mx.array([prompts[i] + feeds[i]]), cache=c)
+        ref = np.array(model(mx.array([nxt[i]]), cache=c)[0, -1])
+        assert np.allclose(np.array(out2[i]), ref, atol=2e-3)
