@@ -78,8 +78,9 @@ def test_concurrent_streams_with_different_schemas_do_not_mix(tokenizer):
 
 
 def test_cancel_inside_a_running_batch(tokenizer):
-    loaded = scripted_loaded_model(tokenizer, Script("one two three four five six seven eight nine ten "
-                                                     "eleven twelve", delay_s=0.05))
+    # 45 one-token words at 50 ms a step: the streams are still running when the cancel lands.
+    words = " ".join(["one", "two", "three"] * 15)
+    loaded = scripted_loaded_model(tokenizer, Script(words, delay_s=0.05))
     live = start_server(loaded, ServerSettings(max_active=4))
     try:
         async def go():
