@@ -58,7 +58,7 @@ class Generator(Prefill):
                  make_cache: Callable[[], list[Any]], vocab_size: int | None = None,
                  max_batch: int = 8, prefill_budget: int = PREFILL_CHUNK,
                  busy_prefill_budget: int = 128, prefix_cache_size: int = 16,
-                 batch_prefill: bool = True) -> None:
+                 batch_prefill: bool = True, join_tail: int = 4) -> None:
         self.model = model
         # Decoding needs logits at one position per row: the LM head runs on those rows only.
         self.head = split_head(model)
@@ -77,6 +77,8 @@ class Generator(Prefill):
         self.prefix_cache = PrefixCache(self.cache_ops, capacity=prefix_cache_size)
         # Prompts waiting together prefill in one forward pass (one read of the weights).
         self.batch_prefill = batch_prefill
+        # A prompt with at most this many uncached tokens feeds them in the decode pass.
+        self.join_tail = join_tail
         self.groups: list[BatchGroup] = []
         self.prefilling: list[SequenceState] = []
         # Fill the next mask while MLX runs the forward pass; off only to measure the gain.
@@ -141,6 +143,7 @@ class Generator(Prefill):
 
     def step(self) -> None:
         """One decode step for every group, then a bounded slice of pending prefill."""
+        self._join_short_tails()
         for group in list(self.groups):
             try:
                 self._decode_group(group)
@@ -207,12 +210,14 @@ class Generator(Prefill):
         # the batch before that pass.
         for seq, run in runs:
             self._emit_run(seq, run)
-        going = [s for s in group.rows if not s.done and self._continues(s)]
+        alive = [i for i, s in enumerate(group.rows) if not s.done and self._continues(s)]
         # Rows that ended (here, or by a stop string or cancel) leave the batch now.
-        if len(going) != len(group.rows):
-            if going and group.batched:
-                self.cache_ops.filter(group.cache, [group.rows.index(s) for s in going])
-            group.rows = going
+        if len(alive) != len(group.rows):
+            keep = fill_holes(alive)
+            if keep and group.batched:
+                self.cache_ops.filter(group.cache, keep)
+            group.rows = [group.rows[i] for i in keep]
+        going = group.rows
         if going:
             self._forward(group)
             for seq in going:
@@ -254,6 +259,9 @@ class Generator(Prefill):
         the others keep the rest for the next step.
         """
         feed_len = self._feed_length([len(r.pending) for r in group.rows])
+        # A row still feeding its prompt's tail feeds all of it: its first token waits on it.
+        tails = [len(r.pending) for r in group.rows if not r.decode_start]
+        feed_len = max([feed_len, *tails])
         feeds = [r.pending[:feed_len] for r in group.rows]
         out = self._ragged_pass(group.cache, feeds)
         if self.overlap:
@@ -263,6 +271,8 @@ class Generator(Prefill):
         for i, (seq, fed) in enumerate(zip(group.rows, feeds, strict=True)):
             seq.pending = seq.pending[len(fed):]
             seq.logits = None if seq.pending else out[i:i + 1]
+            if not seq.decode_start:
+                self._tail_fed(seq)
 
     def _ragged_pass(self, cache: list[Any], feeds: list[list[int]]) -> mx.array:
         """One forward pass feeding row i ``feeds[i]``; ``(rows, V)`` logits at each row's last
@@ -353,6 +363,20 @@ class Generator(Prefill):
             yield from events
             events.clear()
         yield from events
+
+
+def fill_holes(alive: list[int]) -> list[int]:
+    """The new row order when only rows ``alive`` (ascending) stay: rows already inside the
+    new length keep their place and rows past it fill the holes, so a batch cache moves one row
+    per row that left instead of compacting every row behind it."""
+    k = len(alive)
+    kept = set(alive)
+    holes = [j for j in range(k) if j not in kept]
+    movers = [i for i in alive if i >= k]
+    order = list(range(k))
+    for hole, mover in zip(holes, movers, strict=True):
+        order[hole] = mover
+    return order
 
 
 def _calibrate(model: Any, head: Head | None, make_cache: Callable[[], list[Any]]) -> float:

@@ -174,3 +174,59 @@ def test_a_burst_computes_its_shared_prefix_once(tokenizer) -> None:  # type: ig
                                   prefix_cache_size=0, batch_prefill=False)
     assert [f.text for f in _run(plain, [_requests(tokenizer, ["Ada", "Alan", "Grace"])])] == [
         evs[-1].text for evs in finished]
+
+
+def test_a_prompt_missing_few_tokens_feeds_them_in_the_decode_pass(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """A repeated prompt (all but its last token cached) joins the running batch and feeds its
+    tail in the batch's own forward pass: no pass of its own, same output."""
+    loaded = scripted_loaded_model(tokenizer, _script(tokenizer))
+    gen = Generator.from_loaded(loaded)
+    first = _run(gen, [_requests(tokenizer, ["Ada"])])
+    running: list[Any] = []
+    gen.add(_requests(tokenizer, ["Alan"])[0], running.append)
+    gen.step()
+    gen.step()
+    assert gen.decoding == 1
+    repeat: list[Any] = []
+    gen.add(_requests(tokenizer, ["Ada"])[0], repeat.append)
+    calls = loaded.model.calls
+    gen.step()
+    assert loaded.model.calls == calls + 1  # one pass: Alan's next token and Ada's prompt tail
+    assert gen.decoding == 2 and not gen.prefilling
+    while gen.has_work:
+        gen.step()
+    assert repeat[-1].text == first[0].text
+    assert repeat[-1].usage.cached_tokens == len(_requests(tokenizer, ["Ada"])[0].prompt_ids) - 1
+    assert repeat[-1].timings.prefill_s > 0
+    assert running[-1].text.startswith('{"name": "Alan"')
+    # With joining off, the same prompt takes a prefill pass of its own.
+    off = Generator.from_loaded(scripted_loaded_model(tokenizer, _script(tokenizer)), join_tail=0)
+    _run(off, [_requests(tokenizer, ["Ada"])])
+    off.add(_requests(tokenizer, ["Alan"])[0], lambda e: None)
+    off.step()
+    off.step()
+    off.add(_requests(tokenizer, ["Ada"])[0], lambda e: None)
+    calls = off.model.calls
+    off.step()
+    assert off.model.calls == calls + 2
+
+
+def test_real_model_joined_tail_matches_alone(embedded) -> None:  # type: ignore[no-untyped-def]
+    tok = embedded.tokenizer
+    reqs = _requests(tok, ["Ada Lovelace", "Alan Turing"])
+    for r in reqs:
+        r.params = SamplingParams(temperature=0, max_tokens=16)
+    alone = _run(Generator.from_loaded(embedded, prefix_cache_size=0, batch_prefill=False,
+                                       join_tail=0), [[reqs[0]], [reqs[1]]])
+    gen = Generator.from_loaded(embedded)
+    _run(gen, [[reqs[0]]])  # Ada's prompt is now cached
+    events: list[list[Any]] = [[], []]
+    gen.add(reqs[1], events[1].append)
+    gen.step()
+    gen.step()
+    gen.add(reqs[0], events[0].append)  # joins Alan's running batch with a 1-token tail
+    gen.step()
+    assert gen.decoding == 2
+    while gen.has_work:
+        gen.step()
+    assert [evs[-1].text for evs in events] == [f.text for f in alone]

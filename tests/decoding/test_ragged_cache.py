@@ -9,6 +9,7 @@ from mlx_lm.models.cache import KVCache
 
 from afm_struct.decoding.batch_cache import MLXCacheOps
 from afm_struct.decoding.forward import logits_at, split_head
+from afm_struct.decoding.generator import fill_holes
 from afm_struct.decoding.ragged_cache import RaggedKVCache
 
 
@@ -61,6 +62,31 @@ def test_ragged_padding_is_dropped_and_overwritten():
     row0 = batch.extract(0)
     assert row0.offset == 4
     assert mx.all(row0.keys[0, :, 3] == 7.0).item()  # the padded slot was overwritten
+
+
+def test_fill_holes_moves_one_row_per_row_that_left():
+    assert fill_holes([0, 1, 2]) == [0, 1, 2]
+    assert fill_holes([0, 2, 3, 4]) == [0, 4, 2, 3]  # row 4 takes row 1's place
+    assert fill_holes([3, 4]) == [3, 4]
+    assert fill_holes([1, 3]) == [3, 1]  # row 1 stays, row 3 fills hole 0
+    assert sorted(fill_holes([0, 2, 5, 6])) == [0, 2, 5, 6]
+    assert fill_holes([]) == []
+
+
+def test_filter_moves_rows_in_place_and_keeps_their_content():
+    rows = [kv(3 + i, 10 + i) for i in range(5)]
+    batch = RaggedKVCache.merge(rows)
+    keep = fill_holes([0, 2, 4])
+    batch.filter(keep)
+    assert batch.lengths == [rows[i].offset for i in keep]
+    for j, src in enumerate(keep):
+        assert mx.array_equal(batch.extract(j).keys, rows[src].keys[:, :, :rows[src].offset])
+    # a new row lands in a spare row of the buffer (no rebuild) and the old rows are intact
+    buffer_rows = batch.keys.shape[0]
+    batch.extend(RaggedKVCache.merge([kv(6, 99)]))
+    assert batch.keys.shape[0] == buffer_rows and batch.lengths[-1] == 6
+    assert mx.array_equal(batch.extract(3).keys, kv(6, 99).keys[:, :, :6])
+    assert mx.array_equal(batch.extract(1).keys, rows[keep[1]].keys[:, :, :rows[keep[1]].offset])
 
 
 def test_filter_and_extend_reorder_rows():
