@@ -133,6 +133,11 @@ def load_model(spec: str | None = None, *, weights: str = "auto",
         model, tokenizer, ctx = _load_mlx(spec, chosen, progress)
         ident, source = spec.rstrip("/").split("/")[-1], "mlx"
     model.eval()
+    from .blas import blas_in_use
+    from .row_padding import pad_small_batches, wanted
+
+    if wanted(blas_in_use()):
+        pad_small_batches(model)  # float layers only; quantized ones keep their own kernels
     info = ModelInfo(id=ident, path=str(path), source=source, context_length=ctx, weights=chosen,
                      weight_bytes=_nbytes(model), device=device_name(),
                      load_seconds=time.perf_counter() - start)
