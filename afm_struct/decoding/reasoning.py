@@ -133,10 +133,21 @@ def detect_reasoning_tags(tokenizer, prompt_text: str) -> ReasoningTags | None:
     A prompt that ends inside an open block (templates that pre-open ``<think>``) is noted so
     the gate starts in the thinking state.
     """
-    vocab = tokenizer.hf.get_vocab()
+    has = _token_lookup(tokenizer.hf)
     for open_tag, close_tag in THINK_TAGS:
-        if open_tag in vocab and close_tag in vocab:
+        if has(open_tag) and has(close_tag):
             tail = prompt_text.rstrip()
             opened = tail.endswith(open_tag)
             return ReasoningTags(open_tag, close_tag, opened_in_prompt=opened)
     return None
+
+
+def _token_lookup(hf):  # type: ignore[no-untyped-def]
+    """``token -> bool``: is it one vocabulary entry?  This runs for every request, on the event
+    loop: a fast tokenizer answers by hash lookup, where ``get_vocab()`` builds a 49k-entry dict
+    each time (15-27 ms per request with the embedded tokenizer)."""
+    backend = getattr(hf, "_tokenizer", None)
+    if backend is not None and hasattr(backend, "token_to_id"):
+        return lambda token: backend.token_to_id(token) is not None
+    vocab = hf.get_vocab()
+    return lambda token: token in vocab

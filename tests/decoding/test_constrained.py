@@ -155,3 +155,49 @@ def test_reasoning_opened_by_the_prompt(tokenizer, prompt):
     fin = finish_of(gen.generate(GenerationRequest(prompt, SamplingParams(temperature=0),
                                                    constraint=constraint, reasoning=tags)))
     assert fin.text == script
+
+
+class _FastBackend:
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self.vocab = vocab
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.vocab.get(token)
+
+
+class _FastHF:
+    """A transformers fast tokenizer: the vocabulary behind ``_tokenizer``; get_vocab is slow."""
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self._tokenizer = _FastBackend(vocab)
+
+    def get_vocab(self) -> dict[str, int]:
+        raise AssertionError("get_vocab() builds the whole vocabulary: not per request")
+
+
+class _SlowHF:
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self.vocab = vocab
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+
+@pytest.mark.parametrize("hf_type", [_FastHF, _SlowHF])
+def test_reasoning_tags_detected_from_the_vocabulary(hf_type) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from afm_struct.decoding.reasoning import detect_reasoning_tags
+
+    thinker = SimpleNamespace(hf=hf_type({"<think>": 5, "</think>": 6, "a": 7}))
+    tags = detect_reasoning_tags(thinker, "<|user|>hi<|assistant|><think>\n")
+    assert tags == ReasoningTags("<think>", "</think>", opened_in_prompt=True)
+    assert not detect_reasoning_tags(thinker, "plain").opened_in_prompt  # type: ignore[union-attr]
+    half = SimpleNamespace(hf=hf_type({"<think>": 5}))
+    assert detect_reasoning_tags(half, "x") is None
+
+
+def test_embedded_tokenizer_has_no_thinking_tags(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from afm_struct.decoding.reasoning import detect_reasoning_tags
+
+    assert detect_reasoning_tags(tokenizer, "anything") is None
