@@ -4,7 +4,8 @@ For mlx-lm models with plain ``KVCache`` layers the batch is a :class:`RaggedKVC
 (rows of their own lengths, left-aligned): a finished prefill joins with ``merge`` + ``extend``,
 finished rows leave with ``filter``, and a step where rows feed different numbers of tokens
 (grammar fast-forward) is right-padded, announced with ``prepare(right_padding=...)`` and settled
-by ``finalize()`` without moving the cache.  Models with other cache kinds (sliding windows,
+by ``finalize()`` without moving the cache (or, for llama-style attention, packed: see
+packed.py).  Models with other cache kinds (sliding windows,
 state-space layers) are not batchable here; the generator then steps each of their sequences as a
 batch of one.
 """
@@ -85,6 +86,11 @@ class MLXCacheOps:
         """Layer-wise ``prepare(right_padding=...)``."""
         for b in batch:
             b.prepare(right_padding=right_padding)
+
+    def prepare_packed(self, batch: list[Any], packing: Any, feeds: list[int]) -> None:
+        """Layer-wise ``prepare_packed`` (a packed step: see packed.py)."""
+        for b in batch:
+            b.prepare_packed(packing, feeds)
 
     def finalize(self, batch: list[Any]) -> None:
         """Layer-wise ``finalize``."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import AfmError, ContextOverflowError, GenerationError
 from ..grammar.engine import allocate_bitmask
-from .batch_cache import CacheOps, cache_ops_for
+from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
 from .detokenizer import StreamingDetokenizer
 from .events import (
     Constraint,
@@ -41,12 +41,17 @@ from .events import (
 )
 from .forward import Head, logits_at, split_head
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
+from .packed import Packing, enable_packing, packed_logits
 from .prefill import PREFILL_CHUNK, Prefill
 from .prefix_cache import PrefixCache
 from .reasoning import ReasoningGate
 from .sampling import make_logits_processors, make_loop_breaker, make_sampler
 from .sequence import BatchGroup, SequenceState
 from .stops import StopMatcher
+
+# A packed ragged step feeds each row at most this many pending tokens (bounds a step's time
+# when a row has a long forced run or prompt tail).
+PACKED_FEED_MAX = 32
 
 __all__ = ["Constraint", "Event", "Finished", "GenerationRequest", "Generator", "LanguageModel",
            "TextDelta", "Timings", "Usage"]
@@ -73,6 +78,9 @@ class Generator(Prefill):
         # prompt delays running streams by a bounded amount per token they produce.
         self.busy_prefill_budget = busy_prefill_budget
         self.cache_ops: CacheOps = cache_ops_for(model)
+        # Ragged steps run packed (no padding through the per-position layers) where the
+        # model's attention allows it; padded otherwise.
+        self.packed = isinstance(self.cache_ops, MLXCacheOps) and enable_packing(model)
         # Recent prompts' KV state: a new prompt prefills only what it does not share.
         self.prefix_cache = PrefixCache(self.cache_ops, capacity=prefix_cache_size)
         # Prompts waiting together prefill in one forward pass (one read of the weights).
@@ -280,6 +288,13 @@ class Generator(Prefill):
         afterwards."""
         longest = max(len(f) for f in feeds)
         ragged = any(len(f) != longest for f in feeds)
+        if ragged and self.packed:
+            sizes = [len(f) for f in feeds]
+            packing = Packing.of(sizes)
+            self.cache_ops.prepare_packed(cache, packing, sizes)  # type: ignore[attr-defined]
+            out = packed_logits(self.model, self.head, feeds, cache, packing)
+            self.cache_ops.finalize(cache)
+            return out
         if ragged:
             self.cache_ops.prepare(cache, [longest - len(f) for f in feeds])
         tokens = mx.array([f + [0] * (longest - len(f)) for f in feeds])
@@ -298,6 +313,8 @@ class Generator(Prefill):
         longest = max(lengths)
         if len(lengths) == 1 or longest == 1 or len(set(lengths)) == 1:
             return longest
+        if self.packed:  # a packed pass costs the tokens fed, not rows x longest
+            return min(longest, PACKED_FEED_MAX)
         fixed = self.fixed_cost_positions()
         best, best_rate = 1, 0.0
         for cand in sorted(set(lengths)):

@@ -35,6 +35,9 @@ class RaggedKVCache:
         self.keys = keys
         self.values = values
         self._right_padding: list[int] | None = None
+        # Set for a packed step (see packed.py): attention gathers the packed tokens into
+        # ``(rows, packing.longest)`` and the mask has that shape.
+        self.packing: Any = None
 
     # -- what mlx-lm's attention uses -----------------------------------------------------------
 
@@ -48,6 +51,8 @@ class RaggedKVCache:
         """``(rows, 1, n, S)`` boolean mask: query j of row i sees keys up to ``lengths[i] + j``."""
         if window_size is not None:
             raise ValueError("sliding-window attention is not batchable with RaggedKVCache")
+        if self.packing is not None:
+            n = self.packing.longest  # the model passes the packed length; attention is padded
         span = max(self.lengths) + n
         limit = mx.array(self.lengths)[:, None, None, None] + mx.arange(n)[None, None, :, None]
         return mx.arange(span)[None, None, None, :] <= limit
@@ -107,8 +112,14 @@ class RaggedKVCache:
         """The next step's inputs are right-padded by this many tokens per row."""
         self._right_padding = list(right_padding) if right_padding else None
 
+    def prepare_packed(self, packing: Any, feeds: list[int]) -> None:
+        """The next step is packed (``packing``); row i feeds ``feeds[i]`` real tokens."""
+        self.packing = packing
+        self._right_padding = [packing.longest - n for n in feeds]
+
     def finalize(self) -> None:
         """After that step: padded positions do not count (the next step overwrites them)."""
+        self.packing = None
         if self._right_padding is not None:
             self.lengths = [x - p for x, p in zip(self.lengths, self._right_padding, strict=True)]
             self._right_padding = None

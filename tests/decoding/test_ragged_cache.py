@@ -158,3 +158,59 @@ def test_ragged_batch_step_matches_each_sequence_alone(embedded):
         model(mx.array([prompts[i] + feeds[i]]), cache=c)
         ref = np.array(model(mx.array([nxt[i]]), cache=c)[0, -1])
         assert np.allclose(np.array(out2[i]), ref, atol=2e-3)
+
+
+def test_packing_indices():
+    from afm_struct.decoding.packed import Packing
+
+    p = Packing.of([1, 3, 2])
+    assert (p.rows, p.longest) == (3, 3)
+    # padded slot (r, j) -> packed token; padding repeats the row's last token
+    assert p.gather.tolist() == [0, 0, 0, 1, 2, 3, 4, 5, 5]
+    assert p.scatter.tolist() == [0, 3, 4, 5, 6, 7]
+    assert p.last.tolist() == [0, 3, 5]
+
+
+def test_packed_ragged_step_matches_each_sequence_alone(embedded):
+    """A packed pass (rows feeding 1, 4 and 2 tokens) gives each row its solo logits, and the
+    cache continues correctly afterwards."""
+    from afm_struct.decoding.packed import Packing, enable_packing, packed_logits
+
+    model, head, tok = embedded.model, split_head(embedded.model), embedded.tokenizer
+    assert enable_packing(model) and enable_packing(model)  # idempotent
+    prompts = [tok.encode("Hello there"), tok.encode("A longer prompt about JSON objects"),
+               tok.encode("Third")]
+    feeds = [tok.encode(" friend")[:1], tok.encode(' {"a": 12, "b"')[:4], tok.encode(" one two")[:2]]
+    ops = MLXCacheOps()
+    seq_caches = []
+    for p in prompts:
+        c = embedded.make_cache()
+        model(mx.array([p]), cache=c)
+        seq_caches.append(c)
+    batch = ops.batch_of(seq_caches)
+    sizes = [len(f) for f in feeds]
+    packing = Packing.of(sizes)
+    ops.prepare_packed(batch, packing, sizes)
+    out = packed_logits(model, head, feeds, batch, packing)
+    ops.finalize(batch)
+    assert batch[0].lengths == [len(p) + n for p, n in zip(prompts, sizes, strict=True)]
+    assert batch[0].packing is None
+    nxt = [tok.encode(" and")[:1]] * 3
+    out2 = logits_at(model, head, mx.array(nxt), batch)
+    for i in range(3):
+        c = embedded.make_cache()
+        model(mx.array([prompts[i]]), cache=c)
+        ref = np.array(model(mx.array([feeds[i]]), cache=c)[0, -1])
+        assert np.argmax(np.array(out[i])) == np.argmax(ref)
+        assert np.allclose(np.array(out[i]), ref, atol=2e-3)
+        ref2 = np.array(model(mx.array([nxt[i]]), cache=c)[0, -1])
+        assert np.allclose(np.array(out2[i]), ref2, atol=2e-3)
+
+
+def test_packing_needs_llama_attention():
+    from afm_struct.decoding.packed import enable_packing
+
+    class NotLlama:
+        model = None
+
+    assert not enable_packing(NotLlama())
