@@ -87,6 +87,11 @@ class MLXCacheOps:
         for b in batch:
             b.prepare(right_padding=right_padding)
 
+    def reserve_rows(self, batch: list[Any], rows: int) -> None:
+        """Layer-wise ``reserve_rows``: room for ``rows`` rows before they join."""
+        for b in batch:
+            b.reserve_rows(rows)
+
     def prepare_packed(self, batch: list[Any], packing: Any, feeds: list[int]) -> None:
         """Layer-wise ``prepare_packed`` (a packed step: see packed.py)."""
         for b in batch:

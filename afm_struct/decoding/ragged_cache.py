@@ -38,6 +38,7 @@ class RaggedKVCache:
         # Set for a packed step (see packed.py): attention gathers the packed tokens into
         # ``(rows, packing.longest)`` and the mask has that shape.
         self.packing: Any = None
+        self._min_rows = 0  # rows to allocate at least (reserve_rows)
 
     # -- what mlx-lm's attention uses -----------------------------------------------------------
 
@@ -88,6 +89,7 @@ class RaggedKVCache:
         copies the buffers once."""
         _, heads, _, dk = keys.shape
         dv = values.shape[3]
+        rows = max(rows, self._min_rows)
         if self.keys is None or self.values is None:
             cap = -(-max(end, 1) // STEP) * STEP
             self.keys = mx.zeros((rows, heads, cap, dk), keys.dtype)
@@ -101,10 +103,16 @@ class RaggedKVCache:
             self.values = mx.concatenate(
                 [self.values, mx.zeros((have_rows, heads, cap - have, dv), values.dtype)], axis=2)
         if rows > have_rows:
-            more = max(rows, 2 * have_rows) - have_rows
+            more = max(rows, 2 * have_rows, self._min_rows) - have_rows
             cap = self.keys.shape[2]
             self.keys = mx.concatenate([self.keys, mx.zeros((more, heads, cap, dk), keys.dtype)])
             self.values = mx.concatenate([self.values, mx.zeros((more, heads, cap, dv), values.dtype)])
+
+    def reserve_rows(self, rows: int) -> None:
+        """Make room for ``rows`` rows now (one allocation) rather than doubling as they join."""
+        self._min_rows = max(self._min_rows, rows)
+        if self.keys is not None and self.values is not None and self.keys.shape[0] < rows:
+            self._reserve(rows, 0, self.keys, self.values)
 
     # -- ragged steps -------------------------------------------------------------------------
 

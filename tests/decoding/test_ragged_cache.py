@@ -214,3 +214,18 @@ def test_packing_needs_llama_attention():
         model = None
 
     assert not enable_packing(NotLlama())
+
+
+def test_reserve_rows_allocates_once_for_the_rows_to_come():
+    batch = RaggedKVCache.merge([kv(5, 0)])
+    batch.reserve_rows(8)
+    assert batch.keys.shape[0] == 8
+    for i in range(1, 8):
+        batch.extend(RaggedKVCache.merge([kv(3 + i, i)]))
+    assert batch.keys.shape[0] == 8 and len(batch.lengths) == 8
+    assert mx.array_equal(batch.extract(7).keys, kv(10, 7).keys[:, :, :10])
+    assert mx.array_equal(batch.extract(0).keys, kv(5, 0).keys[:, :, :5])
+    empty = RaggedKVCache([0])
+    empty.reserve_rows(4)  # no buffers yet: the first update allocates 4 rows
+    empty.update_and_fetch(mx.ones((1, 2, 1, 4)), mx.ones((1, 2, 1, 4)))
+    assert empty.keys.shape[0] == 4 and empty.lengths == [1]
