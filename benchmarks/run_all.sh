@@ -23,7 +23,7 @@ $AFM serve --port 9990 --max-active 8 --max-queue 16 > /tmp/afm-bench-serve.log 
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 60); do curl -sf http://127.0.0.1:9990/health >/dev/null && break; sleep 1; done
-$AFM bench serve --url http://127.0.0.1:9990 --concurrency 1,2,4,8 --requests 24 --mix json_schema \
+$AFM bench serve --url http://127.0.0.1:9990 --concurrency 1,2,4,8 --requests 48 --mix json_schema \
   --max-tokens 48 --out benchmarks/serve/constrained_scaling.json || true
 $AFM bench serve --url http://127.0.0.1:9990 --concurrency 1,2,4,8 --mix free,json_schema,tool \
   --max-tokens 48 --cancel-every 7 --out benchmarks/serve/mixed.json || true
