@@ -284,8 +284,8 @@ class Generator(Prefill):
 
     def _ragged_pass(self, cache: list[Any], feeds: list[list[int]]) -> mx.array:
         """One forward pass feeding row i ``feeds[i]``; ``(rows, V)`` logits at each row's last
-        real position.  Shorter feeds are right-padded; the cache forgets the padded positions
-        afterwards."""
+        real position.  A ragged step runs packed where the model allows (``packed.py``), else
+        shorter feeds are right-padded; either way the cache forgets padded positions after."""
         longest = max(len(f) for f in feeds)
         ragged = any(len(f) != longest for f in feeds)
         if ragged and self.packed:
