@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import logging
+import statistics
 import sys
 import time
 import uuid
@@ -207,26 +208,73 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def scaling_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per round, each level's throughput and TTFT p95 relative to concurrency 1 of the same
+    round; and the median of those ratios over rounds.  Empty without a concurrency-1 level."""
+    by_round: dict[int, dict[int, dict[str, Any]]] = {}
+    for r in runs:
+        by_round.setdefault(r.get("round", 1), {})[r["concurrency"]] = r
+    rounds = []
+    for rnd in sorted(by_round):
+        levels = by_round[rnd]
+        base = levels.get(1)
+        if base is None or not base["throughput_tok_s"]:
+            continue
+        base_ttft = base["ttft_ms"]["p95"]
+        rounds.append({str(c): {
+            "throughput": r["throughput_tok_s"] / base["throughput_tok_s"],
+            "ttft_p95": (r["ttft_ms"]["p95"] / base_ttft
+                         if base_ttft and r["ttft_ms"]["p95"] is not None else None)}
+            for c, r in sorted(levels.items())})
+    if not rounds:
+        return {}
+    median: dict[str, dict[str, float | None]] = {}
+    for level in rounds[0]:
+        for key in ("throughput", "ttft_p95"):
+            values = sorted(x[level][key] for x in rounds
+                            if level in x and x[level][key] is not None)
+            median.setdefault(level, {})[key] = statistics.median(values) if values else None
+    return {"by_round": rounds, "median": median}
+
+
 def run(args: argparse.Namespace) -> int:
-    """All levels, then JSON + Markdown."""
+    """All levels (``--rounds`` times, round-robin), then JSON + Markdown."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     kinds = [k.strip() for k in args.mix.split(",") if k.strip()]
     levels = [int(c) for c in str(args.concurrency).split(",")]
     runs = []
-    for c in levels:
-        n = args.requests or c * 4
-        print(f"[bench serve] concurrency {c}: {n} requests ...", file=sys.stderr)
-        runs.append(asyncio.run(run_level(args.url, c, n, kinds, args.max_tokens, args.seed,
-                                          args.cancel_every)))
-        print(markdown(runs[-1:]).splitlines()[-1], file=sys.stderr)
-    result = {"url": args.url, "mix": kinds, "max_tokens": args.max_tokens, "seed": args.seed,
-              "runs": runs, "environment": environment()}
-    if len(runs) > 1 and runs[0]["concurrency"] == 1:
-        result["scaling"] = {str(r["concurrency"]): r["throughput_tok_s"] / runs[0]["throughput_tok_s"]
-                             for r in runs}
+    # Rounds go through every level in turn, so a machine whose speed drifts over minutes
+    # (shared VMs) biases no level against another; ratios are taken within a round.
+    for rnd in range(1, args.rounds + 1):
+        for c in levels:
+            n = args.requests or c * 4
+            print(f"[bench serve] round {rnd}/{args.rounds}, concurrency {c}: {n} requests ...",
+                  file=sys.stderr)
+            level = asyncio.run(run_level(args.url, c, n, kinds, args.max_tokens, args.seed,
+                                          args.cancel_every))
+            level["round"] = rnd
+            runs.append(level)
+            print(markdown(runs[-1:]).splitlines()[-1], file=sys.stderr)
+    result: dict[str, Any] = {"url": args.url, "mix": kinds, "max_tokens": args.max_tokens,
+                              "seed": args.seed, "rounds": args.rounds, "runs": runs,
+                              "environment": environment()}
+    summary = scaling_summary(runs)
+    if summary:
+        result["scaling"] = {c: v["throughput"] for c, v in summary["by_round"][0].items()}
+        result["scaling_by_round"] = summary["by_round"]
+        result["scaling_median"] = summary["median"]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(markdown(runs))
+    if summary and args.rounds > 1:
+        print("\n| concurrency | throughput vs 1, per round | median | TTFT p95 vs 1, per round | median |")
+        print("|---|---|---|---|---|")
+        for c, med in summary["median"].items():
+            per = [x[c] for x in summary["by_round"] if c in x]
+            thr = " / ".join(f"{x['throughput']:.2f}x" for x in per)
+            ttft = " / ".join("-" if x["ttft_p95"] is None else f"{x['ttft_p95']:.2f}x" for x in per)
+            m_ttft = "-" if med["ttft_p95"] is None else f"{med['ttft_p95']:.2f}x"
+            print(f"| {c} | {thr} | {med['throughput']:.2f}x | {ttft} | {m_ttft} |")
     return 0 if all(r["errors"] == 0 and r["invalid"] == 0 for r in runs) else 1
 
 
@@ -240,5 +288,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cancel-every", type=int, default=0, help="cancel every k-th request mid-stream")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the levels this many times, round-robin (ratios per round, median)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=run)
