@@ -87,6 +87,22 @@ class MLXCacheOps:
         for b in batch:
             b.prepare(right_padding=right_padding)
 
+    def refill(self, spare: list[Any], seq_caches: list[list[Any]]) -> list[Any] | None:
+        """A batch over ``seq_caches`` in the buffers of ``spare`` (an emptied batch), or None
+        when they do not fit (then build one with ``batch_of``)."""
+        layers = list(zip(*seq_caches, strict=True))
+        if len(layers) != len(spare) or not spare[0].refill(list(layers[0])):
+            return None
+        for b, layer in zip(spare[1:], layers[1:], strict=True):
+            if not b.refill(list(layer)):
+                return None
+        return spare
+
+    def append(self, batch: list[Any], seq_cache: list[Any]) -> None:
+        """Layer-wise ``append``: a sequence joins as the last row."""
+        for b, c in zip(batch, seq_cache, strict=True):
+            b.append(c)
+
     def reserve_rows(self, batch: list[Any], rows: int) -> None:
         """Layer-wise ``reserve_rows``: room for ``rows`` rows before they join."""
         for b in batch:

@@ -88,6 +88,8 @@ class Generator(Prefill):
         # A prompt with at most this many uncached tokens feeds them in the decode pass.
         self.join_tail = join_tail
         self.groups: list[BatchGroup] = []
+        # The batch cache of the last group that emptied: the next batch reuses its memory.
+        self.spare_batch: list[Any] | None = None
         self.prefilling: list[SequenceState] = []
         # Fill the next mask while MLX runs the forward pass; off only to measure the gain.
         self.overlap = True
@@ -160,6 +162,9 @@ class Generator(Prefill):
                 for seq in group.rows:
                     self._finish(seq, "error", error=err)
                 group.rows = []
+        for g in self.groups:
+            if not g.rows and g.batched and g.shared:
+                self.spare_batch = g.cache  # its buffers serve the next batch
         self.groups = [g for g in self.groups if g.rows]
         self._prefill_some()
 

@@ -43,6 +43,7 @@ class Prefill:
     batch_prefill: bool
     join_tail: int
     decoding: int
+    spare_batch: list[Any] | None
 
     def _finish(self, seq: SequenceState, reason: str, *, error: AfmError | None = None,
                 grammar_complete: bool | None = None) -> None:
@@ -175,7 +176,7 @@ class Prefill:
         for seq in seqs:
             self._start_prefill(seq)
         feeds = [seq.request.prompt_ids[seq.prefilled:] for seq in seqs]
-        cache = self.cache_ops.batch_of([seq.cache for seq in seqs])  # type: ignore[misc]
+        cache = self._new_batch([seq.cache for seq in seqs])  # type: ignore[misc]
         out = self._ragged_pass(cache, feeds)
         mx.async_eval(out)
         for i, seq in enumerate(seqs):
@@ -205,9 +206,6 @@ class Prefill:
                 self.cache_ops.extend(g.cache, cache)
                 g.rows.extend(seqs)
                 return
-        reserve = getattr(self.cache_ops, "reserve_rows", None)
-        if reserve is not None:
-            reserve(cache, self.max_batch)
         self.groups.append(BatchGroup(list(seqs), cache, shared=True, batched=True))
 
     def _prefill_chunk(self, seq: SequenceState, budget: int) -> int:
@@ -239,14 +237,33 @@ class Prefill:
         return remaining
 
     def _to_batch(self, seq_cache: list[Any]) -> list[Any]:
-        """A lone sequence's cache as a batch with room for a full batch of rows: growing the
-        buffers row by row reallocated them at every doubling (40 ms to 1.9 s from 1 to 8 rows
+        """A lone sequence's cache as a batch (see :meth:`_new_batch`)."""
+        return self._new_batch([seq_cache])
+
+    def _new_batch(self, seq_caches: list[list[Any]]) -> list[Any]:
+        """A batch cache over sequence caches, with room for a full batch of rows: in the
+        buffers of the last batch that emptied if they fit, else new ones reserved at once
+        (growing row by row reallocated at every doubling: 40 ms to 1.9 s from 1 to 8 rows
         here, most of it page faults on fresh memory)."""
-        batch = self.cache_ops.to_batch(seq_cache)
+        spare, self.spare_batch = self.spare_batch, None
+        refill = getattr(self.cache_ops, "refill", None)
+        if spare is not None and refill is not None:
+            batch = refill(spare, seq_caches)
+            if batch is not None:
+                return batch
+        batch = self.cache_ops.batch_of(seq_caches)
         reserve = getattr(self.cache_ops, "reserve_rows", None)
         if reserve is not None:
             reserve(batch, self.max_batch)
         return batch
+
+    def _append_row(self, group: BatchGroup, seq_cache: list[Any]) -> None:
+        """``seq_cache`` joins ``group``'s batch cache as its last row."""
+        append = getattr(self.cache_ops, "append", None)
+        if append is not None:
+            append(group.cache, seq_cache)
+        else:
+            self.cache_ops.extend(group.cache, self.cache_ops.to_batch(seq_cache))
 
     def _join(self, seq: SequenceState) -> None:
         assert seq.cache is not None
@@ -255,7 +272,7 @@ class Prefill:
                 if g.shared:
                     if not g.batched:
                         g.cache, g.batched = self._to_batch(g.cache), True
-                    self.cache_ops.extend(g.cache, self.cache_ops.to_batch(seq.cache))
+                    self._append_row(g, seq.cache)
                     g.rows.append(seq)
                     seq.cache = None
                     return

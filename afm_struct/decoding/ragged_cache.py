@@ -152,6 +152,39 @@ class RaggedKVCache:
                 values[i:i + 1, :, :n, :] = c.values[:, :, :n, :]
         return cls(lengths, keys, values)
 
+    def refill(self, caches: list[Any]) -> bool:
+        """Become a batch over ``caches`` (sequence caches) in the buffers already held, if
+        they fit; False (nothing changed) otherwise.  A batch that just emptied keeps its
+        memory for the next one: fresh buffers for 8 rows cost page faults on ~94 MB, which
+        landed on the first token of every request in a burst."""
+        filled = [c for c in caches if c.keys is not None]
+        if self.keys is None or self.values is None or self.keys.shape[0] < len(caches):
+            return False
+        if filled and (filled[0].keys.shape[1] != self.keys.shape[1]
+                       or filled[0].keys.dtype != self.keys.dtype):
+            return False
+        self.lengths = [0] * len(caches)
+        self.packing, self._right_padding = None, None
+        for i, c in enumerate(caches):
+            self.append_rows_at(i, c)
+        return True
+
+    def append(self, cache: Any) -> None:
+        """Add a sequence cache (mlx-lm ``KVCache``) as a new last row, copying its positions
+        into a spare row (no one-row batch built first)."""
+        self.lengths.append(0)
+        self.append_rows_at(len(self.lengths) - 1, cache)
+
+    def append_rows_at(self, row: int, cache: Any) -> None:
+        """Copy sequence cache ``cache`` into row ``row`` (which must be free)."""
+        n = 0 if cache.keys is None else cache.offset
+        self.lengths[row] = n
+        if n:
+            self._reserve(len(self.lengths), n, cache.keys, cache.values)
+            assert self.keys is not None and self.values is not None
+            self.keys[row:row + 1, :, :n, :] = cache.keys[:, :, :n, :]
+            self.values[row:row + 1, :, :n, :] = cache.values[:, :, :n, :]
+
     def extend(self, other: RaggedKVCache) -> None:
         """Append ``other``'s rows: only their positions are copied, into spare rows of the
         buffers (which double when full), so a row joining a batch costs a copy of that row."""

@@ -229,3 +229,40 @@ def test_reserve_rows_allocates_once_for_the_rows_to_come():
     empty.reserve_rows(4)  # no buffers yet: the first update allocates 4 rows
     empty.update_and_fetch(mx.ones((1, 2, 1, 4)), mx.ones((1, 2, 1, 4)))
     assert empty.keys.shape[0] == 4 and empty.lengths == [1]
+
+
+def test_refill_reuses_an_emptied_batch_and_append_adds_a_row():
+    batch = RaggedKVCache.merge([kv(7, 0), kv(9, 1)])
+    batch.reserve_rows(4)
+    buffers = batch.keys
+    assert batch.refill([kv(3, 5), kv(0, 6), kv(4, 7)])
+    assert batch.keys is buffers and batch.lengths == [3, 0, 4]
+    assert mx.array_equal(batch.extract(2).keys, kv(4, 7).keys[:, :, :4])
+    batch.append(kv(5, 8))
+    assert batch.lengths == [3, 0, 4, 5] and batch.keys.shape[0] == 4
+    assert mx.array_equal(batch.extract(3).keys, kv(5, 8).keys[:, :, :5])
+    assert not batch.refill([kv(1, 0)] * 5)  # more rows than the buffers hold: untouched
+    assert batch.lengths == [3, 0, 4, 5]
+    assert not batch.refill([kv(2, 0, heads=4)])  # other shapes: untouched
+    assert not RaggedKVCache([0]).refill([kv(2, 0)])  # no buffers to reuse
+
+
+def test_generator_reuses_the_last_batch_cache(embedded):
+    from afm_struct.decoding.generator import GenerationRequest, Generator
+    from afm_struct.decoding.sampling import SamplingParams
+
+    tok = embedded.tokenizer
+    gen = Generator.from_loaded(embedded)
+
+    def wave():
+        for name in ("Ada", "Alan", "Grace"):
+            prompt = tok.encode_chat([{"role": "user", "content": f"Say hi to {name}."}])
+            gen.add(GenerationRequest(prompt, SamplingParams(temperature=0, max_tokens=3)), lambda e: None)
+        while gen.has_work:
+            gen.step()
+
+    wave()
+    spare = gen.spare_batch
+    assert spare is not None
+    wave()
+    assert gen.spare_batch is spare  # the second wave's batch was built in the same buffers
