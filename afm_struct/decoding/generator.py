@@ -328,6 +328,19 @@ class Generator(Prefill):
                 best, best_rate = cand, rate
         return best
 
+    def warm_up(self) -> None:
+        """Allocate (and touch) a full batch cache now, so that the first burst of requests
+        reuses it instead of paying for fresh memory before its first token."""
+        if getattr(self.cache_ops, "refill", None) is None or self.spare_batch is not None:
+            return
+        cache = self.make_cache()
+        if not self.cache_ops.batchable(cache):
+            return
+        self.model(mx.zeros((1, 1), dtype=mx.int32), cache=cache)
+        batch = self._new_batch([cache])
+        mx.eval([getattr(b, "state", ()) for b in batch])
+        self.spare_batch = batch
+
     def fixed_cost_positions(self) -> float:
         """The fixed cost of a forward pass, in positions (measured once on the model)."""
         if self.fixed_positions is None:

@@ -131,6 +131,10 @@ class Scheduler:
         except Exception:  # a model that cannot run a dummy pass still serves (no batching cap)
             log.warning("could not calibrate the forward-pass cost; assuming padding is cheap")
             self.generator.fixed_positions = 1e9
+        try:
+            self.generator.warm_up()
+        except Exception:  # only an optimization: the first batch allocates its own memory
+            log.warning("could not pre-allocate the batch cache", exc_info=True)
         while not self._stop.is_set():
             self._admit(block=not self.generator.has_work)
             if self.generator.has_work:

@@ -266,3 +266,15 @@ def test_generator_reuses_the_last_batch_cache(embedded):
     assert spare is not None
     wave()
     assert gen.spare_batch is spare  # the second wave's batch was built in the same buffers
+
+
+def test_warm_up_prepares_a_full_batch_cache(embedded, tokenizer):
+    from afm_struct.decoding.generator import Generator
+    from afm_struct.testing import scripted_loaded_model
+
+    gen = Generator.from_loaded(embedded, max_batch=6)
+    gen.warm_up()
+    assert gen.spare_batch is not None and gen.spare_batch[0].keys.shape[0] == 6
+    scripted = Generator.from_loaded(scripted_loaded_model(tokenizer, "hi"))
+    scripted.warm_up()  # scripted caches have no buffers to reuse: nothing to do
+    assert scripted.spare_batch is None
