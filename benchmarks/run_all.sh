@@ -25,6 +25,8 @@ trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 60); do curl -sf http://127.0.0.1:9990/health >/dev/null && break; sleep 1; done
 $AFM bench serve --url http://127.0.0.1:9990 --concurrency 1,2,4,8 --requests 48 --mix json_schema \
   --max-tokens 48 --out benchmarks/serve/constrained_scaling.json || true
+$AFM bench serve --url http://127.0.0.1:9990 --concurrency 1,8 --rounds 3 --requests 48 \
+  --mix json_schema --max-tokens 48 --out benchmarks/serve/constrained_rounds.json || true
 $AFM bench serve --url http://127.0.0.1:9990 --concurrency 1,2,4,8 --mix free,json_schema,tool \
   --max-tokens 48 --cancel-every 7 --out benchmarks/serve/mixed.json || true
 $AFM bench serve --url http://127.0.0.1:9990 --concurrency 50 --requests 50 --mix free,json_schema,tool \
