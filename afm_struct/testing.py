@@ -56,9 +56,16 @@ class ScriptedCacheOps:
         """Always: scripted rows are independent."""
         return True
 
-    def to_batch(self, seq_cache: list[Any]) -> list[Any]:
-        """A batch of one row."""
-        return [ScriptedBatch([seq_cache[0]])]
+    def append(self, batch: list[Any], seq_cache: list[Any]) -> None:
+        """Add a row."""
+        batch[0].rows.append(seq_cache[0])
+
+    def reserve_rows(self, batch: list[Any], rows: int) -> None:
+        """Nothing to allocate."""
+
+    def refill(self, spare: list[Any], seq_caches: list[list[Any]]) -> list[Any] | None:
+        """No memory to reuse: build a new batch."""
+        return None
 
     def batch_of(self, seq_caches: list[list[Any]]) -> list[Any]:
         """The rows, batched."""

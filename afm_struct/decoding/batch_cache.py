@@ -1,13 +1,13 @@
 """Batch KV caches: how sequences join, leave and take ragged multi-token steps together.
 
 For mlx-lm models with plain ``KVCache`` layers the batch is a :class:`RaggedKVCache` per layer
-(rows of their own lengths, left-aligned): a finished prefill joins with ``merge`` + ``extend``,
-finished rows leave with ``filter``, and a step where rows feed different numbers of tokens
-(grammar fast-forward) is right-padded, announced with ``prepare(right_padding=...)`` and settled
-by ``finalize()`` without moving the cache (or, for llama-style attention, packed: see
-packed.py).  Models with other cache kinds (sliding windows,
-state-space layers) are not batchable here; the generator then steps each of their sequences as a
-batch of one.
+(rows of their own lengths, left-aligned): a finished prefill joins with ``append`` (or
+``extend`` for a batch prefilled together), finished rows leave with ``filter``, and a step
+where rows feed different numbers of tokens (grammar fast-forward) is right-padded, announced
+with ``prepare(right_padding=...)`` and settled by ``finalize()`` without moving the cache (or,
+for llama-style attention, packed: see packed.py).  An emptied batch's memory is reused by the
+next one (``refill``).  Models with other cache kinds (sliding windows, state-space layers) are
+not batchable here; the generator then steps each of their sequences as a batch of one.
 """
 
 from __future__ import annotations
@@ -23,8 +23,14 @@ class CacheOps(Protocol):
     def batchable(self, seq_cache: list[Any]) -> bool:
         """True when this sequence's cache can join a shared batch."""
 
-    def to_batch(self, seq_cache: list[Any]) -> list[Any]:
-        """A one-row batch cache holding ``seq_cache``'s content."""
+    def append(self, batch: list[Any], seq_cache: list[Any]) -> None:
+        """``seq_cache``'s content joins ``batch`` as its last row (in place)."""
+
+    def reserve_rows(self, batch: list[Any], rows: int) -> None:
+        """Make room for ``rows`` rows now, before they join (no-op where nothing to allocate)."""
+
+    def refill(self, spare: list[Any], seq_caches: list[list[Any]]) -> list[Any] | None:
+        """A batch over ``seq_caches`` in the memory of ``spare`` (an emptied batch), or None."""
 
     def extend(self, batch: list[Any], other: list[Any]) -> None:
         """Append ``other``'s rows to ``batch`` (in place)."""
@@ -59,10 +65,6 @@ class MLXCacheOps:
         from mlx_lm.models.cache import KVCache
 
         return all(type(c) is KVCache for c in seq_cache)
-
-    def to_batch(self, seq_cache: list[Any]) -> list[Any]:
-        """A one-row batch, layer by layer."""
-        return [RaggedKVCache.merge([c]) for c in seq_cache]
 
     def batch_of(self, seq_caches: list[list[Any]]) -> list[Any]:
         """Layer-wise merge (empty sequence caches become empty rows)."""

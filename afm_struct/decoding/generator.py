@@ -331,7 +331,8 @@ class Generator(Prefill):
     def warm_up(self) -> None:
         """Allocate (and touch) a full batch cache now, so that the first burst of requests
         reuses it instead of paying for fresh memory before its first token."""
-        if getattr(self.cache_ops, "refill", None) is None or self.spare_batch is not None:
+        # Only mlx-lm caches hold memory worth reusing (scripted test models hold none).
+        if not isinstance(self.cache_ops, MLXCacheOps) or self.spare_batch is not None:
             return
         cache = self.make_cache()
         if not self.cache_ops.batchable(cache):

@@ -202,7 +202,7 @@ class Prefill:
         for g in self.groups:
             if g.shared:
                 if not g.batched:
-                    g.cache, g.batched = self._to_batch(g.cache), True
+                    g.cache, g.batched = self._new_batch([g.cache]), True
                 self.cache_ops.extend(g.cache, cache)
                 g.rows.extend(seqs)
                 return
@@ -236,34 +236,17 @@ class Prefill:
             self._finish(seq, "stop")
         return remaining
 
-    def _to_batch(self, seq_cache: list[Any]) -> list[Any]:
-        """A lone sequence's cache as a batch (see :meth:`_new_batch`)."""
-        return self._new_batch([seq_cache])
-
     def _new_batch(self, seq_caches: list[list[Any]]) -> list[Any]:
         """A batch cache over sequence caches, with room for a full batch of rows: in the
         buffers of the last batch that emptied if they fit, else new ones reserved at once
         (growing row by row reallocated at every doubling: 40 ms to 1.9 s from 1 to 8 rows
         here, most of it page faults on fresh memory)."""
         spare, self.spare_batch = self.spare_batch, None
-        refill = getattr(self.cache_ops, "refill", None)
-        if spare is not None and refill is not None:
-            batch = refill(spare, seq_caches)
-            if batch is not None:
-                return batch
-        batch = self.cache_ops.batch_of(seq_caches)
-        reserve = getattr(self.cache_ops, "reserve_rows", None)
-        if reserve is not None:
-            reserve(batch, self.max_batch)
+        batch = self.cache_ops.refill(spare, seq_caches) if spare is not None else None
+        if batch is None:
+            batch = self.cache_ops.batch_of(seq_caches)
+            self.cache_ops.reserve_rows(batch, self.max_batch)
         return batch
-
-    def _append_row(self, group: BatchGroup, seq_cache: list[Any]) -> None:
-        """``seq_cache`` joins ``group``'s batch cache as its last row."""
-        append = getattr(self.cache_ops, "append", None)
-        if append is not None:
-            append(group.cache, seq_cache)
-        else:
-            self.cache_ops.extend(group.cache, self.cache_ops.to_batch(seq_cache))
 
     def _join(self, seq: SequenceState) -> None:
         assert seq.cache is not None
@@ -271,8 +254,8 @@ class Prefill:
             for g in self.groups:
                 if g.shared:
                     if not g.batched:
-                        g.cache, g.batched = self._to_batch(g.cache), True
-                    self._append_row(g, seq.cache)
+                        g.cache, g.batched = self._new_batch([g.cache]), True
+                    self.cache_ops.append(g.cache, seq.cache)
                     g.rows.append(seq)
                     seq.cache = None
                     return

@@ -137,20 +137,14 @@ class RaggedKVCache:
     @classmethod
     def merge(cls, caches: list[Any]) -> RaggedKVCache:
         """A batch over sequence caches (mlx-lm ``KVCache``s, possibly empty)."""
-        lengths = [0 if c.keys is None else c.offset for c in caches]
+        batch = cls([0] * len(caches))
         filled = [c for c in caches if c.keys is not None]
-        if not filled:
-            return cls(lengths)
-        cap = -(-max(max(lengths), 1) // STEP) * STEP
-        _, heads, _, dk = filled[0].keys.shape
-        dv = filled[0].values.shape[3]
-        keys = mx.zeros((len(caches), heads, cap, dk), filled[0].keys.dtype)
-        values = mx.zeros((len(caches), heads, cap, dv), filled[0].values.dtype)
-        for i, (c, n) in enumerate(zip(caches, lengths, strict=True)):
-            if n:
-                keys[i:i + 1, :, :n, :] = c.keys[:, :, :n, :]
-                values[i:i + 1, :, :n, :] = c.values[:, :, :n, :]
-        return cls(lengths, keys, values)
+        if filled:
+            longest = max(filled, key=lambda c: c.offset)
+            batch._reserve(len(caches), longest.offset, longest.keys, longest.values)
+        for i, c in enumerate(caches):
+            batch.write_row(i, c)
+        return batch
 
     def refill(self, caches: list[Any]) -> bool:
         """Become a batch over ``caches`` (sequence caches) in the buffers already held, if
@@ -166,16 +160,16 @@ class RaggedKVCache:
         self.lengths = [0] * len(caches)
         self.packing, self._right_padding = None, None
         for i, c in enumerate(caches):
-            self.append_rows_at(i, c)
+            self.write_row(i, c)
         return True
 
     def append(self, cache: Any) -> None:
         """Add a sequence cache (mlx-lm ``KVCache``) as a new last row, copying its positions
         into a spare row (no one-row batch built first)."""
         self.lengths.append(0)
-        self.append_rows_at(len(self.lengths) - 1, cache)
+        self.write_row(len(self.lengths) - 1, cache)
 
-    def append_rows_at(self, row: int, cache: Any) -> None:
+    def write_row(self, row: int, cache: Any) -> None:
         """Copy sequence cache ``cache`` into row ``row`` (which must be free)."""
         n = 0 if cache.keys is None else cache.offset
         self.lengths[row] = n
