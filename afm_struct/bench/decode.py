@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     for engine in engines:
         for task in tasks:
             c = compile_constraint(tokenizer, JsonSchemaRequest(task["schema"]),
-                                   CompileOptions(backend=engine))  # type: ignore[arg-type]
+                                   CompileOptions(backend=engine,  # type: ignore[arg-type]
+                                                  property_order=args.property_order))
             modes = MODES if engine == engines[0] else MODES[1:]
             plan.extend((engine, task, c, mode, rep) for mode in modes for rep in range(args.repeats))
     # Warm-up: first calls pay one-off costs (graph compile, allocator growth).
@@ -158,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         "model": loaded.info.id, "weights": loaded.info.weights, "engines": engines,
         "overlap": generator.overlap, "max_tokens": args.max_tokens, "seed": args.seed,
         "repeats": args.repeats, "repetition_penalty": args.repetition_penalty,
+        "property_order": args.property_order,
         "free_tok_s": main["tok_s"]["free"],
         "constrained_tok_s": main["tok_s"]["constrained"],
         "constrained_ff_tok_s": main["tok_s"]["constrained_ff"],
@@ -190,5 +192,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     # for every mode, lets outputs finish so validity is measured on complete objects.
     p.add_argument("--repetition-penalty", type=float, default=1.1)
     p.add_argument("--no-overlap", action="store_true", help="serialize mask filling and the forward pass")
+    p.add_argument("--property-order", default="schema", choices=("schema", "any"),
+                   help="objects' properties in the schema's order (default) or in any order")
     p.add_argument("--out", required=True)
     p.set_defaults(func=run)
