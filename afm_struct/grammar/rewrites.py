@@ -18,7 +18,6 @@ would dangle otherwise).
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -342,7 +341,15 @@ def rewrite_ref_siblings(node: dict[str, Any], draft: int, path: str,
     return {k: v for k, v in node.items() if k not in drop}
 
 
+# Every rewrite above needs one of these keywords (or a sibling $ref): most nodes have none.
+_TRIGGERS = frozenset({"$ref", "uniqueItems", "if", "additionalItems", "format", "dependencies",
+                       "dependentRequired", "dependentSchemas", "minProperties", "maxProperties",
+                       "not", "oneOf"})
+
+
 def _rewrite_node(node: dict[str, Any], path: str, ctx: _Ctx) -> dict[str, Any]:
+    if _TRIGGERS.isdisjoint(node):
+        return node
     new_ref = rewrite_ref_siblings(node, ctx.draft, path, ctx.refs)
     if new_ref is not None:
         node = new_ref
@@ -383,8 +390,8 @@ def _walk(node: Any, path: str, ctx: _Ctx) -> Any:
                         if isinstance(value, list) else _walk(value, sub, ctx))
         elif key == "dependencies" and isinstance(value, dict):
             out[key] = {k: _walk(v, f"{sub}/{_escape(k)}", ctx) for k, v in value.items()}
-        else:
-            out[key] = copy.deepcopy(value)
+        else:  # shared, not copied: no rewrite mutates a value it did not build
+            out[key] = value
     return _rewrite_node(out, path, ctx)
 
 
