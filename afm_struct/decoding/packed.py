@@ -55,17 +55,25 @@ class Packing:
 
 
 def packed_attention_class(base: type) -> type:
-    """A subclass of mlx-lm's llama ``Attention`` that also takes packed input."""
+    """A subclass of mlx-lm's llama ``Attention`` that also takes packed input, and runs the
+    attention itself through :mod:`afm_struct.models.cpu_attention` (on the CPU, its softmax)."""
+    from ..models import cpu_attention
 
     class PackedAttention(base):  # type: ignore[misc, valid-type]
         """Llama attention; with a packed cache, projections run on the packed tokens."""
 
+        use_cpu_attention = cpu_attention.wanted()  # decided once, at class creation
+
+        def attend(self, queries: mx.array, keys: mx.array, values: mx.array, cache: Any,
+                   mask: Any) -> mx.array:
+            return cpu_attention.scaled_dot_product_attention(
+                queries, keys, values, cache=cache, scale=self.scale, mask=mask,
+                enabled=self.use_cpu_attention)
+
         def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
             packing = getattr(cache, "packing", None)
             if packing is None:
-                return super().__call__(x, mask, cache)
-            from mlx_lm.models.base import scaled_dot_product_attention
-
+                return self.unpacked(x, mask, cache)
             rows, longest = packing.rows, packing.longest
             flat = x[0]
 
@@ -79,10 +87,25 @@ def packed_attention_class(base: type) -> type:
             queries = self.rope(queries, offset=cache.offset)
             keys = self.rope(keys, offset=cache.offset)
             keys, values = cache.update_and_fetch(keys, values)
-            out = scaled_dot_product_attention(queries, keys, values, cache=cache,
-                                               scale=self.scale, mask=mask)
+            out = self.attend(queries, keys, values, cache, mask)
             out = out.transpose(0, 2, 1, 3).reshape(rows * longest, -1)[packing.scatter]
             return self.o_proj(out[None])
+
+        def unpacked(self, x: mx.array, mask: Any, cache: Any) -> mx.array:
+            """mlx-lm's llama attention, step for step, with :meth:`attend` as the kernel."""
+            b, n, _ = x.shape
+            queries = self.q_proj(x).reshape(b, n, self.n_heads, -1).transpose(0, 2, 1, 3)
+            keys = self.k_proj(x).reshape(b, n, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+            values = self.v_proj(x).reshape(b, n, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+            if cache is not None:
+                queries = self.rope(queries, offset=cache.offset)
+                keys = self.rope(keys, offset=cache.offset)
+                keys, values = cache.update_and_fetch(keys, values)
+            else:
+                queries = self.rope(queries)
+                keys = self.rope(keys)
+            out = self.attend(queries, keys, values, cache, mask)
+            return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
     return PackedAttention
 
