@@ -138,6 +138,10 @@ def load_model(spec: str | None = None, *, weights: str = "auto",
 
     if wanted(blas_in_use()):
         pad_small_batches(model)  # float layers only; quantized ones keep their own kernels
+    from . import cpu_exp
+
+    if cpu_exp.wanted():
+        cpu_exp.use_fast_swiglu(model)
     info = ModelInfo(id=ident, path=str(path), source=source, context_length=ctx, weights=chosen,
                      weight_bytes=_nbytes(model), device=device_name(),
                      load_seconds=time.perf_counter() - start)
