@@ -23,18 +23,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .key_presence import all_of, asserting, condition, is_false, json_types, presence
 from .schema_check import _MISSING, resolve_pointer
 
-# Keywords that assert something (JSON Schema drafts 4 to 2020-12); every other key is an
-# annotation or an unknown keyword, which JSON Schema ignores.
-_ASSERTIONS = frozenset({
-    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
-    "maxLength", "minLength", "pattern", "format", "items", "prefixItems", "additionalItems", "contains",
-    "minContains", "maxContains", "maxItems", "minItems", "uniqueItems", "maxProperties", "minProperties",
-    "required", "properties", "patternProperties", "additionalProperties", "dependentRequired",
-    "dependentSchemas", "dependencies", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
-    "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
-    "contentEncoding", "contentMediaType", "contentSchema"})
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
                           "allOf", "anyOf", "oneOf", "not"})
 _APPLICATORS = ("allOf", "anyOf", "oneOf", "not")
@@ -85,40 +76,6 @@ def _punctuation(options: dict[str, Any]) -> dict[str, str]:
             "COLON": _lark_string(options.get("key_separator", ":"))}
 
 
-def _asserting(schema: dict[str, Any]) -> set[str]:
-    """The keywords of ``schema`` that assert something."""
-    return {k for k in schema if k in _ASSERTIONS}
-
-
-def _is_false(schema: Any) -> bool:
-    """True for schemas no value satisfies, in the spellings rewrites produce."""
-    if schema is False:
-        return True
-    if not isinstance(schema, dict):
-        return False
-    keys = _asserting(schema)
-    if keys == {"not"}:
-        return schema["not"] in (True, {})
-    branches = schema.get("allOf")
-    return keys == {"allOf"} and isinstance(branches, list) and any(_is_false(b) for b in branches)
-
-
-def _all(conds: list[str]) -> str:
-    out = conds[0] if conds else "true"
-    for c in conds[1:]:
-        out = f"and({out}, {c})"
-    return out
-
-
-def _any(conds: list[str]) -> str:
-    if not conds:
-        return "not(true)"
-    out = conds[0]
-    for c in conds[1:]:
-        out = f"or({out}, {c})"
-    return out
-
-
 @dataclass
 class _Translator:
     root: Any
@@ -144,7 +101,7 @@ class _Translator:
 
     def node(self, schema: Any) -> str:
         if isinstance(schema, dict):
-            keys = _asserting(schema)
+            keys = asserting(schema)
             ref = schema.get("$ref")
             typed_ref = keys == {"$ref", "type"} and self.ref_typed(schema)
             if isinstance(ref, str) and (keys == {"$ref"} or typed_ref):
@@ -165,8 +122,8 @@ class _Translator:
     def ref_typed(self, schema: dict[str, Any]) -> bool:
         """``{"$ref": R, "type": T}`` means R alone when R admits no type outside T."""
         target = resolve_pointer(self.root, schema["$ref"])
-        types = _types(target) if isinstance(target, dict) else []
-        return bool(types) and set(types) <= set(_types(schema))
+        types = json_types(target) if isinstance(target, dict) else []
+        return bool(types) and set(types) <= set(json_types(schema))
 
     def ref(self, ref: str) -> str:
         if ref in self.by_pointer:
@@ -189,7 +146,7 @@ class _Translator:
         if keys - {"type"} == {"const"}:
             values = [schema["const"]]
         if values and "type" in keys:  # the type keeps the values of its types
-            types = _types(schema)
+            types = json_types(schema)
             values = [v for v in values if _json_type(v) in types or (
                 "integer" in types and _json_type(v) == "number" and isinstance(v, int))]
         if (values and isinstance(values, list) and len(values) <= 256
@@ -206,7 +163,7 @@ class _Translator:
     def is_plain_object(self, schema: dict[str, Any], keys: set[str]) -> bool:
         props = schema.get("properties", {})
         required = schema.get("required", [])
-        return (keys <= _OBJECT_KEYS and "object" in _types(schema)
+        return (keys <= _OBJECT_KEYS and "object" in json_types(schema)
                 and isinstance(props, dict) and len(props) <= _MAX_PROPERTIES
                 and isinstance(required, list) and all(isinstance(r, str) for r in required)
                 and len(set(required)) == len(required)
@@ -214,7 +171,7 @@ class _Translator:
                 and self.single_pattern(schema) is not False
                 and (props or required or isinstance(schema.get("additionalProperties"), dict)
                      or "patternProperties" in schema)
-                and all(self.presence({k: schema[k]}, set()) is not None
+                and all(presence({k: schema[k]}, set()) is not None
                         for k in _APPLICATORS if k in schema))
 
     @staticmethod
@@ -237,82 +194,13 @@ class _Translator:
             return False
         return body, sub
 
-    def presence(self, schema: Any, mentioned: set[str]) -> list[Any] | None:
-        """``schema`` as a formula over which keys are present, or None if it says more.
-
-        The formula is a nested list: ``["and"|"or"|"not", ...]``, ``["has", key]``, ``True``.
-        Keys it mentions are added to ``mentioned``.
-        """
-        if schema is True or schema == {}:
-            return [True]
-        if _is_false(schema):
-            return ["not", [True]]
-        if not isinstance(schema, dict):
-            return None
-        keys = _asserting(schema)
-        if not keys <= {"required", "properties", "allOf", "anyOf", "oneOf", "not", "type"}:
-            return None
-        if "type" in keys and "object" not in _types(schema):
-            return None
-        parts: list[Any] = []
-        required = schema.get("required", [])
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            return None
-        for key in required:
-            mentioned.add(key)
-            parts.append(["has", key])
-        props = schema.get("properties", {})
-        if not isinstance(props, dict):
-            return None
-        for key, sub in props.items():
-            if _is_false(sub):
-                mentioned.add(key)
-                parts.append(["not", ["has", key]])
-            elif not (sub is True or sub == {}):
-                return None
-        for word in ("allOf", "anyOf", "oneOf"):
-            branches = schema.get(word)
-            if branches is None:
-                continue
-            if not isinstance(branches, list) or not branches:
-                return None
-            subs = [self.presence(b, mentioned) for b in branches]
-            if any(x is None for x in subs):
-                return None
-            if word == "allOf":
-                parts.extend(subs)
-            elif word == "anyOf":
-                parts.append(["or", *subs])
-            else:  # exactly one branch holds
-                parts.append(["or", *(["and", x, *(["not", y] for y in subs if y is not x)] for x in subs)])
-        if "not" in schema:
-            sub = self.presence(schema["not"], mentioned)
-            if sub is None:
-                return None
-            parts.append(["not", sub])
-        return ["and", *parts]
-
-    @staticmethod
-    def condition(formula: list[Any], bits: dict[str, int], absent: set[str]) -> str:
-        """A formula as an llguidance ``%if`` condition over the bits of ``bits``."""
-        head = formula[0]
-        if head is True:
-            return "true"
-        if head == "has":
-            key = formula[1]
-            return "not(true)" if key in absent else f"bit_set({bits[key]})"
-        subs = [_Translator.condition(f, bits, absent) for f in formula[1:]]
-        if head == "not":
-            return f"not({subs[0]})"
-        return _all(subs) if head == "and" else _any(subs)
-
     def object(self, schema: dict[str, Any]) -> str:
         props: dict[str, Any] = schema.get("properties", {})
         required: list[str] = schema.get("required", [])
         extra = schema.get("additionalProperties", True)
         pattern = self.single_pattern(schema)
         mentioned: set[str] = set(required)
-        formulas = [self.presence({k: schema[k]}, mentioned) for k in _APPLICATORS if k in schema]
+        formulas = [presence({k: schema[k]}, mentioned) for k in _APPLICATORS if k in schema]
         # A key named only by a presence formula is a property of the extras' schema.
         declared = dict(props)
         absent: set[str] = set()
@@ -323,15 +211,15 @@ class _Translator:
             else:
                 declared[key] = value
         order = [k for k in required if k in declared] + [
-            k for k in declared if k not in required and not _is_false(declared[k])]
+            k for k in declared if k not in required and not is_false(declared[k])]
         if len(order) > _MAX_PROPERTIES:
             return self.leaf(schema)
         bits = {k: i for i, k in enumerate(order)}
         end_parts = [f"is_ones([0:{len([k for k in required if k in declared])}])"] if required else []
-        if any(k in absent or _is_false(declared.get(k, True)) for k in required):
+        if any(k in absent or is_false(declared.get(k, True)) for k in required):
             end_parts = ["not(true)"]
-        end_parts += [self.condition(f, bits, absent) for f in formulas if f is not None]
-        end = f" %if {_all(end_parts)}" if end_parts else ""
+        end_parts += [condition(f, bits, absent) for f in formulas if f is not None]
+        end = f" %if {all_of(end_parts)}" if end_parts else ""
         values = [self.node(self.value_schema(k, declared[k], pattern)) for k in order]
         if len(order) >= 2 or (order and (extra is not False or pattern)):
             self.reorderable += 1
@@ -348,7 +236,7 @@ class _Translator:
         for key_terminal, sub in extras:
             members.append(f"{key_terminal} COLON {self.node({} if sub is True else sub)} {name}_more::_")
         body = f": LBRACE {name}_first::0x0 RBRACE"
-        others = [t for t in _types(schema) if t != "object"]
+        others = [t for t in json_types(schema) if t != "object"]
         if others:  # object keywords say nothing about other types: they stay JSON leaves
             body += f" | {self.leaf({'type': others})}"
         self.define(name, body)
@@ -453,18 +341,6 @@ class _Translator:
                     stack.append(target)
                 stack.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
         return found
-
-
-_JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
-
-
-def _types(schema: dict[str, Any]) -> list[str]:
-    """The JSON types a schema's ``type`` admits (all of them when absent; integer ⊂ number)."""
-    declared = schema.get("type", list(_JSON_TYPES))
-    declared = [declared] if isinstance(declared, str) else declared
-    if not isinstance(declared, list):
-        return []
-    return [t for t in _JSON_TYPES if t in declared or (t == "number" and "integer" in declared)]
 
 
 def _json_type(value: Any) -> str:
