@@ -11,7 +11,9 @@ then scatters the result back.  The model's weights are read once either way; th
 positions instead of ``rows x longest``.
 
 This needs the attention's own structure, so it applies to mlx-lm's ``llama`` attention
-(Llama, SmolLM, Mistral-style checkpoints); other models keep padded ragged passes.
+(Llama, SmolLM, Mistral-style checkpoints); other models keep padded ragged passes.  The same
+attention class computes attention itself through ``models/cpu_attention.py`` (packed or not),
+which on the CPU replaces the softmax MLX runs one float at a time.
 """
 
 from __future__ import annotations

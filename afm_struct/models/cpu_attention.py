@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.base import scaled_dot_product_attention as mlx_lm_sdpa
 
 from . import cpu_exp
 
@@ -66,6 +67,4 @@ def scaled_dot_product_attention(queries: mx.array, keys: mx.array, values: mx.a
     if (enabled and not hasattr(cache, "bits") and hq % hk == 0
             and MIN_SCORES <= b * hq * lq * lk <= MAX_SCORES):
         return attention(queries, keys, values, scale, mask)
-    from mlx_lm.models.base import scaled_dot_product_attention as mlx_lm_sdpa
-
     return mlx_lm_sdpa(queries, keys, values, cache=cache, scale=scale, mask=mask)

@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.activations import swiglu as mlx_lm_swiglu
 
 MIN_ELEMENTS = 4096
 _LOG2E = 1.4426950408889634
@@ -72,8 +73,6 @@ def exp(x: mx.array) -> mx.array:
 def swiglu(gate: mx.array, x: mx.array) -> mx.array:
     """``silu(gate) * x``, as mlx-lm's ``swiglu``."""
     if gate.size < MIN_ELEMENTS:
-        from mlx_lm.models.activations import swiglu as mlx_lm_swiglu
-
         return mlx_lm_swiglu(gate, x)
     p, two_k = exp_parts(-gate)
     if not _compiles:  # pragma: no cover - see exp_parts
