@@ -240,9 +240,11 @@ class _Translator:
         if others:  # object keywords say nothing about other types: they stay JSON leaves
             body += f" | {self.leaf({'type': others})}"
         self.define(name, body)
-        item = f" | {name}_item::_" if members else ""
-        self.rules[f"{name}_first"] = f'{name}_first::_ : ""{end}{item}'
-        self.rules[f"{name}_more"] = f'{name}_more::_ : ""{end}{item.replace("| ", "| COMMA ")}'
+        first, more = f'{name}_first::_ : ""{end}', f'{name}_more::_ : ""{end}'
+        if members:
+            first += f" | {name}_item::_"
+            more += f" | COMMA {name}_item::_"
+        self.rules[f"{name}_first"], self.rules[f"{name}_more"] = first, more
         if members:
             self.rules[f"{name}_item"] = f"{name}_item::_ : " + "\n    | ".join(members)
         return name
