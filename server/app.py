@@ -56,7 +56,8 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
 
         scheduler = Scheduler(Generator.from_loaded(loaded),
                               SchedulerLimits(max_active=settings.max_active, max_queue=settings.max_queue,
-                                              retry_after_s=settings.retry_after_s))
+                                              retry_after_s=settings.retry_after_s,
+                                              join_wait_ms=settings.join_wait_ms))
         scheduler.start()
         app.state.afm = ServerState(
             loaded=loaded, settings=settings, scheduler=scheduler,

@@ -19,6 +19,8 @@ class ServerSettings:
     max_active: int = 8
     max_queue: int = 16
     retry_after_s: int = 1
+    # Longest a running batch holds a pass for requests replacing finished rows (adaptive; 0 off).
+    join_wait_ms: float = 40.0
     # Bodies above this are refused with 413 before they are parsed.
     max_body_bytes: int = 8 * 1024 * 1024
     # Used when a request gives neither max_tokens nor max_completion_tokens (clamped to context).
@@ -38,3 +40,5 @@ class ServerSettings:
             raise ValueError("reasoning must be auto, think or off")
         if self.max_active < 1 or self.max_queue < 0:
             raise ValueError("max_active must be >= 1 and max_queue >= 0")
+        if not 0 <= self.join_wait_ms <= 1000:
+            raise ValueError("join_wait_ms must be in [0, 1000]")

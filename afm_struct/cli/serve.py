@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"requests allowed to wait; beyond it 503 + Retry-After (default {d.max_queue})")
     p.add_argument("--max-active", type=int, default=d.max_active,
                    help=f"sequences generated together (default {d.max_active})")
+    p.add_argument("--join-wait-ms", type=float, default=d.join_wait_ms,
+                   help="longest a running batch holds its next pass for requests replacing rows that "
+                        "just finished, used only while clients are seen to send them that fast; "
+                        f"0 turns it off (default {d.join_wait_ms:g})")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
                    help=f"request body limit, 413 beyond it (default {d.max_body_bytes})")
     p.add_argument("--grammar-backend", default="llguidance", choices=("llguidance", "outlines"),
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = ServerSettings(host=args.host, port=args.port, log_level=args.log_level,
                                   max_queue=args.max_queue, max_active=args.max_active,
-                                  max_body_bytes=args.max_body_bytes)
+                                  max_body_bytes=args.max_body_bytes, join_wait_ms=args.join_wait_ms)
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
     print(f"afm-struct: loading {args.model or 'the embedded model'}", file=sys.stderr, flush=True)

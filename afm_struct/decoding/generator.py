@@ -95,6 +95,9 @@ class Generator(Prefill):
         self.overlap = True
         # Forward-pass cost model: fixed part in positions (None: measure on first need).
         self.fixed_positions: float | None = getattr(model, "fixed_cost_positions", None)
+        # Called with the number of rows that just left a batch, before its next pass: the
+        # scheduler admits arrivals there, so replacements ride that pass (join_wait.py).
+        self.on_slots_freed: Callable[[int], None] | None = None
 
     @classmethod
     def from_loaded(cls, loaded: Any, **kwargs: Any) -> Generator:
@@ -226,10 +229,14 @@ class Generator(Prefill):
         alive = [i for i, s in enumerate(group.rows) if not s.done and self._continues(s)]
         # Rows that ended (here, or by a stop string or cancel) leave the batch now.
         if len(alive) != len(group.rows):
+            freed = len(group.rows) - len(alive)
             keep = fill_holes(alive)
             if keep and group.batched:
                 self.cache_ops.filter(group.cache, keep)
             group.rows = [group.rows[i] for i in keep]
+            if self.on_slots_freed is not None and group.shared and group.rows:
+                self.on_slots_freed(freed)
+                self._join_short_tails()
         going = group.rows
         if going:
             self._forward(group)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..errors import AfmError, GenerationError, OverloadedError
 from .generator import Event, Finished, GenerationRequest, Generator, Timings, Usage
+from .join_wait import JoinWait
 
 log = logging.getLogger("afm_struct")
 
@@ -73,6 +74,9 @@ class SchedulerLimits:
     max_active: int = 8
     max_queue: int = 16
     retry_after_s: int = 1
+    # Longest a running batch holds its next pass for requests replacing finished rows (only
+    # while clients are seen to send them that fast; 0 turns it off): see join_wait.py.
+    join_wait_ms: float = 40.0
 
 
 class Scheduler:
@@ -89,6 +93,10 @@ class Scheduler:
         self._pending = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.join_wait = JoinWait(max_wait_s=self.limits.join_wait_ms / 1e3)
+        # Requests that joined the pass right after the rows they replaced finished.
+        self.refill_joins = 0
+        generator.on_slots_freed = self._slots_freed
 
     def start(self) -> None:
         """Start the stepping thread (idempotent)."""
@@ -120,6 +128,7 @@ class Scheduler:
                     f"the server is busy ({self._pending} requests in flight, limit {capacity}); "
                     f"retry after {self.limits.retry_after_s}s", retry_after=self.limits.retry_after_s)
             self._pending += 1
+            self.join_wait.arrived(time.perf_counter())
         handle = Handle(request, loop)
         self._incoming.put(handle)
         return handle
@@ -155,10 +164,26 @@ class Scheduler:
                 break
             self.generator.step()
 
-    def _admit(self, *, block: bool) -> None:
+    def _slots_freed(self, freed: int) -> None:
+        """Rows just finished and the batch is about to launch its next pass: admit what
+        waits now, and hold the pass briefly for replacements when clients send them fast."""
+        started = self._admit(block=False)
+        with self._lock:
+            wait = self.join_wait.wait_s(time.perf_counter())
+        deadline = time.perf_counter() + wait
+        while started < freed and len(self.generator.active) < self.limits.max_active:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            started += self._admit(block=True, timeout=left)
+        self.refill_joins += started
+
+    def _admit(self, *, block: bool, timeout: float = 0.05) -> int:
+        """Move arrivals to the waiting list and start what fits; return how many started."""
+        started = 0
         try:
             while True:
-                handle = self._incoming.get(timeout=0.05) if block else self._incoming.get_nowait()
+                handle = self._incoming.get(timeout=timeout) if block else self._incoming.get_nowait()
                 self._waiting.append(handle)
                 block = False
         except queue.Empty:
@@ -170,21 +195,27 @@ class Scheduler:
         while self._waiting and len(self.generator.active) < self.limits.max_active:
             handle = self._waiting.pop(0)
             self._start(handle)
+            started += 1
+        return started
 
     def _start(self, handle: Handle) -> None:
         def sink(event: Event) -> None:
             if isinstance(event, Finished):
                 with self._lock:
                     self._pending -= 1
+                    if admitted:  # a slot in the batch is free (not a request refused at the door)
+                        self.join_wait.finished(time.perf_counter())
                 event.timings.queued_s = time.perf_counter() - handle.submitted - (
                     event.timings.prefill_s + event.timings.decode_s)
             handle._deliver(event)
 
+        admitted = False
         if handle.cancel_event.is_set():
             sink(Finished("cancelled", Usage(len(handle.request.prompt_ids)), Timings(), ""))
             return
         try:
             self.generator.add(handle.request, sink, handle.cancel_event)
+            admitted = True
         except AfmError as exc:
             sink(Finished("error", Usage(len(handle.request.prompt_ids)), Timings(), "", error=exc))
         except Exception as exc:
