@@ -145,3 +145,17 @@ def cache_ops_for(model: Any) -> CacheOps:
     """The model's own cache operations if it has them (test models), else mlx-lm's."""
     ops = getattr(model, "cache_ops", None)
     return ops if ops is not None else MLXCacheOps()
+
+
+def fill_holes(alive: list[int]) -> list[int]:
+    """The new row order when only rows ``alive`` (ascending) stay: rows already inside the
+    new length keep their place and rows past it fill the holes, so a batch cache moves one row
+    per row that left instead of compacting every row behind it."""
+    k = len(alive)
+    kept = set(alive)
+    holes = [j for j in range(k) if j not in kept]
+    movers = [i for i in alive if i >= k]
+    order = list(range(k))
+    for hole, mover in zip(holes, movers, strict=True):
+        order[hole] = mover
+    return order

@@ -11,6 +11,7 @@ and the positions gathered afterwards (same result, no saving).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -51,3 +52,20 @@ def logits_at(model: Any, head: Head | None, tokens: mx.array, cache: list[Any],
     else:
         picked = mx.take_along_axis(out, mx.array(last)[:, None, None], axis=1)[:, 0, :]
     return head(picked) if head is not None else picked
+
+
+def calibrate_fixed_cost(model: Any, head: Head | None, make_cache: Callable[[], list[Any]]) -> float:
+    """Time 1-token and 16-token forward passes: fixed cost / per-position cost."""
+    def timed(n: int) -> float:
+        best = float("inf")
+        for _ in range(3):
+            cache = make_cache()
+            t0 = time.perf_counter()
+            mx.eval(logits_at(model, head, mx.zeros((1, n), dtype=mx.int32), cache))
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    timed(1)  # warm-up
+    one, sixteen = timed(1), timed(16)
+    per_position = max((sixteen - one) / 15, 1e-9)
+    return max((one - per_position) / per_position, 1.0)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import AfmError, ContextOverflowError, GenerationError
 from ..grammar.engine import allocate_bitmask
-from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
+from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for, fill_holes
 from .detokenizer import StreamingDetokenizer
 from .events import (
     Constraint,
@@ -39,7 +39,7 @@ from .events import (
     Timings,
     Usage,
 )
-from .forward import Head, logits_at, split_head
+from .forward import calibrate_fixed_cost, logits_at, split_head
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
 from .packed import Packing, enable_packing, packed_logits
 from .prefill import PREFILL_CHUNK, Prefill
@@ -352,7 +352,7 @@ class Generator(Prefill):
     def fixed_cost_positions(self) -> float:
         """The fixed cost of a forward pass, in positions (measured once on the model)."""
         if self.fixed_positions is None:
-            self.fixed_positions = _calibrate(self.model, self.head, self.make_cache)
+            self.fixed_positions = calibrate_fixed_cost(self.model, self.head, self.make_cache)
         return self.fixed_positions
 
     def _emit_run(self, seq: SequenceState, run: list[int]) -> None:
@@ -406,34 +406,3 @@ class Generator(Prefill):
             yield from events
             events.clear()
         yield from events
-
-
-def fill_holes(alive: list[int]) -> list[int]:
-    """The new row order when only rows ``alive`` (ascending) stay: rows already inside the
-    new length keep their place and rows past it fill the holes, so a batch cache moves one row
-    per row that left instead of compacting every row behind it."""
-    k = len(alive)
-    kept = set(alive)
-    holes = [j for j in range(k) if j not in kept]
-    movers = [i for i in alive if i >= k]
-    order = list(range(k))
-    for hole, mover in zip(holes, movers, strict=True):
-        order[hole] = mover
-    return order
-
-
-def _calibrate(model: Any, head: Head | None, make_cache: Callable[[], list[Any]]) -> float:
-    """Time 1-token and 16-token forward passes: fixed cost / per-position cost."""
-    def timed(n: int) -> float:
-        best = float("inf")
-        for _ in range(3):
-            cache = make_cache()
-            t0 = time.perf_counter()
-            mx.eval(logits_at(model, head, mx.zeros((1, n), dtype=mx.int32), cache))
-            best = min(best, time.perf_counter() - t0)
-        return best
-
-    timed(1)  # warm-up
-    one, sixteen = timed(1), timed(16)
-    per_position = max((sixteen - one) / 15, 1e-9)
-    return max((one - per_position) / per_position, 1.0)

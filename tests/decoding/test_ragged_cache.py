@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from afm_struct.decoding.batch_cache import MLXCacheOps
+from afm_struct.decoding.batch_cache import MLXCacheOps, fill_holes
 from afm_struct.decoding.forward import logits_at, split_head
-from afm_struct.decoding.generator import fill_holes
 from afm_struct.decoding.ragged_cache import RaggedKVCache
 
 
