@@ -32,7 +32,10 @@ class JoinWait:
     min_hit_rate: float = 0.75  # share of recent finishes refilled within max_wait_s
     margin_s: float = 0.005
     _unmatched: deque[float] = field(default_factory=deque)
-    _gaps: deque[float | None] = field(default_factory=deque)  # None: never refilled
+    _gaps: deque[float | None] = field(init=False)  # the last ``window`` gaps; None: never refilled
+
+    def __post_init__(self) -> None:
+        self._gaps = deque(maxlen=self.window)
 
     @property
     def enabled(self) -> bool:
@@ -52,7 +55,7 @@ class JoinWait:
             return
         self._expire(now)
         if self._unmatched:
-            self._record(now - self._unmatched.popleft())
+            self._gaps.append(now - self._unmatched.popleft())
 
     def wait_s(self, now: float) -> float:
         """How long to hold the next pass for arrivals (0: launch now)."""
@@ -67,13 +70,8 @@ class JoinWait:
         p90 = hits[min(len(hits) - 1, int(0.9 * len(hits)))]
         return min(self.max_wait_s, p90 + self.margin_s)
 
-    def _record(self, gap: float | None) -> None:
-        self._gaps.append(gap)
-        while len(self._gaps) > self.window:
-            self._gaps.popleft()
-
     def _expire(self, now: float) -> None:
         horizon = HORIZON_FACTOR * self.max_wait_s
         while self._unmatched and now - self._unmatched[0] > horizon:
             self._unmatched.popleft()
-            self._record(None)
+            self._gaps.append(None)
