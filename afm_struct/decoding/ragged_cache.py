@@ -62,6 +62,10 @@ class RaggedKVCache:
         """Write each row's ``L`` new positions after its own length; return keys and values up
         to the longest row's end."""
         rows, n = keys.shape[0], keys.shape[2]
+        if rows != len(self.lengths):
+            # A batch whose bookkeeping and inputs disagree would write rows into each other's
+            # positions; fail loudly instead.
+            raise RuntimeError(f"batch cache holds {len(self.lengths)} rows but the step feeds {rows}")
         end = max(self.lengths) + n
         self._reserve(rows, end, keys, values)
         assert self.keys is not None and self.values is not None
@@ -182,17 +186,21 @@ class RaggedKVCache:
     def extend(self, other: RaggedKVCache) -> None:
         """Append ``other``'s rows: only their positions are copied, into spare rows of the
         buffers (which double when full), so a row joining a batch costs a copy of that row."""
-        n = len(self.lengths)
-        self.lengths += other.lengths
+        n, k = len(self.lengths), len(other.lengths)
         if other.keys is None or other.values is None:
+            self.lengths += other.lengths
             return  # empty rows: nothing to copy until their first step
         used = max(other.lengths)
-        self._reserve(len(self.lengths), used, other.keys, other.values)
+        self._reserve(n + k, used, other.keys, other.values)
         assert self.keys is not None and self.values is not None
         if used:
-            k = len(other.lengths)
-            self.keys[n:n + k, :, :used, :] = other.keys[:, :, :used, :]
-            self.values[n:n + k, :, :used, :] = other.values[:, :, :used, :]
+            # Only ``other``'s live rows: its buffers may hold spare rows reserved for a full
+            # batch (a batch prefilled together is built with room for max_batch rows).
+            self.keys[n:n + k, :, :used, :] = other.keys[:k, :, :used, :]
+            self.values[n:n + k, :, :used, :] = other.values[:k, :, :used, :]
+        # Rows count only once their positions are in place, so a failed copy leaves the
+        # batch as it was.
+        self.lengths += other.lengths
 
     def filter(self, keep: list[int]) -> None:
         """Keep only rows ``keep``, in that order: row j becomes old row ``keep[j]``.

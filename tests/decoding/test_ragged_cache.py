@@ -277,3 +277,28 @@ def test_warm_up_prepares_a_full_batch_cache(embedded, tokenizer):
     scripted = Generator.from_loaded(scripted_loaded_model(tokenizer, "hi"))
     scripted.warm_up()  # scripted caches have no buffers to reuse: nothing to do
     assert scripted.spare_batch is None
+
+
+def test_extend_copies_only_the_live_rows_of_a_batch_with_reserved_rows():
+    """A batch prefilled together is built with room for a full batch; joining a running batch
+    copies its live rows only (copying its whole buffer crashed every request of a burst that
+    arrived while a lone request was decoding)."""
+    running = RaggedKVCache.merge([kv(44, 0)])
+    running.reserve_rows(8)
+    together = RaggedKVCache.merge([kv(41, 1 + i) for i in range(7)])
+    together.reserve_rows(8)
+    assert together.keys.shape[0] > 7 and len(together.lengths) == 7  # spare rows in the buffer
+    running.extend(together)
+    assert running.lengths == [44] + [41] * 7
+    for i in range(7):
+        assert mx.array_equal(running.extract(1 + i).keys, kv(41, 1 + i).keys[:, :, :41])
+    step = mx.ones((8, 2, 1, 4))
+    keys, _ = running.update_and_fetch(step, step)
+    assert keys.shape == (8, 2, 45, 4) and running.lengths == [45] + [42] * 7
+
+
+def test_a_step_whose_rows_disagree_with_the_batch_fails_loudly():
+    batch = RaggedKVCache.merge([kv(3, 0), kv(4, 1)])
+    with pytest.raises(RuntimeError, match="holds 2 rows but the step feeds 1"):
+        batch.update_and_fetch(mx.ones((1, 2, 1, 4)), mx.ones((1, 2, 1, 4)))
+    assert batch.lengths == [3, 4]
