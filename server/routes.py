@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -107,4 +108,15 @@ async def health(request: Request) -> dict[str, Any]:
     pending, capacity = state.scheduler.load
     return {"status": "ok", "version": __version__, "model": state.loaded.info.id,
             "device": state.loaded.info.device, "requests_in_flight": pending,
-            "capacity": capacity, "uptime_s": round(time.time() - request.app.state.started_at, 3)}
+            "capacity": capacity, "uptime_s": round(time.time() - request.app.state.started_at, 3),
+            "rss_bytes": resident_bytes()}
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux /proc), for soak runs watching for leaks; None
+    where /proc is absent (macOS)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

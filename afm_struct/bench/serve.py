@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import logging
+import random
 import statistics
 import sys
 import time
@@ -59,13 +60,36 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99)}
 
 
-def make_request(i: int, kinds: list[str], max_tokens: int, seed: int) -> dict[str, Any]:
+# ``--prompts equal``: one template per schema with a single digit, so every request of a kind
+# has the same token length (the shape that once crashed a burst after a lone request).
+EQUAL_PROMPTS = ["Describe person number {d}: a name, an age and a city.",
+                 "Describe product number {d}: a name, a price and whether it is in stock.",
+                 "Write a title and tags for blog post number {d} about bread."]
+# ``--prompts random``: a seeded run of these words before the task, 0-240 of them.
+FILLER = ("notes from the archive say the record was kept in a ledger with other entries of "
+          "the same year and several later corrections").split()
+
+
+def prompt_text(i: int, k: int, prompts: str, seed: int) -> str:
+    """The user message of request ``i`` (schema ``k``) in prompt mode ``prompts``."""
+    if prompts == "equal":
+        return EQUAL_PROMPTS[k].format(d=i % 9 + 1)
+    if prompts == "random":
+        rng = random.Random(seed * 1_000_003 + i)
+        words = [rng.choice(FILLER) for _ in range(rng.randint(0, 240))]
+        context = f"Context: {' '.join(words)}.\n\n" if words else ""
+        return context + PROMPTS[k]
+    return PROMPTS[k]
+
+
+def make_request(i: int, kinds: list[str], max_tokens: int, seed: int,
+                 prompts: str = "fixed") -> dict[str, Any]:
     """The i-th request of the mix: its kind, body parameters and what validates it."""
     kind = kinds[i % len(kinds)]
     k = i % len(SCHEMAS)
     params: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0, "seed": seed + i,
                               "stream_options": {"include_usage": True}}
-    messages = [{"role": "user", "content": PROMPTS[k]}]
+    messages = [{"role": "user", "content": prompt_text(i, k, prompts, seed)}]
     if kind == "json_schema":
         params["response_format"] = {"type": "json_schema", "json_schema": {
             "name": f"s{k}", "schema": SCHEMAS[k], "strict": True}}
@@ -127,11 +151,11 @@ async def one(client: Any, spec: dict[str, Any], cancel_after: int | None) -> di
 
 
 async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_tokens: int, seed: int,
-                    cancel_every: int) -> dict[str, Any]:
+                    cancel_every: int, prompts: str = "fixed") -> dict[str, Any]:
     """One concurrency level."""
     from ..client import AsyncClient
 
-    specs = [make_request(i, kinds, max_tokens, seed) for i in range(n)]
+    specs = [make_request(i, kinds, max_tokens, seed, prompts) for i in range(n)]
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
         queue.put_nowait(i)
@@ -251,11 +275,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"[bench serve] round {rnd}/{args.rounds}, concurrency {c}: {n} requests ...",
                   file=sys.stderr)
             level = asyncio.run(run_level(args.url, c, n, kinds, args.max_tokens, args.seed,
-                                          args.cancel_every))
+                                          args.cancel_every, args.prompts))
             level["round"] = rnd
             runs.append(level)
             print(markdown(runs[-1:]).splitlines()[-1], file=sys.stderr)
-    result: dict[str, Any] = {"url": args.url, "mix": kinds, "max_tokens": args.max_tokens,
+    result: dict[str, Any] = {"url": args.url, "mix": kinds, "prompts": args.prompts,
+                              "max_tokens": args.max_tokens,
                               "seed": args.seed, "rounds": args.rounds, "runs": runs,
                               "environment": environment()}
     summary = scaling_summary(runs)
@@ -290,5 +315,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cancel-every", type=int, default=0, help="cancel every k-th request mid-stream")
     p.add_argument("--rounds", type=int, default=1,
                    help="run the levels this many times, round-robin (ratios per round, median)")
+    p.add_argument("--prompts", choices=("fixed", "equal", "random"), default="fixed",
+                   help="fixed: one prompt per schema; equal: same token length within a kind "
+                        "(digit-numbered); random: a seeded 0-240-word context before the task")
     p.add_argument("--out", required=True)
     p.set_defaults(func=run)
