@@ -4,12 +4,14 @@ Each rewrite maps a schema node to an equivalent node (same valid instances) bui
 keywords llguidance enforces, or leaves it unchanged when it cannot prove equivalence:
 
 * ``oneof_disjoint``     ``oneOf`` whose branches are pairwise disjoint → ``anyOf``
-* ``unknown_format``     a ``format`` no validator knows is an annotation → dropped
+* ``unknown_format``     a ``format`` the draft's checker does not assert is an annotation → dropped
+* ``exact_format``       a ``format`` llguidance lacks or enforces loosely → an exact ``pattern``
+  (and ``maxLength``), see :mod:`.formats`
 * ``not_simple``         ``not`` of a type, of ``required``, of a bound, ``not {}`` → positive form
 * ``dependencies``       ``dependentRequired`` / ``dependencies`` / ``dependentSchemas`` → ``anyOf``
 * ``min_max_properties`` redundant or enumerable ``minProperties`` / ``maxProperties``
 * ``noop_keyword``       keywords that constrain nothing (``uniqueItems: false``, lone ``if``)
-* ``ref_siblings``       keywords next to ``$ref`` in drafts 4–7 (ignored by those drafts) → dropped
+* ``ref_siblings``       keywords next to ``$ref`` in drafts 3–7 (ignored by those drafts) → dropped
 
 All functions are pure: the input is never mutated, the output shares no mutable state with it.
 A node reached by a ``$ref`` through a keyword a rewrite removes is left alone (the pointer
@@ -24,13 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .disjoint import branches_disjoint
+from .formats import drop_annotation_format, exact_format
 
-# Formats llguidance enforces plus those jsonschema's FormatChecker asserts here: any other
-# format is an annotation (JSON Schema 2019-09+ default), for the engine and the validator alike.
-KNOWN_FORMATS = frozenset({
-    "date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid",
-    "unknown", "idn-email", "idn-hostname", "regex",
-})
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
 
 # Keywords whose value is one subschema / a map of subschemas / a list of subschemas.
@@ -49,9 +46,9 @@ class RewriteResult:
 
 
 def draft_of(schema: Any) -> int:
-    """The draft number a schema declares (4, 6, 7, 2019, 2020); 0 when it declares none."""
+    """The draft number a schema declares (3, 4, 6, 7, 2019, 2020); 0 when it declares none."""
     uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
-    for marker, draft in (("draft-03", 4), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7),
+    for marker, draft in (("draft-03", 3), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7),
                           ("2019-09", 2019), ("2020-12", 2020)):
         if marker in str(uri):
             return draft
@@ -229,11 +226,13 @@ def _replace_key(node: dict[str, Any], old: str, new: str, value: Any) -> dict[s
 
 
 def rewrite_format(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
-    """Drop a ``format`` that no engine or validator knows (an annotation by the spec)."""
-    fmt = node.get("format")
-    if not isinstance(fmt, str) or fmt in KNOWN_FORMATS:
-        return None
-    return {k: v for k, v in node.items() if k != "format"}
+    """Drop a ``format`` the draft's checker does not assert (an annotation by the spec)."""
+    return drop_annotation_format(node, draft)
+
+
+def rewrite_exact_format(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
+    """A ``format`` llguidance lacks or enforces loosely → our exact ``pattern`` for it."""
+    return exact_format(node, draft)
 
 
 def rewrite_dependencies(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
@@ -318,6 +317,7 @@ NodeRewrite = Callable[[dict[str, Any], int], dict[str, Any] | None]
 _REWRITES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("noop_keyword", "rewrite_noop", ("if", "additionalItems")),
     ("unknown_format", "rewrite_format", ()),
+    ("exact_format", "rewrite_exact_format", ()),
     ("dependencies", "rewrite_dependencies", ("dependencies", "dependentSchemas")),
     ("min_max_properties", "rewrite_min_max_properties", ()),
     ("not_simple", "rewrite_not", ("not",)),
@@ -331,9 +331,9 @@ _REF_KEEP = frozenset({"$ref", "$schema", "$id", "id", "definitions", "$defs"})
 
 def rewrite_ref_siblings(node: dict[str, Any], draft: int, path: str,
                          refs: set[str]) -> dict[str, Any] | None:
-    """Drafts 4–7 ignore every keyword next to ``$ref``; llguidance intersects them (2019+
+    """Drafts 3–7 ignore every keyword next to ``$ref``; llguidance intersects them (2019+
     semantics).  Drop them, except keys that hold ref targets or change the base URI."""
-    if not (isinstance(node.get("$ref"), str) and draft in (4, 6, 7)):
+    if not (isinstance(node.get("$ref"), str) and draft in (3, 4, 6, 7)):
         return None
     drop = [k for k in node if k not in _REF_KEEP and f"{path}/{k}" not in refs]
     if not drop:

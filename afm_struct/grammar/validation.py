@@ -12,8 +12,7 @@ import re
 import warnings
 from typing import Any
 
-from jsonschema import FormatChecker
-
+from .formats import format_checker
 from .schema_check import json_path, validator_class
 from .spec import ValidationOutcome
 
@@ -30,7 +29,8 @@ def parse_json(text: str) -> tuple[Any, str | None]:
 
 
 def validate_json(text: str, schema: Any | None, *, require_object: bool = False) -> ValidationOutcome:
-    """Parse ``text``; check it against ``schema`` (jsonschema, formats checked where known)."""
+    """Parse ``text``; check it against ``schema`` (jsonschema; formats asserted as the schema's
+    draft defines them, see :mod:`.formats`)."""
     value, err = parse_json(text)
     if err is not None:
         return ValidationOutcome(False, (err,))
@@ -39,7 +39,7 @@ def validate_json(text: str, schema: Any | None, *, require_object: bool = False
     if schema is None:
         return ValidationOutcome(True, (), value)
     cls = validator_class(schema)
-    validator = cls(schema, format_checker=FormatChecker())
+    validator = cls(schema, format_checker=format_checker(cls))  # the draft's own formats
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
