@@ -6,6 +6,11 @@ tokenize without special tokens and walk the tokens through a fresh matcher, tim
 A valid instance must have every token allowed and end accepting; an invalid one must hit a
 disallowed token or end non-accepting.  Validation/invalidation errors are counted only for
 schemas served ``enforced`` (a best-effort grammar is not expected to be exact).
+
+"Valid" means valid for the dataset AND for the format-asserting validator (jsonschema with
+the schema's draft ``FORMAT_CHECKER``, ``jsonschema[format-nongpl]`` installed: see
+``afm_struct/grammar/formats.py``): an enforced grammar that accepts an instance whose
+``format`` that validator rejects is an invalidation error, even if the dataset says "valid".
 """
 
 from __future__ import annotations
@@ -53,6 +58,17 @@ def walk_instance(constraint: Any, tokenizer: Any, text: str, bitmask: np.ndarra
     return matcher.is_accepting()
 
 
+def checker_valid(text: str, schema: Any) -> bool | None:
+    """The format-asserting validator's verdict on ``text``; None when it cannot decide (a
+    pattern Python's ``re`` cannot compile): the dataset's label stands then."""
+    from afm_struct.grammar.validation import validate_json
+
+    outcome = validate_json(text, schema)
+    if any(e.startswith("cannot validate") for e in outcome.errors):
+        return None
+    return outcome.ok
+
+
 def run_file(compiler: Any, tokenizer: Any, path: Path, bitmask: np.ndarray) -> dict[str, Any]:
     """One MaskBench file: status, compile time, per-test verdicts, mask times."""
     from afm_struct.errors import SchemaError
@@ -60,7 +76,7 @@ def run_file(compiler: Any, tokenizer: Any, path: Path, bitmask: np.ndarray) -> 
 
     doc = json.loads(path.read_text())
     row: dict[str, Any] = {"file": path.name, "mask_us": [], "mask_cpu_us": [], "validation_errors": 0,
-                           "invalidation_errors": 0}
+                           "invalidation_errors": 0, "format_invalid": 0}
     cpu0 = time.process_time()  # CPU time: what the compile costs, whatever else runs on the box
     try:
         constraint = compiler.compile(JsonSchemaRequest(doc["schema"]))
@@ -76,12 +92,17 @@ def run_file(compiler: Any, tokenizer: Any, path: Path, bitmask: np.ndarray) -> 
     for i, test in enumerate(doc.get("tests", [])):
         text = json.dumps(test["data"], indent=None, ensure_ascii=False)
         accepted = walk_instance(constraint, tokenizer, text, bitmask, row["mask_us"], row["mask_cpu_us"])
-        if enforced and test["valid"] and not accepted:
+        valid = bool(test["valid"])
+        if valid and checker_valid(text, doc["schema"]) is False:  # e.g. a bad format the dataset let by
+            valid = False
+            row["format_invalid"] += 1
+        if enforced and valid and not accepted:
             row["validation_errors"] += 1
             row.setdefault("failures", []).append({"test": i, "valid": True, "text": text[:200]})
-        elif enforced and not test["valid"] and accepted:
+        elif enforced and not valid and accepted:
             row["invalidation_errors"] += 1
-            row.setdefault("failures", []).append({"test": i, "valid": False, "text": text[:200]})
+            row.setdefault("failures", []).append({"test": i, "valid": False, "text": text[:200],
+                                                   "dataset_valid": bool(test["valid"])})
     return row
 
 
@@ -100,6 +121,9 @@ def summarize(rows: list[dict[str, Any]], backend: str, cached_us: list[float]) 
         "enforced_pct": round(100 * status["enforced"] / n, 2) if n else 0.0,
         "validation_error": sum(1 for r in enforced if r["validation_errors"]),
         "invalidation_error": sum(1 for r in enforced if r["invalidation_errors"]),
+        "validity": "dataset label AND jsonschema with the draft's FORMAT_CHECKER "
+                    "(jsonschema[format-nongpl] installed: formats asserted)",
+        "format_invalid_tests": sum(r.get("format_invalid", 0) for r in rows),
         "timeout": sum(1 for r in rows if r.get("timeout")),
         "compile_us": percentiles([r["compile_us"] for r in rows if r["compile_us"] is not None]),
         "compile_cpu_us": percentiles([r["compile_cpu_us"] for r in rows if "compile_cpu_us" in r]),
