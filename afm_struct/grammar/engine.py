@@ -46,6 +46,10 @@ class Matcher(Protocol):
     def error(self) -> str | None:
         """Why the matcher stopped, if it failed."""
 
+    def fork(self) -> Matcher | None:
+        """An independent copy at the same state, or None if the engine cannot copy one (the
+        budget-aware closing searches completions on forks; without them it stays off)."""
+
 
 @runtime_checkable
 class CompiledGrammar(Protocol):

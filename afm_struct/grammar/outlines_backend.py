@@ -231,6 +231,11 @@ class OutlinesMatcher:
         """Why the matcher stopped, if it failed."""
         return self._error
 
+    def fork(self) -> None:
+        """None: an outlines-core Guide cannot be copied at its state (no set_state; replaying
+        the tokens per search step would cost milliseconds), so budget-aware closing is off."""
+        return None
+
 
 class OutlinesGrammar:
     """An outlines-core Index bound to a tokenizer."""
