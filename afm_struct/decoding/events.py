@@ -38,6 +38,9 @@ class GenerationRequest:
     # Break degenerate cycles (``0000…``) under a constraint, where a loop inside an unbounded
     # rule would otherwise run to max_tokens.
     loop_guard: bool = True
+    # When max_tokens is about to cut a constrained output, spend the last tokens on the
+    # shortest completion of the grammar, so the text parses (finish_reason stays "length").
+    close_on_length: bool = True
     reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
     request_id: str = ""
 

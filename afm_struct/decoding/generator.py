@@ -26,8 +26,10 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import AfmError, ContextOverflowError, GenerationError
+from ..grammar.closing import closing_vocab_for
 from ..grammar.engine import allocate_bitmask
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for, fill_holes
+from .closing import BudgetCloser
 from .detokenizer import StreamingDetokenizer
 from .events import (
     Constraint,
@@ -134,6 +136,9 @@ class Generator(Prefill):
                         *([make_loop_breaker()] if matcher is not None and request.loop_guard else [])],
             matcher=matcher, detok=StreamingDetokenizer(self.tokenizer), stops=StopMatcher(params.stop),
             max_tokens=max_tokens, started=time.perf_counter())
+        if matcher is not None and request.close_on_length:
+            seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,
+                                      self.tokenizer.decode)
         seq.usage.prompt_tokens = len(request.prompt_ids)
         self.prefilling.append(seq)
 
@@ -183,6 +188,12 @@ class Generator(Prefill):
         seq.matcher.fill_mask(seq.mask, 0)
         # EOS policy lives here, not in each engine: any end-of-turn id iff the grammar accepts.
         set_tokens(row, self.eos_ids, seq.matcher.is_accepting())
+        if seq.closer is not None:
+            # Near max_tokens: the shortest completion takes over (decoding/closing.py).
+            closing = seq.closer.before_sample(seq.matcher, seq.tokens, seq.max_tokens)
+            if closing:
+                row[:] = 0
+                set_tokens(row, closing[:1], True)
         seq.mask_all = bitmask_allows_all(row, self.vocab_size)
         seq.timings.mask_s += time.perf_counter() - t0
 
@@ -246,6 +257,17 @@ class Generator(Prefill):
 
     def _advance(self, seq: SequenceState, token: int) -> list[int]:
         """Feed the sampled token to the matcher; return it plus the forced run."""
+        closer = seq.closer
+        if closer is not None and (closer.closing is not None or token not in self.eos_ids):
+            assert seq.matcher is not None
+            instead = closer.review(seq.matcher, seq.tokens, token, seq.max_tokens)
+            if instead is not None:  # the budget is spent on the grammar's shortest completion
+                for t in instead:
+                    if not seq.matcher.advance(t):
+                        raise GenerationError(f"the grammar rejected its own completion token {t}")
+                seq.tokens.extend(instead)
+                seq.usage.completion_tokens = len(seq.tokens)
+                return list(instead)
         if token in self.eos_ids:
             seq.eos = True
             return []
@@ -261,6 +283,8 @@ class Generator(Prefill):
                         raise GenerationError(f"the grammar rejected its own forced token {f}")
                 run.extend(forced)
                 seq.usage.forced_tokens += len(forced)
+            if closer is not None:
+                closer.advanced(run)
         seq.tokens.extend(run)
         seq.usage.completion_tokens = len(seq.tokens)
         return run
@@ -339,6 +363,7 @@ class Generator(Prefill):
         """Allocate (and touch) a full batch cache now, so that the first burst of requests
         reuses it instead of paying for fresh memory before its first token."""
         # Only mlx-lm caches hold memory worth reusing (scripted test models hold none).
+        closing_vocab_for(self.tokenizer)  # built once per tokenizer (~0.5 s), not on a request
         if not isinstance(self.cache_ops, MLXCacheOps) or self.spare_batch is not None:
             return
         cache = self.make_cache()
@@ -362,7 +387,9 @@ class Generator(Prefill):
             if seq.stops.stopped:
                 self._finish(seq, "stop")
                 return
-        if seq.eos:
+        if seq.closer is not None and seq.closer.closed:
+            self._finish(seq, "length")  # closed early by the budget: still a cut
+        elif seq.eos:
             self._finish(seq, "stop", grammar_complete=True)
         elif seq.matcher is not None and seq.matcher.is_finished():
             self._finish(seq, "stop", grammar_complete=True)

@@ -9,6 +9,7 @@ the wrapped matcher from its start state).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +121,23 @@ class ReasoningGate:
     def error(self) -> str | None:
         """The inner matcher's error, or the gate's own."""
         return self.inner.error()
+
+    def fork(self) -> ReasoningGate | None:
+        """A copy while the answer's grammar governs (``start`` or answering), None inside the
+        thinking block, where no short completion is known.  The copy is in the answer state:
+        it is for searching the answer's completion, which neither opens a block nor writes the
+        gap before the answer (and the gate takes such tokens the same way from those states)."""
+        if self.state not in ("start", "answer_start", "answer"):
+            return None
+        fork_inner = getattr(self.inner, "fork", None)
+        inner = fork_inner() if fork_inner is not None else None
+        if inner is None:
+            return None
+        twin = copy.copy(self)
+        twin.inner = inner
+        twin._scratch = None
+        twin.state = "answer"
+        return twin
 
     @property
     def in_answer(self) -> bool:

@@ -11,6 +11,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..grammar.engine import Matcher
+from .closing import BudgetCloser
 from .detokenizer import StreamingDetokenizer
 from .events import Event, GenerationRequest, Timings, Usage
 from .sampling import LogitsProcessor
@@ -45,6 +46,7 @@ class SequenceState:
     decode_start: float = 0.0
     eos: bool = False
     done: bool = False
+    closer: BudgetCloser | None = None  # budget-aware closing (constrained, close_on_length)
 
 
 @dataclass

@@ -1,0 +1,165 @@
+"""Budget-aware closing in the generator: a max_tokens cut still leaves a valid instance."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from afm_struct.decoding.closing import BudgetCloser
+from afm_struct.decoding.generator import Finished, GenerationRequest, Generator, TextDelta
+from afm_struct.decoding.reasoning import ReasoningTags
+from afm_struct.decoding.sampling import SamplingParams
+from afm_struct.grammar.closing import closing_vocab_for
+from afm_struct.grammar.compiler import compile_constraint
+from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
+from afm_struct.testing import random_loaded_model, scripted_loaded_model
+
+STR = {"type": "string"}
+PERSON = {"type": "object", "properties": {
+    "name": STR, "speakers": {"type": "array", "items": STR}, "fee": {"type": "number"}},
+    "required": ["name", "speakers", "fee"], "additionalProperties": False}
+# The small model's loops, scripted: inside an array, inside a string, inside a number.
+LOOP_ARRAY = '{"name": "Helen", "speakers": [' + ", ".join(['"Helen Cho"'] * 60)
+LOOP_STRING = '{"name": "INCIDENT-' + "1234567890" * 40
+LOOP_NUMBER = '{"name": "x", "speakers": [], "fee": 1.5' + "0" * 300
+
+
+def run(tokenizer, script: str, request_kwargs: dict, max_tokens: int, schema=None, **kwargs):
+    """Generate once on a scripted model; (Finished, streamed text, generator)."""
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema) if schema else JsonObjectRequest())
+    gen = Generator.from_loaded(scripted_loaded_model(tokenizer, script))
+    prompt = tokenizer.encode_chat([{"role": "user", "content": "JSON please"}])
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, **kwargs)
+    # The loop guard would break the scripted loops itself; these tests need the loops.
+    request_kwargs = {"loop_guard": False, **request_kwargs}
+    events = list(gen.generate(GenerationRequest(prompt, params, constraint=constraint, **request_kwargs)))
+    fin = events[-1]
+    assert isinstance(fin, Finished)
+    streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
+    return fin, streamed
+
+
+@pytest.mark.parametrize("script", [LOOP_ARRAY, LOOP_STRING, LOOP_NUMBER], ids=["array", "string", "number"])
+@pytest.mark.parametrize("max_tokens", [24, 40, 64, 120, 200])
+def test_a_loop_cut_by_max_tokens_still_validates(tokenizer, script, max_tokens) -> None:
+    fin, streamed = run(tokenizer, script, {}, max_tokens, PERSON)
+    assert fin.reason == "length"
+    assert fin.usage.completion_tokens <= max_tokens
+    assert streamed == fin.text  # the closing text went out through the detokenizer too
+    jsonschema.validate(json.loads(fin.text), PERSON)
+    assert fin.grammar_complete is True
+    # What the model wrote before the cut is kept: only a short tail differs from the script.
+    pairs = enumerate(zip(fin.text, script, strict=False))
+    common = next((i for i, (a, b) in pairs if a != b), len(fin.text))
+    assert len(fin.text) - common <= 32, fin.text
+
+
+@pytest.mark.parametrize("script", [LOOP_ARRAY, LOOP_STRING], ids=["array", "string"])
+def test_the_off_switch_restores_the_cut(tokenizer, script) -> None:
+    fin, _ = run(tokenizer, script, {"close_on_length": False}, 64, PERSON)
+    assert fin.reason == "length" and fin.usage.completion_tokens == 64
+    assert fin.grammar_complete is False
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(fin.text)
+    # Exactly the old output: the script's first 64 tokens.
+    assert tokenizer.encode(fin.text) == tokenizer.encode(script)[:64]
+
+
+@pytest.mark.parametrize("max_tokens", [16, 40, 120])
+def test_json_object_loop_is_closed(tokenizer, max_tokens) -> None:
+    script = '{"items": [{"a": [1, 2, {"deep": "' + "ab" * 300
+    fin, _ = run(tokenizer, script, {}, max_tokens)
+    assert fin.reason == "length" and fin.usage.completion_tokens <= max_tokens
+    assert isinstance(json.loads(fin.text), dict)
+
+
+def test_a_budget_below_the_minimal_instance_cannot_parse_but_stays_within_it(tokenizer) -> None:
+    # {"name": "", "speakers": [], "fee": 0} needs more than 6 tokens: close as early as
+    # possible, never past max_tokens.
+    fin, _ = run(tokenizer, LOOP_ARRAY, {}, 6, PERSON)
+    assert fin.reason == "length" and fin.usage.completion_tokens <= 6
+    assert not fin.grammar_complete
+
+
+def test_a_finished_answer_is_untouched(tokenizer) -> None:
+    script = '{"name": "Ann", "speakers": ["Bo"], "fee": 2}'
+    for close in (True, False):
+        fin, _ = run(tokenizer, script, {"close_on_length": close}, 200, PERSON)
+        assert fin.reason == "stop" and fin.text == script
+
+
+def test_fast_forward_off_also_closes(tokenizer) -> None:
+    fin, _ = run(tokenizer, LOOP_ARRAY, {"fast_forward": False}, 50, PERSON)
+    assert fin.reason == "length" and fin.usage.completion_tokens <= 50
+    jsonschema.validate(json.loads(fin.text), PERSON)
+
+
+def test_stop_strings_still_apply_to_the_closing_text(tokenizer) -> None:
+    # A stop string wins over everything, the closing text included (documented limitation).
+    fin, _ = run(tokenizer, LOOP_ARRAY, {}, 40, PERSON, stop=("]",))
+    assert fin.reason == "stop" and "]" not in fin.text
+
+
+def test_reasoning_gate_answer_is_closed(tokenizer) -> None:
+    script = "<think>ok</think>\n" + LOOP_ARRAY
+    fin, _ = run(tokenizer, script, {"reasoning": ReasoningTags()}, 60, PERSON)
+    assert fin.reason == "length" and fin.usage.completion_tokens <= 60
+    jsonschema.validate(json.loads(fin.text.split("</think>", 1)[1]), PERSON)
+
+
+def test_no_search_far_from_the_budget(tokenizer) -> None:
+    # The common case: a budget far beyond the output costs no search at all.
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(PERSON))
+    matcher = constraint.new_matcher()
+    closer = BudgetCloser(closing_vocab_for(tokenizer), tokenizer.vocab_size, tokenizer.decode)
+    tokens: list[int] = []
+    for t in tokenizer.encode('{"name": "Ann", "speakers": ["Bo"'):
+        assert closer.before_sample(matcher, tokens, 4096) is None
+        assert closer.review(matcher, tokens, t, 4096) is None
+        matcher.advance(t)
+        tokens.append(t)
+    assert closer.searches == 0
+
+
+# -- property: random schemas x random budgets x a random model -----------------------------
+
+LEAVES = st.sampled_from([STR, {"type": "integer"}, {"type": "number"}, {"type": "boolean"},
+                          {"enum": ["alpha", "beta", "alphabet"]}, {"type": ["string", "null"]},
+                          {"type": "string", "pattern": "^[a-z]{2}[0-9]$"}])
+
+
+def _objects(children):
+    return st.dictionaries(st.sampled_from(["a", "bb", "key", "x_y"]), children, min_size=1, max_size=3).map(
+        lambda props: {"type": "object", "properties": props, "required": sorted(props),
+                       "additionalProperties": False})
+
+
+SCHEMAS = st.recursive(LEAVES, lambda kids: st.one_of(
+    _objects(kids), kids.map(lambda k: {"type": "array", "items": k}),
+    st.tuples(kids, kids).map(lambda ab: {"anyOf": list(ab)})), max_leaves=6).map(
+    lambda s: s if s.get("type") == "object" else {"type": "object", "properties": {"v": s},
+                                                      "required": ["v"], "additionalProperties": False})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(schema=SCHEMAS, max_tokens=st.integers(8, 90), seed=st.integers(0, 10_000))
+def test_random_model_cut_output_validates(tokenizer, schema, max_tokens, seed) -> None:
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema))
+    if constraint.mode != "enforced":
+        return
+    # The budget the grammar needs at least (the shortest instance from the start).
+    from afm_struct.grammar.closing import shortest_completion
+    minimal = shortest_completion(constraint.new_matcher(), closing_vocab_for(tokenizer),
+                                  vocab_size=tokenizer.vocab_size, decode=tokenizer.decode)
+    gen = Generator.from_loaded(random_loaded_model(tokenizer, seed))
+    prompt = tokenizer.encode_chat([{"role": "user", "content": "JSON"}])
+    params = SamplingParams(temperature=1.0, seed=seed, max_tokens=max_tokens)
+    fin = list(gen.generate(GenerationRequest(prompt, params, constraint=constraint)))[-1]
+    assert isinstance(fin, Finished) and fin.reason in ("stop", "length"), fin
+    assert fin.usage.completion_tokens <= max_tokens
+    if fin.reason == "stop" or (minimal is not None and max_tokens >= len(minimal)):
+        jsonschema.validate(json.loads(fin.text), schema)
