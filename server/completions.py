@@ -111,8 +111,10 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
         prompt_ids = await asyncio.to_thread(tokenizer.encode_chat, messages)
     reasoning = reasoning_tags(state, prompt_ids)
     counter = TokenCounter()
+    close = state.settings.close_on_length if body.afm_close_on_length is None else body.afm_close_on_length
     generation = GenerationRequest(prompt_ids=prompt_ids, params=params, constraint=constraint,
                                    logits_processors=[counter], request_id=request_id,
+                                   close_on_length=close,
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning if constraint is not None else None)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),

@@ -141,6 +141,9 @@ class ChatCompletionRequest(BaseModel):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # Extension: false lets max_tokens cut constrained output mid-value (default: the server's
+    # setting, on unless started with --no-close-on-length).
+    afm_close_on_length: bool | None = None
 
 
 # -- responses (documentation only) ------------------------------------------------------------

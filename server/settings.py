@@ -32,6 +32,9 @@ class ServerSettings:
     reasoning: str = "auto"
     # Completed request IDs remembered (for a precise 404 message on a late cancel).
     recent_ids: int = 1024
+    # Constrained output cut by max_tokens ends with the grammar's shortest completion, so it
+    # parses (finish_reason stays "length"); a request's afm_close_on_length: false opts out.
+    close_on_length: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.profile_interval_s <= 0.25:

@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--property-order", default="schema", choices=("schema", "any"),
                    help="objects' properties only in the schema's order (default: keys are forced) "
                         "or in any order")
+    p.add_argument("--no-close-on-length", dest="close_on_length", action="store_false",
+                   help="let max_tokens cut constrained output mid-value; by default its last tokens "
+                        "complete the JSON / tool call so it parses (finish_reason stays length)")
     p.set_defaults(func=run)
 
 
@@ -62,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = ServerSettings(host=args.host, port=args.port, log_level=args.log_level,
                                   max_queue=args.max_queue, max_active=args.max_active,
-                                  max_body_bytes=args.max_body_bytes, join_wait_ms=args.join_wait_ms)
+                                  max_body_bytes=args.max_body_bytes, join_wait_ms=args.join_wait_ms,
+                                  close_on_length=args.close_on_length)
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
     print(f"afm-struct: loading {args.model or 'the embedded model'}", file=sys.stderr, flush=True)

@@ -1,0 +1,103 @@
+"""Budget-aware closing over HTTP (scripted model): a max_tokens cut still parses, the finish
+reason stays ``length``, and the request field / server setting turn it off."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import pytest
+
+from .conftest import USER, decode, stream_raw
+
+pytest.importorskip("afm_struct.grammar.compiler")
+
+SCHEMA = {"type": "object", "properties": {
+    "event": {"type": "string"}, "speakers": {"type": "array", "items": {"type": "string"}},
+    "free": {"type": "boolean"}}, "required": ["event", "speakers", "free"], "additionalProperties": False}
+# A list that never ends (distinct items, so the server's loop guard does not cut it short).
+LOOP = '{"event": "Expo", "speakers": [' + ", ".join(f'"Speaker {i}"' for i in range(300))
+FMT = {"type": "json_schema", "json_schema": {"name": "event", "strict": True, "schema": SCHEMA}}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "strict": True, "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+TOOL_LOOP = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par' + "is" * 300
+
+
+def _post(url: str, body: dict) -> dict:
+    r = httpx.post(f"{url}/v1/chat/completions", json={"messages": USER, **body}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("max_tokens", [30, 70, 120])
+def test_json_schema_cut_parses_and_says_length(serve, max_tokens) -> None:
+    live = serve(LOOP)
+    out = _post(live.url, {"response_format": FMT, "max_tokens": max_tokens, "temperature": 0})
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert out["usage"]["completion_tokens"] <= max_tokens
+    jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
+
+
+def test_streamed_cut_parses(serve) -> None:
+    live = serve(LOOP)
+    body = {"messages": USER, "response_format": FMT, "max_tokens": 60, "temperature": 0}
+    response, payloads = stream_raw(live.url, body)
+    assert response.status_code == 200
+    events = decode(payloads)
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    reasons = [e["choices"][0]["finish_reason"] for e in events
+               if e["choices"] and e["choices"][0]["finish_reason"]]
+    assert reasons == ["length"]
+    jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_json_object_cut_parses(serve) -> None:
+    live = serve('{"a": [1, {"b": "' + "xy" * 300)
+    out = _post(live.url, {"response_format": {"type": "json_object"}, "max_tokens": 40, "temperature": 0})
+    assert out["choices"][0]["finish_reason"] == "length"
+    assert isinstance(json.loads(out["choices"][0]["message"]["content"]), dict)
+
+
+def test_strict_tool_call_cut_is_a_whole_call(serve) -> None:
+    live = serve(TOOL_LOOP)
+    out = _post(live.url, {"tools": [WEATHER], "tool_choice": "required", "parallel_tool_calls": False,
+                           "max_tokens": 48, "temperature": 0})
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert out["usage"]["completion_tokens"] <= 48
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    args = json.loads(call["function"]["arguments"])
+    jsonschema.validate(args, WEATHER["function"]["parameters"])
+    assert args["city"].startswith("Paris")
+
+
+def test_request_field_turns_it_off(serve) -> None:
+    live = serve(LOOP)
+    out = _post(live.url, {"response_format": FMT, "max_tokens": 40, "temperature": 0,
+                           "afm_close_on_length": False})
+    assert out["choices"][0]["finish_reason"] == "length"
+    assert out["usage"]["completion_tokens"] == 40
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(out["choices"][0]["message"]["content"])
+
+
+def test_server_setting_turns_it_off_and_the_field_back_on(serve) -> None:
+    live = serve(LOOP, close_on_length=False)
+    off = _post(live.url, {"response_format": FMT, "max_tokens": 40, "temperature": 0})
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(off["choices"][0]["message"]["content"])
+    on = _post(live.url, {"response_format": FMT, "max_tokens": 40, "temperature": 0,
+                          "afm_close_on_length": True})
+    jsonschema.validate(json.loads(on["choices"][0]["message"]["content"]), SCHEMA)
+
+
+def test_serve_flag_maps_to_the_setting() -> None:
+    from afm_struct.cli import build_parser
+
+    assert build_parser().parse_args(["serve"]).close_on_length is True
+    assert build_parser().parse_args(["serve", "--no-close-on-length"]).close_on_length is False
