@@ -137,7 +137,8 @@ def run_one(generator: Any, prompt_ids: list[int], constraint: Any, args: argpar
 
     params = SamplingParams(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens,
                             repetition_penalty=args.repetition_penalty)
-    request = GenerationRequest(prompt_ids, params, constraint=constraint, fast_forward=fast_forward)
+    request = GenerationRequest(prompt_ids, params, constraint=constraint, fast_forward=fast_forward,
+                                close_on_length=not getattr(args, "no_close_on_length", False))
     for event in generator.generate(request):
         if isinstance(event, Finished):
             _, dec = event.timings.rates(event.usage)
@@ -164,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     from .environment import environment
 
     tasks = load_tasks(Path(args.tasks))
+    modes = [m for m in MODES if m in (getattr(args, "modes", None) or ",".join(MODES)).split(",")]
     if args.limit:
         tasks = tasks[: args.limit]
     loaded = load_model(args.model)
@@ -177,18 +179,19 @@ def run(args: argparse.Namespace) -> int:
         row: dict[str, Any] = {"id": task["id"], "category": task["category"],
                                "prompt_tokens": len(prompt_ids), "constraint_mode": constraint.mode.value,
                                "constraint_rung": constraint.rung.value}
-        for mode in MODES:
+        for mode in modes:
             gen = run_one(generator, prompt_ids, constraint if mode == "constrained" else None, args,
                           fast_forward=not args.no_fast_forward)
             row[mode] = {**gen, **judge(constraint, task["expected"], gen["text"])}
         per_task.append(row)
-    summary = {mode: summarize_mode([t[mode] for t in per_task]) for mode in MODES}
+    summary = {mode: summarize_mode([t[mode] for t in per_task]) for mode in modes}
     report = {
         "benchmark": "extract",
         "model": loaded.info.id,
         "settings": {"temperature": args.temperature, "seed": args.seed, "max_tokens": args.max_tokens,
                      "repetition_penalty": args.repetition_penalty,
                      "fast_forward": not args.no_fast_forward, "backend": args.backend,
+                     "close_on_length": not getattr(args, "no_close_on_length", False), "modes": modes,
                      "tasks_file": str(args.tasks), "limit": args.limit, "instruction": INSTRUCTION},
         "tasks": len(per_task),
         "wall_s": round(time.perf_counter() - started, 1),
@@ -217,6 +220,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--backend", default="llguidance", choices=("llguidance", "outlines"),
                         help="grammar engine for the constrained mode")
     parser.add_argument("--no-fast-forward", action="store_true", help="no grammar fast-forward")
+    parser.add_argument("--no-close-on-length", action="store_true",
+                        help="let max_tokens cut constrained output mid-value (the old behaviour)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="comma-separated modes to run (default: free,constrained)")
     parser.add_argument("--log-level", default="warning")
     parser.add_argument("--out", required=True, help="where to write the JSON results")
     parser.set_defaults(func=run)
