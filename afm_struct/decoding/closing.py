@@ -6,16 +6,18 @@ and, once the remaining budget gets down to it, feeds that completion instead of
 samples.  The sequence still finishes with ``length`` (the client must know it was cut), but
 its text is a complete instance: ``{"a": "xyz`` becomes ``{"a": "xyz"}``.
 
-When to search (a search costs ~0.2-3 ms, a forward pass 10-40 ms, a mask ~6 µs):
+When to search (a search costs ~1-6 ms, a forward pass 10-50 ms, a mask ~6 µs):
 
-* nothing while more than :data:`FIRST_CHECK` tokens remain (a default 4096-token budget never
-  gets there in practice: the common case pays nothing);
-* then once, to learn the estimate; outside the *zone* (remaining > 2 x estimate +
-  :data:`ZONE_MARGIN`) again only every half of the distance to the zone;
-* inside the zone at every step, twice: before sampling, the completion ``P`` from the current
-  state (if ``len(P)`` reaches the remaining budget, close now); after sampling token ``t``
-  that is not ``P[0]``, the completion after ``t`` (and its forced run): if ``t`` would leave
-  too little room, ``P`` is fed instead.  When the model follows ``P`` no search is needed.
+* nothing while more than :data:`ZONE` tokens remain (a default 4096-token budget never gets
+  there in practice: the common case pays nothing);
+* inside the zone at every step (not only near the estimate: one token can open an array item
+  whose required keys cost 20 tokens more, so every token is checked): before sampling, the
+  completion ``P`` from the current state (if ``len(P)`` exceeds the remaining budget, close
+  now); after sampling token ``t`` that is not ``P[0]``, the completion after ``t`` (and its
+  forced run): if ``t`` would leave too little room, ``P`` is fed instead.  No search is
+  needed when the model follows ``P``, or when ``P`` still completes after ``t`` (string or
+  number content: checked by consuming ``P`` on a fork), and ``P`` is reused across steps
+  while it stays valid.
 
 If ``max_tokens`` is smaller than the minimal completion itself, the output cannot parse; the
 closer still steers into the completion as soon as that is known (so the output is as close to
@@ -33,11 +35,9 @@ from collections.abc import Callable, Sequence
 from ..grammar.closing import ClosingVocab, Depth, scan, shortest_completion
 from ..grammar.engine import Matcher
 
-# Remaining budget at which the first estimate is made.
-FIRST_CHECK = 256
-# The zone where every step is checked: remaining <= 2 x estimate + this (one sampled token
-# can open a value whose completion costs more than one token: a string, an object's keys).
-ZONE_MARGIN = 16
+# Remaining budget from which every step is checked.  Completions longer than this are not
+# searched for either (grammar/closing.py DEFAULT_MAX_TOKENS is larger).
+ZONE = 256
 
 
 class BudgetCloser:
@@ -52,7 +52,6 @@ class BudgetCloser:
         "disabled",
         "estimate",
         "in_zone",
-        "next_check",
         "plan",
         "searches",
     )
@@ -62,8 +61,7 @@ class BudgetCloser:
         self._vocab = vocab
         self._vocab_size = vocab_size
         self._decode = decode
-        self.estimate: int | None = None
-        self.next_check = 0
+        self.estimate: int | None = None  # length of the last completion found
         self.in_zone = False
         # The shortest completion known from the current state (inside the zone).
         self.plan: list[int] | None = None
@@ -79,11 +77,6 @@ class BudgetCloser:
         return shortest_completion(matcher, self._vocab, vocab_size=self._vocab_size,
                                    decode=self._decode, state=state, prefix=prefix)
 
-    def _due(self, remaining: int, produced: int) -> bool:
-        if self.estimate is None:
-            return remaining <= FIRST_CHECK
-        return remaining <= 2 * self.estimate + ZONE_MARGIN or produced >= self.next_check
-
     def before_sample(self, matcher: Matcher, tokens: Sequence[int], max_tokens: int) -> list[int] | None:
         """Called once the next mask is filled: the completion to feed now, or None to sample."""
         if self.disabled or self.closed:
@@ -91,8 +84,7 @@ class BudgetCloser:
         if self.closing is not None:
             return self.closing
         remaining = max_tokens - len(tokens)
-        if not self._due(remaining, len(tokens)):
-            self.in_zone = False
+        if remaining > ZONE:
             return None
         plan = self.plan if self.in_zone and self.plan is not None else self._search(matcher, tokens)
         if plan is None:
@@ -103,11 +95,7 @@ class BudgetCloser:
             self.in_zone, self.plan = False, None
             return None
         self.estimate = len(plan)
-        self.in_zone = remaining <= 2 * self.estimate + ZONE_MARGIN
-        if not self.in_zone:
-            self.plan = None
-            self.next_check = len(tokens) + max(4, (remaining - 2 * self.estimate - ZONE_MARGIN) // 2)
-            return None
+        self.in_zone = True
         self.plan = plan
         if len(plan) > remaining:
             # No room for the completion: steer into it now, as much as fits (cannot parse).
@@ -129,6 +117,8 @@ class BudgetCloser:
         if plan and token == plan[0]:
             self.plan = plan[1:]  # following the plan: the rest still completes
             return None
+        if 1 + len(plan) <= max_tokens - len(tokens) and self._still_completes(matcher, token, plan):
+            return None  # content inside a string or number: the same completion follows it
         after = self._search(matcher, tokens, prefix=[token])
         if after is None:
             # Unknown after ``token`` (it opened a reasoning block, or the search gave up): the
@@ -140,6 +130,16 @@ class BudgetCloser:
             return plan
         self.plan = after
         return None
+
+    @staticmethod
+    def _still_completes(matcher: Matcher, token: int, plan: list[int]) -> bool:
+        """True when ``plan`` still completes the grammar after ``token`` (with nothing forced
+        in between): one consume per plan token (~10-20 µs each), not a search (~1-5 ms)."""
+        fork = getattr(matcher, "fork", None)
+        probe = fork() if fork is not None else None
+        if probe is None or not probe.advance(token) or probe.forced_tokens():
+            return False
+        return all(probe.advance(t) for t in plan) and (probe.is_accepting() or probe.is_finished())
 
     def advanced(self, run: Sequence[int]) -> None:
         """The generator appended ``run[1:]`` (forced tokens) after the sampled ``run[0]``."""

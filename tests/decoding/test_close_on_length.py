@@ -163,3 +163,21 @@ def test_random_model_cut_output_validates(tokenizer, schema, max_tokens, seed) 
     assert fin.usage.completion_tokens <= max_tokens
     if fin.reason == "stop" or (minimal is not None and max_tokens >= len(minimal)):
         jsonschema.validate(json.loads(fin.text), schema)
+
+
+def test_a_token_that_opens_a_big_item_near_the_end_is_refused(tokenizer) -> None:
+    # Found by the property test: with 18 tokens left and a known completion of 1 (`]}`), the
+    # model wrote `,`, whose new array item needs 21 tokens more.  Every step near the budget is
+    # checked, so the closer closes instead of letting the item open.
+    item = {"type": "object", "properties": {"a": {"enum": ["alpha", "beta", "alphabet"]}, "x_y": STR,
+                                             "bb": {"type": "boolean"}},
+            "required": ["a", "bb", "x_y"], "additionalProperties": False}
+    schema = {"type": "object", "properties": {"v": {"type": "array", "items": item}}, "required": ["v"],
+              "additionalProperties": False}
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema))
+    gen = Generator.from_loaded(random_loaded_model(tokenizer, 1378))
+    prompt = tokenizer.encode_chat([{"role": "user", "content": "JSON"}])
+    params = SamplingParams(temperature=1.0, seed=1378, max_tokens=64)
+    fin = list(gen.generate(GenerationRequest(prompt, params, constraint=constraint)))[-1]
+    assert isinstance(fin, Finished) and fin.reason == "length" and fin.usage.completion_tokens <= 64
+    jsonschema.validate(json.loads(fin.text), schema)
