@@ -115,6 +115,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
     generation = GenerationRequest(prompt_ids=prompt_ids, params=params, constraint=constraint,
                                    logits_processors=[counter], request_id=request_id,
                                    close_on_length=close,
+                                   stops_cut_grammar=tool_plan is None,
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning if constraint is not None else None)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),

@@ -41,6 +41,10 @@ class GenerationRequest:
     # When max_tokens is about to cut a constrained output, spend the last tokens on the
     # shortest completion of the grammar, so the text parses (finish_reason stays "length").
     close_on_length: bool = True
+    # Stop sequences also end text the grammar constrains (a json_schema answer: the client
+    # asked for the cut).  False for tool requests: stop sequences end content, not a tool
+    # call, whose arguments would otherwise be cut into invalid JSON (OpenAI's channels).
+    stops_cut_grammar: bool = True
     reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
     request_id: str = ""
 

@@ -42,7 +42,7 @@ from .events import (
     Usage,
 )
 from .forward import calibrate_fixed_cost, logits_at, split_head
-from .masking import apply_bitmask, bitmask_allows_all, set_tokens
+from .masking import allows_most, apply_bitmask, bitmask_allows_all, set_tokens
 from .packed import Packing, enable_packing, packed_logits
 from .prefill import PREFILL_CHUNK, Prefill
 from .prefix_cache import PrefixCache
@@ -195,6 +195,8 @@ class Generator(Prefill):
                 row[:] = 0
                 set_tokens(row, closing[:1], True)
         seq.mask_all = bitmask_allows_all(row, self.vocab_size)
+        if not seq.request.stops_cut_grammar:
+            seq.mask_free = seq.mask_all or allows_most(row, self.vocab_size)
         seq.timings.mask_s += time.perf_counter() - t0
 
     def _sample(self, rows: list[SequenceState]) -> list[int]:
@@ -382,8 +384,19 @@ class Generator(Prefill):
 
     def _emit_run(self, seq: SequenceState, run: list[int]) -> None:
         """Emit the text of a sampled token and its forced run; finish the row if it ended."""
-        for t in run:
-            self._emit(seq, seq.stops.feed(seq.detok.add(t)))
+        # Without stops_cut_grammar, stop sequences end free text only: the first constrained
+        # token (sampled under a mask that is not free text, or forced, or closing) begins a
+        # tool call, and from there nothing is cut (inside a JSON string the mask is free
+        # again, so the state is kept rather than judged per token).
+        exempt = not seq.request.stops_cut_grammar and seq.matcher is not None
+        for i, t in enumerate(run):
+            text = seq.detok.add(t)
+            if exempt and (i > 0 or not seq.mask_free):
+                seq.stops_off = True
+            if seq.stops_off:
+                self._emit(seq, seq.stops.flush() + text)  # held text first, in order
+                continue
+            self._emit(seq, seq.stops.feed(text))
             if seq.stops.stopped:
                 self._finish(seq, "stop")
                 return

@@ -16,6 +16,12 @@ def bitmask_allows_all(row: np.ndarray, vocab_size: int) -> bool:
     return rem == 0 or (int(row[full]) & ((1 << rem) - 1)) == (1 << rem) - 1
 
 
+def allows_most(row: np.ndarray, vocab_size: int) -> bool:
+    """True when the row allows more than half of the vocabulary: free text, where a grammar
+    excludes only special tokens and stray bytes, as opposed to a structure it constrains."""
+    return int(np.unpackbits(row.view(np.uint8)).sum()) * 2 > vocab_size
+
+
 def set_tokens(row: np.ndarray, tokens: Iterable[int], allowed: bool) -> None:
     """Set or clear the bits of ``tokens`` in one bitmask row (in place)."""
     for t in tokens:

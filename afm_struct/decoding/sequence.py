@@ -40,6 +40,8 @@ class SequenceState:
     pending: list[int] = field(default_factory=list)  # decided tokens not yet fed to the model
     mask: np.ndarray | None = None  # (1, words) bitmask row of the next step
     mask_all: bool = True
+    mask_free: bool = True  # the mask allows most tokens (free text), for stops_cut_grammar
+    stops_off: bool = False  # a tool call began: stop sequences no longer apply
     prefilled: int = 0
     started: float = 0.0
     prefill_start: float = 0.0

@@ -159,3 +159,33 @@ def test_reasoning_content_and_a_call_over_sse(tokenizer) -> None:
         assert msg.tool_calls[0].function.arguments == ours.tool_calls[0].arguments
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("stop", ["Paris", "}", "celsius"])
+def test_stop_strings_end_content_not_a_tool_call(tokenizer, stop) -> None:
+    """A stop sequence that occurs inside a strict call's arguments leaves the call whole (it
+    cut them into invalid JSON reported as a finished call); in the content it still ends the
+    turn."""
+    server = start_server(scripted_loaded_model(tokenizer, SCRIPTED_TURN), ServerSettings(reasoning="think"))
+    try:
+        client = Client(server.url)
+        result = client.chat(USER, tools=[WEATHER, TIME], max_tokens=120, stop=[stop])
+        assert result.finish_reason == "tool_calls" and result.content == "Checking."
+        assert json.loads(result.tool_calls[0].arguments) == {"city": "Paris", "unit": "celsius"}
+        cut = client.chat(USER, tools=[WEATHER, TIME], max_tokens=120, stop=["ecking"])
+        assert cut.finish_reason == "stop" and cut.content == "Ch" and not cut.tool_calls
+    finally:
+        server.stop()
+
+
+@pytest.mark.model
+def test_stop_string_inside_arguments_on_the_real_model(live) -> None:
+    """The soak's finding: stop ["Paris"] with a required strict call gave ``{"city": ""}`` and
+    finish_reason tool_calls."""
+    completion = _sdk(live.url).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is the weather in Paris, in celsius?"}],
+        tools=[WEATHER], tool_choice="required", parallel_tool_calls=False, max_tokens=64,
+        temperature=0, stop=["Paris"])
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    jsonschema.validate(json.loads(choice.message.tool_calls[0].function.arguments), PARAMS)
