@@ -18,6 +18,8 @@ public boundary::
 
 from __future__ import annotations
 
+import logging
+
 
 class AfmError(Exception):
     """Base class: ``type`` names the error, ``status`` is its HTTP status, ``param`` the field."""
@@ -109,3 +111,24 @@ class GenerationError(AfmError):
     type = "server_error"
     status = 500
     code = "generation_failed"
+
+
+_log = logging.getLogger("afm_struct")
+
+
+def internal_error(exc: BaseException | str, request_ids: list[str] | tuple[str, ...] = (),
+                   *, what: str = "generation failed") -> GenerationError:
+    """The client-facing error for a failure inside the engine (MLX, a grammar engine, a bug).
+
+    The exception's text (shapes, parser state, tracebacks) goes to the server log under the
+    requests' IDs; the client gets a short message and ``generation_failed`` with the ID to
+    quote, never the engine's words.
+    """
+    ids = ", ".join(i for i in request_ids if i) or "-"
+    if isinstance(exc, BaseException):
+        _log.error("%s (request %s)", what, ids, exc_info=exc)
+    else:
+        _log.error("%s (request %s): %s", what, ids, exc)
+    return GenerationError(f"{what}: an internal error in the model or grammar engine; the server "
+                           "log has the details under this request's ID")
+

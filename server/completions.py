@@ -20,7 +20,7 @@ from typing import Any
 from afm_struct.decoding.generator import Finished, GenerationRequest, TextDelta, Timings, Usage
 from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
 from afm_struct.decoding.scheduler import Handle, Scheduler
-from afm_struct.errors import AfmError, GenerationError
+from afm_struct.errors import AfmError, GenerationError, internal_error
 from afm_struct.models.loader import LoadedModel
 from afm_struct.tools import ToolPlan, plan_tools
 
@@ -270,8 +270,7 @@ async def sse_body(run: Run) -> AsyncIterator[bytes]:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a server bug mid-stream: the status is sent, so report in-band
-        log.exception("stream failed")
-        err = GenerationError(f"internal error while streaming: {type(exc).__name__}: {exc}")
+        err = internal_error(exc, [run.prepared.request_id], what="streaming failed")
         run.outcome = Outcome("error", Finished("error", _usage(run), _timings(), ""), err)
     outcome = run.outcome
     assert outcome is not None

@@ -78,11 +78,13 @@ async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unexpected server error", exc_info=exc)
-    response = error_response(GenerationError(f"internal server error: {type(exc).__name__}: {exc}",
-                                              code="internal_error"))
-    # Starlette sends this one from outside the middleware stack: add the correlation IDs here.
     request_id = getattr(request.state, "request_id", None)
+    log.error("unexpected server error (request %s)", request_id or "-", exc_info=exc)
+    # The exception's text stays in the log: clients get a fixed message and the ID to quote.
+    response = error_response(GenerationError(
+        "internal server error; the server log has the details under this request's ID",
+        code="internal_error"))
+    # Starlette sends this one from outside the middleware stack: add the correlation IDs here.
     if request_id:
         response.headers["X-Request-ID"] = response.headers["OpenAI-Request-ID"] = request_id
     return response

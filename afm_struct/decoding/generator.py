@@ -25,7 +25,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ..errors import AfmError, ContextOverflowError, GenerationError
+from ..errors import AfmError, ContextOverflowError, GenerationError, internal_error
 from ..grammar.closing import closing_vocab_for
 from ..grammar.engine import allocate_bitmask
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for, fill_holes
@@ -166,7 +166,8 @@ class Generator(Prefill):
             try:
                 self._decode_group(group)
             except Exception as exc:  # a model failure ends the requests of this group only
-                err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
+                err = exc if isinstance(exc, AfmError) else internal_error(
+                    exc, [seq.request.request_id for seq in group.rows])
                 for seq in group.rows:
                     self._finish(seq, "error", error=err)
                 group.rows = []
@@ -276,7 +277,9 @@ class Generator(Prefill):
         run = [token]
         if seq.matcher is not None:
             if not seq.matcher.advance(token):
-                raise GenerationError(f"the grammar rejected token {token}: {seq.matcher.error()}")
+                # The engine's error is its parser state: for the log, not for the client.
+                raise internal_error(f"token {token} rejected: {seq.matcher.error()}",
+                                     [seq.request.request_id], what="the grammar rejected a token it allowed")
             if seq.request.fast_forward:
                 budget = seq.max_tokens - len(seq.tokens) - 1
                 forced = seq.matcher.forced_tokens()[:max(budget, 0)]

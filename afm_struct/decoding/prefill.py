@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
-from ..errors import AfmError, GenerationError
+from ..errors import AfmError, internal_error
 from .forward import Head, logits_at
 from .prefix_cache import common_prefix
 from .sequence import BatchGroup, SequenceState
@@ -101,7 +101,8 @@ class Prefill:
             try:
                 budget -= self._prefill_together(together)
             except Exception as exc:
-                err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
+                err = exc if isinstance(exc, AfmError) else internal_error(
+                    exc, [seq.request.request_id for seq in together])
                 for seq in together:
                     if seq in self.prefilling:
                         self.prefilling.remove(seq)
@@ -115,7 +116,7 @@ class Prefill:
                 budget -= self._prefill_chunk(seq, budget)
             except Exception as exc:
                 self.prefilling.remove(seq)
-                err = exc if isinstance(exc, AfmError) else GenerationError(f"generation failed: {exc}")
+                err = exc if isinstance(exc, AfmError) else internal_error(exc, [seq.request.request_id])
                 self._finish(seq, "error", error=err)
 
     def _start_prefill(self, seq: SequenceState) -> None:

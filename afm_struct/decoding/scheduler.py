@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
-from ..errors import AfmError, GenerationError, OverloadedError
+from ..errors import AfmError, OverloadedError, internal_error
 from .generator import Event, Finished, GenerationRequest, Generator, Timings, Usage
 from .join_wait import JoinWait
 
@@ -219,5 +219,5 @@ class Scheduler:
         except AfmError as exc:
             sink(Finished("error", Usage(len(handle.request.prompt_ids)), Timings(), "", error=exc))
         except Exception as exc:
-            log.exception("admission failed")
-            sink(Finished("error", Usage(), Timings(), "", error=GenerationError(str(exc))))
+            err = internal_error(exc, [handle.request.request_id], what="admission failed")
+            sink(Finished("error", Usage(), Timings(), "", error=err))

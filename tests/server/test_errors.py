@@ -138,7 +138,7 @@ def test_unknown_route_and_method_use_the_envelope(serve) -> None:
     _envelope(httpx.get(f"{live.url}/v1/chat/completions"), 405)
 
 
-def test_mid_stream_error_is_an_error_chunk_before_done(serve) -> None:
+def test_mid_stream_error_is_an_error_chunk_before_done(serve, caplog) -> None:
     live = serve(Script("one two three four five six", fail_at=3))
     response, payloads = stream_raw(live.url, {"messages": USER, "stream_options": {"include_usage": True}})
     assert response.status_code == 200  # the status was sent before the failure
@@ -151,7 +151,13 @@ def test_mid_stream_error_is_an_error_chunk_before_done(serve) -> None:
     assert len(err_chunks) == 1
     chunk = err_chunks[0]
     assert chunk["choices"][0]["finish_reason"] == "error"
-    assert chunk["error"]["type"] == "server_error" and "scripted failure" in chunk["error"]["message"]
+    assert chunk["error"]["type"] == "server_error" and chunk["error"]["code"] == "generation_failed"
+    # the engine's words stay in the server log, under the request's ID
+    assert "scripted failure" not in chunk["error"]["message"]
+    assert "the server log has the details" in chunk["error"]["message"]
+    rid = response.headers["x-request-id"]
+    assert any(rid in r.getMessage() and "scripted failure" in str(r.exc_info[1])
+               for r in caplog.records if r.exc_info)
     assert chunk["error"]["message"] in chunk["choices"][0]["delta"]["content"]
     assert chunk["id"] == events[0]["id"]
     # no normal finish chunk; usage still follows, then [DONE]
@@ -163,6 +169,7 @@ def test_generation_error_without_streaming_is_an_http_error(serve) -> None:
     live = serve(Script("one two three four", fail_at=2))
     err = _envelope(_post(live.url, json={"messages": USER}), 500)
     assert err["type"] == "server_error" and err["code"] == "generation_failed"
+    assert "scripted failure" not in err["message"] and "RuntimeError" not in err["message"]
 
 
 def test_server_keeps_serving_after_errors(serve) -> None:
@@ -189,17 +196,18 @@ def test_raw_garbage_request_never_yields_a_bare_500(serve) -> None:
     assert b'"error"' in reply
 
 
-def test_unexpected_failure_before_headers_is_a_500_envelope(serve) -> None:
+def test_unexpected_failure_before_headers_is_a_500_envelope(serve, caplog) -> None:
     def broken_compiler(tokenizer, request):
         raise RuntimeError("compiler exploded")
 
     live = serve(compile_fn=broken_compiler)
     err = _envelope(_post(live.url, json={"messages": USER, "response_format": {"type": "json_object"}}), 500)
     assert err["type"] == "server_error" and err["code"] == "internal_error"
-    assert "compiler exploded" in err["message"]
+    assert "compiler exploded" not in err["message"] and "RuntimeError" not in err["message"]
+    assert any("compiler exploded" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
 
 
-def test_unexpected_failure_mid_stream_is_an_error_chunk(serve) -> None:
+def test_unexpected_failure_mid_stream_is_an_error_chunk(serve, caplog) -> None:
     class BadSanitizer:
         mode = "downgraded"
         reason = None
@@ -214,6 +222,7 @@ def test_unexpected_failure_mid_stream_is_an_error_chunk(serve) -> None:
     response, payloads = stream_raw(live.url, {"messages": USER, "response_format": {"type": "json_object"}})
     assert response.status_code == 200
     events = decode(payloads)
-    assert "sanitizer bug" in events[-1]["error"]["message"]
+    assert "sanitizer bug" not in events[-1]["error"]["message"]
+    assert any("sanitizer bug" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
     assert events[-1]["choices"][0]["finish_reason"] == "error"
     assert live.state.scheduler.load[0] == 0 and len(live.state.registry) == 0
