@@ -73,6 +73,7 @@ def check_schema(schema: Any, *, param: str = "response_format.json_schema.schem
     if _fast_meta_validator(cls).is_valid(schema):
         if isinstance(schema, dict):
             _check_refs(schema, cls, param)
+        check_satisfiable(schema, param=param)
         return
     with warnings.catch_warnings():  # jsonschema warns on odd-but-valid regexes in patterns
         warnings.simplefilter("ignore")
@@ -85,6 +86,17 @@ def check_schema(schema: Any, *, param: str = "response_format.json_schema.schem
                                   param=param)
     if isinstance(schema, dict):
         _check_refs(schema, cls, param)
+    check_satisfiable(schema, param=param)
+
+
+def check_satisfiable(schema: Any, *, param: str, prefix: str = "$") -> None:
+    """Raise :class:`SchemaError` (400) when ``schema`` provably has no instance; ``prefix`` is
+    where the schema sits in the request (for a tool's parameters)."""
+    from .satisfiability import find_empty  # it uses json_path from here
+
+    empty = find_empty(schema)
+    if empty is not None:
+        raise SchemaError(empty.message(), path=prefix + json_path(empty.path)[1:], param=param)
 
 
 _NOT_SCHEMAS = ("enum", "const", "default", "examples")

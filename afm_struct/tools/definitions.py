@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequestError, UnknownToolError
+from ..grammar.schema_check import check_satisfiable
 
 CHOICES = ("none", "auto", "required", "function")
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -79,6 +80,9 @@ def parse_tools(tools: Any) -> tuple[ToolDef, ...]:
         if not isinstance(params, dict | bool):
             raise InvalidRequestError(f"tools[{i}].function.parameters must be a JSON Schema object",
                                       param=f"tools.{i}.function.parameters")
+        # A tool whose arguments can never be valid is a request error, strict or not.
+        check_satisfiable(params, param=f"tools.{i}.function.parameters",
+                          prefix=f"$.tools[{i}].function.parameters")
         out.append(ToolDef(name=name, description=_get(fn, "description", "") or "",
                            parameters=params, strict=bool(_get(fn, "strict", False)),
                            has_parameters=has_params))

@@ -226,3 +226,31 @@ def test_unexpected_failure_mid_stream_is_an_error_chunk(serve, caplog) -> None:
     assert any("sanitizer bug" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
     assert events[-1]["choices"][0]["finish_reason"] == "error"
     assert live.state.scheduler.load[0] == 0 and len(live.state.registry) == 0
+
+
+_NO_INSTANCE = [
+    {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
+    {"allOf": [{"type": "string"}, {"type": "integer"}]},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("schema", _NO_INSTANCE, ids=["ref_cycle", "disjoint_allof"])
+def test_schema_without_instances_is_a_400_with_its_path(serve, schema, stream) -> None:
+    """Both ways in (response_format, a tool's parameters, strict or not), before any stream."""
+    live = serve()
+    bodies = [
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True,
+                                                                     "schema": schema}}},
+         "response_format.json_schema.schema", "(at $"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": schema}}],
+          "tool_choice": "required"}, "tools.0.function.parameters", "(at $.tools[0].function.parameters"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}]},
+         "tools.0.function.parameters", "(at $.tools[0].function.parameters"),
+    ]
+    for extra, param, where in bodies:
+        response = _post(live.url, json={"messages": USER, "stream": stream, **extra})
+        err = _envelope(response, 400)
+        assert err["code"] == "invalid_schema" and err["param"] == param, err
+        assert "no valid instance" in err["message"] and where in err["message"], err["message"]
+        assert "text/event-stream" not in response.headers.get("content-type", "")
