@@ -31,12 +31,13 @@ def test_rounds_on_a_live_server(tokenizer, tmp_path, capsys):
     out = tmp_path / "rounds.json"
     try:
         code = run(argparse.Namespace(url=live.url, concurrency="1,2", requests=4, mix="free",
-                                      max_tokens=16, seed=0, cancel_every=0, rounds=2, out=str(out)))
+                                      max_tokens=16, seed=0, cancel_every=0, rounds=2, prompts="equal",
+                                      out=str(out)))
     finally:
         live.stop()
     assert code == 0
     result = json.loads(out.read_text())
     assert [(r["round"], r["concurrency"]) for r in result["runs"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert len(result["scaling_by_round"]) == 2 and set(result["scaling_median"]) == {"1", "2"}
-    assert result["scaling"]["1"] == 1.0
+    assert result["scaling"]["1"] == 1.0 and result["prompts"] == "equal"
     assert "median" in capsys.readouterr().out

@@ -53,7 +53,7 @@ def test_stream_error_is_reported(serve) -> None:
     live = serve(Script("a b c d e f g", fail_at=2))
     with Client(live.url) as client:
         r = client.chat(USER)
-        assert r.finish_reason == "error" and "scripted failure" in r.error["message"]
+        assert r.finish_reason == "error" and r.error["code"] == "generation_failed"
         with pytest.raises(AfmStreamError):
             r.raise_for_error()
 
