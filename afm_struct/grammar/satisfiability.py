@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .schema_check import json_path
+from .schema_check import _MISSING, json_path, resolve_pointer
 
 TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
 _MAX_REFS = 2000  # beyond this many distinct refs, skip the analysis (cost bound)
@@ -100,18 +100,8 @@ class _Analysis:
         return self._explain(self.root, [], set())
 
     def _resolve(self, ref: str) -> Any:
-        if not ref.startswith("#"):
-            return None
-        node: Any = self.root
-        for part in ref[1:].split("/")[1:] if ref != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        return node
+        target = resolve_pointer(self.root, ref)
+        return None if target is _MISSING else target
 
     def _collect(self, node: Any, depth: int) -> None:
         """Every local ``$ref`` target (non-local refs: give up, the compiler decides)."""
