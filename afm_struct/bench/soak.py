@@ -106,10 +106,17 @@ async def send(client: Any, spec: dict[str, Any]) -> dict[str, Any]:
             row.update(outcome="completed", finish=result.finish_reason)
             row["invalid"], row["cut_unparseable"] = check_output(spec, result)
             return row
-        deltas = 0
+        deltas = finishes = 0
         async with contextlib.aclosing(client.stream(spec["messages"], request_id=rid,
                                                      **spec["params"])) as events:
             async for event in events:
+                # The contract, checked here because the client assembler is lenient: one
+                # finish chunk, nothing after it but usage/profile, then [DONE].
+                if event.kind in ("delta", "finish") and finishes:
+                    row.update(outcome="error", error=f"protocol: {event.kind} after the finish chunk")
+                    return row
+                if event.kind == "finish":
+                    finishes += 1
                 if event.kind == "delta":
                     if deltas == 0:
                         row["ttft_s"] = time.perf_counter() - start
@@ -124,6 +131,9 @@ async def send(client: Any, spec: dict[str, Any]) -> dict[str, Any]:
                     row["finish"] = result.finish_reason
                     if result.error is not None:
                         row.update(outcome="error", error=f"stream_error:{result.error.get('code')}")
+                        return row
+                    if finishes != 1:
+                        row.update(outcome="error", error=f"protocol: {finishes} finish chunks")
                         return row
                     row["outcome"] = "cancelled" if result.finish_reason == "cancelled" else "completed"
                     row["invalid"], row["cut_unparseable"] = check_output(spec, result)

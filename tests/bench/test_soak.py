@@ -56,3 +56,29 @@ def test_short_soak_against_a_scripted_server(tokenizer):
     if sys.platform == "linux":
         assert report["rss_bytes"]["end"] > 0
     assert "| invalid outputs | 0 |" in markdown(report)
+
+
+def test_send_flags_streams_that_break_the_contract():
+    """A delta after the finish chunk, or no finish chunk, is an error (the assembler allows both)."""
+    from afm_struct.bench.soak import send
+    from afm_struct.client import StreamEvent
+
+    class Stub:
+        def __init__(self, kinds):
+            self.kinds = kinds
+
+        async def stream(self, messages, **kwargs):
+            for kind in self.kinds:
+                data = ChatResult(content="{}", finish_reason="stop") if kind == "done" else {"content": "x"}
+                yield StreamEvent(kind, "stop" if kind == "finish" else data)
+
+    spec = {"kind": "free", "action": "read", "stream": True, "after": 99, "messages": [], "params": {}}
+
+    def outcome(kinds):
+        return asyncio.run(send(Stub(kinds), spec))
+
+    assert outcome(["delta", "finish", "done"])["outcome"] == "completed"
+    assert outcome(["delta", "finish", "delta", "done"])["error"] == "protocol: delta after the finish chunk"
+    twice = outcome(["delta", "finish", "finish", "done"])
+    assert twice["error"] == "protocol: finish after the finish chunk"
+    assert outcome(["delta", "done"])["error"] == "protocol: 0 finish chunks"
