@@ -55,7 +55,8 @@ def error_response(err: AfmError) -> JSONResponse:
 async def _on_afm_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AfmError)
     if exc.status >= 500:
-        log.error("request failed: %s", exc.message)
+        request_id = getattr(_request.state, "request_id", None)
+        log.error("request failed (request %s): %s", request_id or "-", exc.message)
     return error_response(exc)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ..errors import AfmError, ContextOverflowError, GenerationError, internal_error
+from ..errors import AfmError, ContextOverflowError, internal_error
 from ..grammar.closing import closing_vocab_for
 from ..grammar.engine import allocate_bitmask
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for, fill_holes
@@ -267,7 +267,9 @@ class Generator(Prefill):
             if instead is not None:  # the budget is spent on the grammar's shortest completion
                 for t in instead:
                     if not seq.matcher.advance(t):
-                        raise GenerationError(f"the grammar rejected its own completion token {t}")
+                        raise internal_error(f"completion token {t} rejected: {seq.matcher.error()}",
+                                             [seq.request.request_id],
+                                             what="the grammar rejected its own completion token")
                 seq.tokens.extend(instead)
                 seq.usage.completion_tokens = len(seq.tokens)
                 return list(instead)
@@ -285,7 +287,9 @@ class Generator(Prefill):
                 forced = seq.matcher.forced_tokens()[:max(budget, 0)]
                 for f in forced:
                     if not seq.matcher.advance(f):
-                        raise GenerationError(f"the grammar rejected its own forced token {f}")
+                        raise internal_error(f"forced token {f} rejected: {seq.matcher.error()}",
+                                             [seq.request.request_id],
+                                             what="the grammar rejected its own forced token")
                 run.extend(forced)
                 seq.usage.forced_tokens += len(forced)
             if closer is not None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import AfmError, InvalidRequestError, SchemaError
 from .cache import LRUCache
+from .diagnostics import grammar_problem, regex_problem
 from .engine import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
@@ -261,7 +262,8 @@ class ConstraintCompiler:
         except WorkerLimitError as exc:
             return self._result(request, Rung.UNCONSTRAINED, None, exc.reason, pattern=request.pattern)
         except BackendCompileError as exc:
-            raise SchemaError(f"invalid regex: {exc.message.strip().splitlines()[-1]}", path="$.pattern",
+            # The engine's message quotes its own generated grammar: only the diagnosis goes out.
+            raise SchemaError(f"invalid regex: {regex_problem(exc.message)}", path="$.pattern",
                               param="pattern") from exc
         return self._result(request, Rung.EXACT, grammar, None, pattern=request.pattern)
 
@@ -276,7 +278,7 @@ class ConstraintCompiler:
             reason = failure_reason(exc.message, None)
             if reason in ("regex_lookaround", "regex_backreference"):
                 return self._result(request, Rung.UNCONSTRAINED, None, reason, backend="llguidance")
-            raise SchemaError(f"invalid grammar: {exc.message.strip()[:500]}", path="$.grammar",
+            raise SchemaError(f"invalid grammar: {grammar_problem(exc.message)}", path="$.grammar",
                               param="grammar") from exc
         return self._result(request, Rung.EXACT, grammar, None, backend="llguidance")
 

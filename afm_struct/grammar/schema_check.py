@@ -23,6 +23,7 @@ from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
 from ..errors import SchemaError
+from .diagnostics import meta_schema_problem
 from .meta_schema import flattened_meta_schema
 from .spec import CompileOptions
 
@@ -82,8 +83,9 @@ def check_schema(schema: Any, *, param: str = "response_format.json_schema.schem
         if not meta.is_valid(schema):
             exc = best_match(meta.iter_errors(schema))
             if exc is not None:
-                raise SchemaError(f"invalid JSON Schema: {exc.message}", path=json_path(exc.absolute_path),
-                                  param=param)
+                # jsonschema's own message prints Python reprs: say it in JSON terms instead.
+                raise SchemaError(f"invalid JSON Schema: {meta_schema_problem(exc)}",
+                                  path=json_path(exc.absolute_path), param=param)
     if isinstance(schema, dict):
         _check_refs(schema, cls, param)
     check_satisfiable(schema, param=param)

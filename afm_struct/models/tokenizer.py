@@ -7,10 +7,13 @@ mlx-lm all accept, so one object serves the grammar engines, the generator and
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidRequestError
+
+_log = logging.getLogger(__name__)
 
 # ChatML is used only when a model ships no template at all.
 DEFAULT_CHAT_TEMPLATE = (
@@ -59,7 +62,13 @@ class Tokenizer:
             return self.hf.apply_chat_template(
                 messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False)
         except Exception as exc:  # jinja errors: the template rejected these messages
-            raise InvalidRequestError(f"the chat template rejected the messages: {exc}",
+            # A template's own raise_exception("...") is written for users: pass it on. Any other
+            # failure (undefined attribute, a TypeError in the template) is jinja's words: log it.
+            said = str(exc) if type(exc).__name__ == "TemplateError" else ""
+            if not said or len(said) > 300 or "\n" in said:
+                _log.warning("chat template failed on the request's messages", exc_info=exc)
+                said = "the model's chat template cannot render them (check roles and content)"
+            raise InvalidRequestError(f"the chat template rejected the messages: {said}",
                                       param="messages") from exc
 
     def encode_chat(self, messages: list[dict[str, Any]], *,
