@@ -6,10 +6,17 @@ engine's parser state, ``allOf`` of ``string`` and ``integer`` ran "downgraded" 
 object.  The request is what is wrong, so it is refused with what to fix.
 
 The analysis is conservative: it proves emptiness only for shapes it understands (a ``false``
-schema, empty ``enum``, disjoint ``type`` sets across ``allOf``/``enum``/``const``, inverted
+schema, empty ``enum``, disjoint ``type`` sets across ``allOf``/``enum``/``const``, ``enum``
+values none of which pass their sibling keywords (checked by jsonschema itself), inverted
 bounds, a required property that is forbidden or empty, ``minItems`` with impossible items,
-and ``$ref`` cycles where every way through must recurse).  Anything else is assumed to have an
-instance and left to the compiler.  References are solved as a least fixpoint (a definition
+``oneOf`` with two branches the rest of the schema already implies, and ``$ref`` cycles where
+every way through must recurse).  Anything else is assumed to have an instance and left to the
+compiler.  Draft 7 and older ignore a ``$ref``'s siblings, and so does the analysis there.
+
+llguidance's own "Unsatisfiable schema" is not taken as a proof: on the dev set it says so for
+six schemas, of which two have instances (it reads ``properties`` as implying an object, and it
+judges one ``anyOf`` branch eagerly).  The four really empty ones are caught here; the others
+stay on the downgrade ladder with that reason.  References are solved as a least fixpoint (a definition
 has an instance only if it can be built from definitions already known to have one), which is
 what finds cycles without a base case, such as a tree whose ``children`` are required and
 must be non-empty.
@@ -17,14 +24,27 @@ must be non-empty.
 
 from __future__ import annotations
 
+import json
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .schema_check import _MISSING, json_path, resolve_pointer
+from jsonschema.exceptions import best_match
+
+from .schema_check import _MISSING, _local_refs_resolve, json_path, resolve_pointer, validator_class
 
 TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
 _MAX_REFS = 2000  # beyond this many distinct refs, skip the analysis (cost bound)
+_MAX_VALUES = 256  # enum values checked against their siblings (cost bound)
+# Keywords that say nothing about which values are valid.
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "deprecated",
+                          "readOnly", "writeOnly", "$id", "id", "$schema", "$anchor"})
+# Drafts where a `$ref` makes its sibling keywords ignored (2019-09 on: they all apply).
+_REF_OVERRIDES = frozenset({"http://json-schema.org/draft-03/schema#",
+                            "http://json-schema.org/draft-04/schema#",
+                            "http://json-schema.org/draft-06/schema#",
+                            "http://json-schema.org/draft-07/schema#"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +93,11 @@ def _declared(node: dict[str, Any]) -> set[str] | None:
     return None
 
 
+def _names(types: set[str]) -> str:
+    """``{"string", "null"}`` → ``null/string`` (messages show JSON type names, not reprs)."""
+    return "/".join(sorted(types)) or "(none)"
+
+
 def _widen(types: set[str]) -> set[str]:
     # "integer" instances are "number" instances too.
     return types | {"integer"} if "number" in types else types
@@ -84,6 +109,13 @@ class _Analysis:
         self.ok: dict[str, bool] = {}  # ref -> has an instance (least fixpoint)
         self.targets: dict[str, Any] = {}
         self.gave_up = False
+        try:
+            self.cls: Any = validator_class(root)
+        except Exception:  # a malformed "$schema": the meta-schema check reports it
+            self.cls = None
+        meta = getattr(self.cls, "META_SCHEMA", {}).get("$schema", "")
+        self.ref_overrides = meta.rstrip("#") + "#" in _REF_OVERRIDES
+        self._validator: Any = None  # built on first use (enum values against their siblings)
 
     def run(self) -> Empty | None:
         self._collect(self.root, 0)
@@ -133,8 +165,10 @@ class _Analysis:
         seen = seen | {id(node)}
         ref = node.get("$ref")
         if isinstance(ref, str) and not self.ok.get(ref, True):
-            return Empty([*path, "$ref"], f"`$ref` {ref!r} has no valid instance: every way "
+            return Empty([*path, "$ref"], f"`$ref` {json.dumps(ref)} has no valid instance: every way "
                          "through it refers back to itself (a cycle with no base case)")
+        if isinstance(ref, str) and self.ref_overrides:
+            return None  # draft 7 and older ignore a $ref's siblings: the ref alone decides
         for i, sub in enumerate(node.get("allOf") or []):
             why = self._explain(sub, [*path, "allOf", i], seen)
             if why is not None:
@@ -148,6 +182,11 @@ class _Analysis:
                         return Empty([*path, key], f"`{key}` is empty")
                     return Empty([*path, key], f"no branch of `{key}` has a valid instance "
                                  f"(first: {found[0].reason} at {json_path(found[0].path)})")
+        implied = _implied_branches(node)
+        if len(implied) > 1:
+            return Empty([*path, "oneOf"], f"`oneOf` allows exactly one matching branch, but "
+                         f"branches {implied[0]} and {implied[1]} both hold for every value the "
+                         "rest of the schema allows (their `required`/`type` are already implied)")
         if node.get("not") is True or node.get("not") == {}:
             return Empty([*path, "not"], "`not` of a schema that allows everything")
         return self._types(node, path, seen)
@@ -158,12 +197,12 @@ class _Analysis:
         own = _declared(node)
         if own is not None:
             allowed &= _widen(own)
-            sources.append(f"type {sorted(own)}")
+            sources.append(f"type {_names(own)}")
         for i, sub in enumerate(node.get("allOf") or []):
             sub = self._deref(sub)
             if isinstance(sub, dict) and (declared := _declared(sub)) is not None:
                 allowed &= _widen(declared)
-                sources.append(f"allOf[{i}] type {sorted(declared)}")
+                sources.append(f"allOf[{i}] type {_names(declared)}")
         values = None
         if "const" in node:
             values = [node["const"]]
@@ -181,13 +220,54 @@ class _Analysis:
             where = [*path, "allOf"] if node.get("allOf") else [*path, "type"]
             return Empty(where, f"no value can have every required type ({' and '.join(sources)})")
         if values is not None:
-            return None  # the listed values are the instances; their shape is not analysed
+            # The listed values are the only candidates: one must pass the other keywords.
+            return self._values(node, fitting, path)
         # Integers are numbers: where "number" is allowed, checking it covers them.
         kinds = sorted(allowed - {"integer"} if "number" in allowed else allowed)
         reasons = [(t, self._shape(node, t, path, seen)) for t in kinds]
         if all(why is not None for _, why in reasons):
             return reasons[0][1]
         return None
+
+    def _values(self, node: dict[str, Any], values: list[Any], path: list[Any]) -> Empty | None:
+        """Why none of ``values`` (from ``enum``/``const``) passes ``node``'s other keywords.
+
+        The check is jsonschema itself (refs resolve from the root), so it is exact; it runs only
+        where it cannot misjudge: local refs, no nested ``$id``, no dynamic refs.
+        """
+        key = "const" if "const" in node else "enum"
+        rest = {k: v for k, v in node.items() if k not in ("enum", "const", "type")}
+        if not set(rest) - _ANNOTATIONS or len(values) > _MAX_VALUES or not self._can_validate():
+            return None  # the type check above covered it, or the check would cost too much
+        first_failure = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                check = self._validator.evolve(schema=rest)
+                for value in values:
+                    error = best_match(check.iter_errors(value))
+                    if error is None:
+                        return None
+                    first_failure = first_failure or (value, error.validator)
+            except Exception:  # an odd regex or keyword value: assume an instance exists
+                return None
+        if first_failure is None:
+            return None
+        value, keyword = first_failure
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        return Empty([*path, key], f"no `{key}` value satisfies the other keywords here "
+                     f"(e.g. {shown} fails `{keyword}`)")
+
+    def _can_validate(self) -> bool:
+        if self._validator is None:
+            text = json.dumps(self.root)
+            if (self.cls is None or "$dynamicRef" in text or "$recursiveRef" in text
+                    or not _local_refs_resolve(self.root)):
+                self._validator = False
+            else:
+                self._validator = self.cls(self.root)
+        return self._validator is not False
 
     def _deref(self, node: Any) -> Any:
         if isinstance(node, dict) and isinstance(node.get("$ref"), str) and len(node) == 1:
@@ -207,7 +287,7 @@ class _Analysis:
                     if why is not None:
                         return why
                 elif extra is False and not node.get("patternProperties"):
-                    return Empty([*path, "required"], f"property {name!r} is required but "
+                    return Empty([*path, "required"], f"property {json.dumps(name)} is required but "
                                  "`additionalProperties` is false and it is not in `properties`")
             lo, hi = node.get("minProperties"), node.get("maxProperties")
             if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
@@ -236,6 +316,38 @@ class _Analysis:
         elif t in ("number", "integer"):
             return _number_bounds(node, t, path)
         return None
+
+
+def _implied_branches(node: dict[str, Any]) -> list[str]:
+    """``oneOf`` branches that every instance of ``node`` satisfies (by ``required``/``type``).
+
+    A branch counts only if all its keywords are annotations, ``required`` (a subset of the
+    node's own ``required``: objects have those keys, other values pass vacuously) or ``type``
+    (a superset of the node's declared types).  Two such branches mean no value matches
+    exactly one, so ``oneOf`` fails everywhere.
+    """
+    branches = node.get("oneOf")
+    if not isinstance(branches, list):
+        return []
+    required = node.get("required")
+    have = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+    declared = _declared(node)
+    out = []
+    for i, branch in enumerate(branches):
+        if branch is True:
+            out.append(f"oneOf[{i}]")
+            continue
+        if not isinstance(branch, dict) or set(branch) - _ANNOTATIONS - {"required", "type"}:
+            continue
+        needs = branch.get("required", [])
+        if not (isinstance(needs, list) and all(isinstance(n, str) for n in needs) and set(needs) <= have):
+            continue
+        if "type" in branch:
+            allows = _declared(branch)
+            if allows is None or declared is None or not declared <= _widen(allows):
+                continue
+        out.append(f"oneOf[{i}]")
+    return out
 
 
 def _number_bounds(node: dict[str, Any], t: str, path: list[Any]) -> Empty | None:

@@ -44,6 +44,18 @@ EMPTY = [  # (schema, JSON path of the reason, words the reason must contain)
     ({"anyOf": [{"type": "string", "maxLength": -0, "minLength": 1}, False]}, "$.anyOf", "no branch"),
     ({"properties": {"a": {"not": {}}}, "required": ["a"], "type": "object"}, "$.properties.a.not", "not"),
     (False, "$", "false"),
+    # enum / const values that no sibling keyword lets through (jsonschema decides, refs included)
+    ({"type": "integer", "enum": [1, 2], "minimum": 5}, "$.enum", "fails `minimum`"),
+    ({"$defs": {"big": {"minimum": 10}}, "enum": [1, 2, "x"], "allOf": [{"$ref": "#/$defs/big"}],
+      "type": "integer"}, "$.enum", "fails `minimum`"),
+    ({"type": "object", "required": ["c"], "properties": {
+        "c": {"const": "red", "pattern": "^b"}}}, "$.properties.c.const", "fails `pattern`"),
+    # oneOf whose branches are already implied: every instance matches two, so none matches one
+    ({"type": "object", "required": ["radius", "length", "width"],
+      "oneOf": [{"required": ["radius"]}, {"required": ["length", "width"]}]}, "$.oneOf",
+     "oneOf[0] and oneOf[1]"),
+    ({"type": "integer", "oneOf": [{"type": "number"}, {"description": "anything"}]}, "$.oneOf",
+     "exactly one"),
 ]
 
 HAS_INSTANCE = [  # (schema, one instance)
@@ -64,6 +76,14 @@ HAS_INSTANCE = [  # (schema, one instance)
     ({"enum": [1, "a"], "type": "string"}, "a"),
     ({"type": "array", "minItems": 1, "prefixItems": [{"const": 1}], "items": False}, [1]),
     ({"not": {"type": "string"}}, 1),
+    # draft 7 ignores a $ref's siblings: the "type" beside it does not clash with the target
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"s": {"type": "string"}},
+      "$ref": "#/definitions/s", "type": "integer", "enum": [1]}, "a"),
+    ({"type": "integer", "enum": [1, 7], "minimum": 5}, 7),
+    ({"type": "object", "required": ["radius"],
+      "oneOf": [{"required": ["radius"]}, {"required": ["length", "width"]}]}, {"radius": 1}),
+    ({"type": "integer", "oneOf": [{"type": "integer"}, {"type": "string"}]}, 1),
+    ({"oneOf": [{"required": ["a"]}, {"required": ["b"]}], "type": "object", "required": ["a"]}, {"a": 1}),
 ]
 
 
@@ -101,3 +121,27 @@ def test_no_dev_schema_with_a_valid_instance_is_called_empty() -> None:
             if any(t.get("valid") and cls(schema).is_valid(t["data"]) for t in entry.get("tests", [])):
                 wrong.append(f.name)
     assert wrong == []
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"JSONSchemaBench dev set not present at {SHARED}")
+@pytest.mark.parametrize(("name", "empty"), [
+    ("Glaiveai2K---calculate_area_2f92f3ea.json", True),  # oneOf of required sets all implied
+    ("Github_hard---o10346.json", False),  # no root type: any non-object is an instance
+    ("Github_hard---o4197.json", False),  # the unsatisfiable definition is one anyOf branch
+])
+def test_llguidance_unsatisfiable_is_a_400_only_when_proved(tokenizer, name, empty) -> None:
+    """llguidance says "Unsatisfiable schema" on these 3 dev schemas; only the first has no instance.
+
+    Its message is not a proof (it judges some branches eagerly and reads properties as implying
+    an object), so the 400 comes from our proof and the others stay on the ladder.
+    """
+    schema = json.loads((SHARED / name).read_text())["schema"]
+    if empty:
+        with pytest.raises(SchemaError) as err:
+            compile_constraint(tokenizer, JsonSchemaRequest(schema, strict=True))
+        assert err.value.path == "$.properties.dimensions.oneOf"
+    else:
+        compiled = compile_constraint(tokenizer, JsonSchemaRequest(schema, strict=True))
+        assert compiled.mode == "downgraded" and compiled.reason == "unsatisfiable_schema"
+    if name == "Github_hard---o10346.json":
+        assert validator_class(schema)(schema).is_valid(1)  # the witness
