@@ -2,7 +2,9 @@
 
 The machine draws a generator configuration (batch 1-12, prefill slice sizes, tail joins, prefix
 cache on or off, prompts prefilled together or not), then interleaves at random: arrivals of
-0-8 requests, steps, and cancels of any request (running, prefilling, not yet started, finished).
+0-8 requests (admitted at once, or held until rows free their slots mid-step, as the
+scheduler's join wait admits them), steps, and cancels of any request (running, prefilling,
+not yet started, finished).
 Requests come in the shapes that stress the caches: equal token lengths, shared prefixes, exact
 repeats (prefix-cache hits), prompts longer than a prefill slice; json_schema, json_object, a
 tool call (stops do not cut it) or free text; stop strings; max_tokens; budget-aware closing on
@@ -181,6 +183,9 @@ class TrafficMachine(RuleBasedStateMachine):
         self.tracked: list[Tracked] = []
         self.prompts: list[tuple[int, ...]] = []
         self.gen: Generator | None = None
+        # Arrivals held back, as the scheduler holds them: admitted when rows free their slots
+        # in the middle of a step (on_slots_freed, where the join wait admits replacements).
+        self.held: list[Tracked] = []
         self.base = ""
         self.steps = 0
 
@@ -196,13 +201,25 @@ class TrafficMachine(RuleBasedStateMachine):
                        "busy_prefill_budget": busy, "join_tail": join_tail,
                        "prefix_cache_size": prefix, "batch_prefill": together}
         self.gen = self.make_generator()
+        self.gen.on_slots_freed = self.slots_freed
         self.base = " ".join(base_words)
+
+    def slots_freed(self, freed: int) -> None:
+        """Called by the generator mid-step: held arrivals take the freed slots."""
+        for t in self.held[:freed]:
+            self.admit(t)
+        del self.held[:freed]
+
+    def admit(self, t: Tracked) -> None:
+        assert self.gen is not None
+        self.gen.add(t.request, t.events.append, t.cancel)
 
     def make_generator(self) -> Generator:
         return Generator.from_loaded(self.loaded, **self.config)
 
-    @rule(arrivals=st.lists(st.tuples(shapes(60), spec_parts(30, [0.0, 0.0, 0.9])), max_size=8))
-    def arrive(self, arrivals: list[tuple[tuple[str, int, int], tuple[Any, ...]]]) -> None:
+    @rule(arrivals=st.lists(st.tuples(shapes(60), spec_parts(30, [0.0, 0.0, 0.9])), max_size=8),
+          hold=st.sampled_from([False, False, True]))
+    def arrive(self, arrivals: list[tuple[tuple[str, int, int], tuple[Any, ...]]], hold: bool) -> None:
         assert self.gen is not None
         for shape, parts in arrivals:
             kind, max_tokens, stop, temperature, seed, close, ff, cancel_first = parts
@@ -215,7 +232,17 @@ class TrafficMachine(RuleBasedStateMachine):
             if cancel_first and seed % 8 == 0:  # a request cancelled before it is admitted
                 t.cancel.set()
                 t.cancelled_live = True
-            self.gen.add(request, t.events.append, t.cancel)
+            if hold:
+                self.held.append(t)
+            else:
+                self.admit(t)
+
+    @precondition(lambda self: bool(self.held))
+    @rule()
+    def admit_held(self) -> None:
+        for t in self.held:
+            self.admit(t)
+        self.held.clear()
 
     @rule(n=st.integers(1, 6))
     def step(self, n: int) -> None:
@@ -268,6 +295,7 @@ class TrafficMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.gen is None:
             return
+        self.admit_held()
         while self.gen.has_work:
             self.gen.step()
             self.steps += 1
