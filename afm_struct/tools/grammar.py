@@ -5,13 +5,22 @@ The format's template (``grammars/<format>.lark``) gives the call syntax and the
 markers and one rule per callable tool: the name is a literal (so the parser has chosen the
 tool before the arguments start) and the arguments are an inline ``%json`` schema.
 
-Strict tools are read as OpenAI reads them: objects that declare properties take no others
-(:func:`close_objects`; a subset of the schema's instances, so every call still validates).
-Each strict tool's ``parameters`` goes through the compiler's ladder first; its rung decides
-what is embedded: the rewritten schema with exact options (enforced), with llguidance's
-relaxed options, or the generic JSON of its type.  Any strict tool below the exact rung makes
-the whole plan *downgraded* (``X-Grammar-Constraints: downgraded``), with that tool's reason.
-Non-strict tools in the same request are name-constrained with generic object arguments.
+Every tool's ``parameters`` guides its arguments, strict or not (as llama.cpp and vLLM do for
+forced calls; the OpenAI Agents SDK and instructor's TOOLS mode send closed, all-required
+schemas without the flag, and a small model left to generic JSON invents their shape).  The
+two readings differ in what the schema means, not in whether it is used:
+
+* strict tools are read as OpenAI reads them: objects that declare properties take no others
+  (:func:`close_objects`; a subset of the schema's instances, so every call still validates);
+* non-strict tools keep JSON Schema's own semantics: an object without
+  ``additionalProperties: false`` stays open, optional stays optional.
+
+Each tool's ``parameters`` goes through the compiler's ladder first; its rung decides what is
+embedded: the rewritten schema with exact options (enforced), with llguidance's relaxed
+options, or the generic JSON of its type.  Any *strict* tool below the exact rung makes the
+whole plan *downgraded* (``X-Grammar-Constraints: downgraded``), with that tool's reason; a
+non-strict tool below it falls back quietly (the header concerns strict tools, per the
+contract), its rung still recorded in :attr:`ToolGrammar.guided`.
 
 ``tool_choice: auto`` uses llguidance's lazy lexeme: free text until the opener is generated,
 then the call is constrained (exact: after the opener only a well-formed call may follow).
@@ -51,6 +60,7 @@ class ToolGrammar:
     downgraded: bool
     reason: str | None
     rungs: dict[str, str] = field(default_factory=dict)  # tool name → ladder rung (strict tools)
+    guided: dict[str, str] = field(default_factory=dict)  # tool name → ladder rung (non-strict tools)
 
 
 def grammar_marker(tokenizer: Any, text: str) -> str:
@@ -116,14 +126,14 @@ def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
                     closed: bool = True) -> tuple[Any, Rung, str | None]:
     """What to embed for ``tool``'s arguments: (schema with options, rung, downgrade reason).
 
-    ``enforce`` (strict tools) climbs the compiler's ladder (on the closed schema when
-    ``closed``); otherwise generic object arguments.
+    ``enforce`` climbs the compiler's ladder with ``tool.parameters`` (closed objects when the
+    tool is strict and ``closed``); without it, generic object arguments.
     """
     exact = json_options(options)
     if not enforce:
         return with_options(GENERIC_ARGS, exact), Rung.GENERIC_JSON, None
-    params = close_objects(tool.parameters) if closed else tool.parameters
-    request = JsonSchemaRequest(params, strict=True)
+    params = close_objects(tool.parameters) if closed and tool.strict else tool.parameters
+    request = JsonSchemaRequest(params, strict=tool.strict)
     compiled = (compile_fn(tokenizer, request) if compile_fn is not None
                 else compile_constraint(tokenizer, request, options))
     if compiled.rung is Rung.EXACT or compiled.rung is Rung.RELAXED:
@@ -183,17 +193,20 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
 
     embedded: list[tuple[str, Any]] = []
     rungs: dict[str, str] = {}
+    guided: dict[str, str] = {}
     reason: str | None = None
     for tool in tools:
-        schema, rung, why = argument_schema(tokenizer, tool, options, enforce=tool.strict,
+        schema, rung, why = argument_schema(tokenizer, tool, options, enforce=True,
                                             compile_fn=compile_fn, closed=closed)
-        if fmt.arguments == "string" and tool.strict:
+        if fmt.arguments == "string":
             rung, why = Rung.GENERIC_JSON, "arguments_as_string"
         embedded.append((tool.name, schema))
-        if tool.strict:
-            rungs[tool.name] = rung.value
-            if rung is not Rung.EXACT and reason is None:
-                reason = f"{tool.name}: {why or rung.value}"
+        if not tool.strict:
+            guided[tool.name] = rung.value
+            continue
+        rungs[tool.name] = rung.value
+        if rung is not Rung.EXACT and reason is None:
+            reason = f"{tool.name}: {why or rung.value}"
     grammar = build_grammar(tokenizer, fmt, embedded, required=required, parallel=parallel)
     try:
         constraint = compile_lark(grammar)
@@ -209,6 +222,7 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
         constraint = compile_lark(grammar)
         reason = reason or why or "tool_grammar_error"
         rungs = {name: Rung.GENERIC_JSON.value for name in rungs}
+        guided = {name: Rung.GENERIC_JSON.value for name in guided}
     downgraded = any(r != Rung.EXACT.value for r in rungs.values())
     return ToolGrammar(grammar=grammar, constraint=constraint, downgraded=downgraded,
-                       reason=reason if downgraded else None, rungs=rungs)
+                       reason=reason if downgraded else None, rungs=rungs, guided=guided)

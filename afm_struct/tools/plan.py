@@ -7,12 +7,15 @@ applies (``None``: free text, calls parsed afterwards), whether a strict tool ru
 Which requests are constrained:
 
 * ``none``: no constraint, no calls parsed, no tools in the prompt.
-* ``auto``: constrained when some tool is strict: free text until the format's opener, then a
-  call whose name is one of the tools and whose arguments follow that tool's schema (lazy).
-  Strict schemas are read with closed objects (no undeclared keys), as OpenAI's strict mode.
+* ``auto``: free text until the format's opener, then a call whose name is one of the tools
+  and whose arguments follow that tool's schema (lazy).
 * ``required`` / a named function: constrained from the first token (at least one call, or
-  exactly the named one); with no strict tool the names and object-shaped arguments are still
-  enforced (``constrain_non_strict``), arguments being generic JSON.
+  exactly the named one).
+
+Arguments follow the declared ``parameters`` whether the tool is strict or not (see
+:mod:`afm_struct.tools.grammar`): strict schemas are read with closed objects, as OpenAI's
+strict mode; non-strict ones with JSON Schema's own semantics.  ``constrain_non_strict=False``
+leaves requests with no strict tool unconstrained (the benchmark's free baseline).
 * ``parallel_tool_calls: false``: the grammar allows one call; the router keeps one call.
 """
 
@@ -45,7 +48,8 @@ class ToolPlan:
     messages: list[dict[str, Any]]  # to render with the chat template
     template_tools: list[dict[str, Any]] | None  # the template's ``tools=`` (None: in the prompt)
     grammar: str | None = None
-    rungs: dict[str, str] = field(default_factory=dict)
+    rungs: dict[str, str] = field(default_factory=dict)  # strict tools: name → ladder rung
+    guided: dict[str, str] = field(default_factory=dict)  # non-strict tools: name → ladder rung
 
     @property
     def callable_tools(self) -> tuple[ToolDef, ...]:
@@ -103,12 +107,11 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
                     downgraded=False, reason=None, messages=rendered, template_tools=template_tools)
     callable_tools = plan.callable_tools
     forced = choice.kind in ("required", "function")
-    if not callable_tools or not (any(t.strict for t in callable_tools)
-                                  or (forced and constrain_non_strict)):
+    if not callable_tools or not (any(t.strict for t in callable_tools) or constrain_non_strict):
         return plan
     compiled = compile_tool_grammar(tokenizer, fmt, callable_tools, required=forced, parallel=parallel,
                                     options=options, compile_fn=compile_fn, closed=closed_objects)
     return ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel,
                     constraint=compiled.constraint, downgraded=compiled.downgraded,
                     reason=compiled.reason, messages=rendered, template_tools=template_tools,
-                    grammar=compiled.grammar, rungs=compiled.rungs)
+                    grammar=compiled.grammar, rungs=compiled.rungs, guided=compiled.guided)

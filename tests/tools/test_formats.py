@@ -18,7 +18,8 @@ MISTRAL = "{%- if tools %}[AVAILABLE_TOOLS]...{%- endif %}[TOOL_CALLS][...]"
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
         "additionalProperties": False}
-TOOLS = (ToolDef("w", parameters=CITY, strict=True), ToolDef("free", strict=False),
+# "free" is non-strict with an open schema: guided by it, which here means any object.
+TOOLS = (ToolDef("w", parameters=CITY, strict=True), ToolDef("free", parameters={"type": "object"}),
          ToolDef("none", strict=True))
 GOOD = {
     "hermes": '<tool_call>\n{"name": "w", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -76,6 +77,7 @@ def test_required_grammar_accepts_exactly_valid_calls(tokenizer, fmt_name: str) 
     fmt = load_table().get(fmt_name)
     many = compile_tool_grammar(tokenizer, fmt, TOOLS, required=True, parallel=True)
     assert not many.downgraded and many.rungs == {"w": "exact", "none": "exact"}
+    assert many.guided == {"free": "exact"}
     one = compile_tool_grammar(tokenizer, fmt, TOOLS, required=True, parallel=False)
     c_many, c_one = many.constraint, one.constraint
     assert c_many is not None and c_one is not None
@@ -91,7 +93,7 @@ def test_required_grammar_accepts_exactly_valid_calls(tokenizer, fmt_name: str) 
         "arguments", fmt.arguments_key)
     wrapped = {"hermes": f"<tool_call>\n{free}\n</tool_call>", "mistral": f"[TOOL_CALLS][{free}]",
                "llama3_json": free}[fmt_name]
-    assert c_many.validate(wrapped).ok  # non-strict: generic object arguments
+    assert c_many.validate(wrapped).ok  # non-strict, open schema: any object
 
 
 @pytest.mark.parametrize("fmt_name", sorted(GOOD))
@@ -153,3 +155,60 @@ def test_strict_tool_objects_are_closed_unless_asked_not_to(tokenizer) -> None:
     assert closed is not None and opened is not None
     assert closed.validate(plain).ok and not closed.validate(extra).ok
     assert opened.validate(plain).ok and opened.validate(extra).ok
+
+
+LOOSE = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+         "required": ["city"]}
+
+
+@pytest.mark.parametrize("fmt_name", sorted(GOOD))
+def test_non_strict_arguments_follow_the_schema_read_as_json_schema(tokenizer, fmt_name: str) -> None:
+    """No ``strict`` flag: arguments are still guided by ``parameters``, read with JSON Schema's
+    semantics (open object, optional stays optional), and nothing is reported downgraded."""
+    fmt = load_table().get(fmt_name)
+    tools = (ToolDef("get_weather", parameters=LOOSE),)
+
+    def call(args: str) -> str:
+        body = f'{{"name": "get_weather", "{fmt.arguments_key}": {args}}}'
+        return {"hermes": f"<tool_call>\n{body}\n</tool_call>", "mistral": f"[TOOL_CALLS][{body}]",
+                "llama3_json": body}[fmt_name]
+
+    for auto in (False, True):
+        planned = compile_tool_grammar(tokenizer, fmt, tools, required=not auto, parallel=False)
+        assert not planned.downgraded and planned.rungs == {} and planned.guided == {"get_weather": "exact"}
+        c = planned.constraint
+        assert c is not None
+        assert c.validate(call('{"city": "Paris"}')).ok  # "unit" stays optional
+        assert c.validate(call('{"city": "Paris", "unit": "c", "extra": 1}')).ok  # open object
+        for bad in ('{"temperature": ["Temperature", "Celsius"]}', '{"city": 3}',
+                    '{"city": "Paris", "unit": "kelvin"}'):
+            assert not c.validate(call(bad)).ok, bad
+        if auto:
+            assert c.validate("It is sunny.").ok
+
+
+def test_strict_reads_the_same_schema_closed(tokenizer) -> None:
+    fmt = load_table().get("hermes")
+    planned = compile_tool_grammar(tokenizer, fmt, (ToolDef("get_weather", parameters=LOOSE, strict=True),),
+                                   required=True, parallel=False)
+    c = planned.constraint
+    assert c is not None and planned.rungs == {"get_weather": "exact"}
+    assert not c.validate('<tool_call>\n{"name": "get_weather", "arguments": '
+                          '{"city": "Paris", "extra": 1}}\n</tool_call>').ok
+
+
+def test_a_non_strict_schema_that_cannot_be_enforced_is_generic_without_downgrade(tokenizer) -> None:
+    """A lookaround regex is beyond the engine: the strict tool is downgraded, the non-strict one
+    falls back to generic object arguments quietly (the header concerns strict tools)."""
+    odd = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(?!x)a+$"}},
+           "required": ["code"]}
+    fmt = load_table().get("hermes")
+    loose = compile_tool_grammar(tokenizer, fmt, (ToolDef("f", parameters=odd),), required=True,
+                                 parallel=False)
+    assert not loose.downgraded and loose.reason is None and loose.guided["f"] != "exact"
+    assert loose.constraint is not None
+    zz = '<tool_call>\n{"name": "f", "arguments": {"code": "zz"}}\n</tool_call>'
+    assert loose.constraint.validate(zz).ok
+    strict = compile_tool_grammar(tokenizer, fmt, (ToolDef("f", parameters=odd, strict=True),),
+                                  required=True, parallel=False)
+    assert strict.downgraded and strict.reason and strict.reason.startswith("f:")

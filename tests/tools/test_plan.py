@@ -22,10 +22,14 @@ def test_none_is_unconstrained_and_detects_no_calls(tokenizer) -> None:
     assert not plan.make_router().parser.detect_calls
 
 
-def test_auto_with_only_non_strict_tools_is_parsed_from_free_text(tokenizer) -> None:
+def test_auto_with_only_non_strict_tools_is_guided_once_the_call_opens(tokenizer) -> None:
     plan = plan_tools(tokenizer, [SEARCH], "auto", messages=USER)
-    assert plan.constraint is None and not plan.downgraded
-    assert "<tools>" in plan.messages[0]["content"]
+    assert plan.constraint is not None and not plan.downgraded and plan.rungs == {}
+    assert plan.guided == {"search": "exact"} and "<tools>" in plan.messages[0]["content"]
+    assert plan.constraint.validate("No call needed.").ok
+    assert not plan.constraint.validate('<tool_call>\n{"name": "search", "arguments": {"q": 1}}').ok
+    free = plan_tools(tokenizer, [SEARCH], "auto", messages=USER, constrain_non_strict=False)
+    assert free.constraint is None  # the benchmark's unconstrained baseline
 
 
 def test_required_non_strict_constrains_structure_unless_asked_not_to(tokenizer) -> None:
@@ -102,4 +106,5 @@ def test_compile_hook_is_used_for_every_compile(tokenizer) -> None:
         return compile_constraint(tok, request)
 
     plan = plan_tools(tokenizer, [WEATHER, TIME, SEARCH], "required", messages=USER, compile_fn=hook)
-    assert kinds == ["json_schema", "json_schema", "lark"] and plan.constraint is not None
+    # Every tool's parameters (strict or not) climbs the ladder, then the assembled grammar.
+    assert kinds == ["json_schema", "json_schema", "json_schema", "lark"] and plan.constraint is not None

@@ -119,8 +119,9 @@ def test_reasoning_then_content(tokenizer) -> None:
 
 
 def test_non_strict_calls_in_messy_text(tokenizer) -> None:
-    plan = plan_tools(tokenizer, [SEARCH], "auto", messages=USER)
-    assert plan.constraint is None  # nothing strict: free text, parsed
+    # Unconstrained (as with constrain_non_strict=False): the parser alone reads messy text.
+    plan = plan_tools(tokenizer, [SEARCH], "auto", messages=USER, constrain_non_strict=False)
+    assert plan.constraint is None
     script = ('Hmm <b>let me</b> search.\n<tool_call>\n{"arguments": {"query": "paris weather"}, '
               '"name": "search"}\n</tool_call> and <tool_call>oops</tool_call> then '
               '<tool_call>{"name": "search", "arguments": {"query": "lyon"</tool_call>')
@@ -143,3 +144,23 @@ def test_tool_history_is_rendered_for_a_template_without_tools(tokenizer) -> Non
     prompt = tokenizer.decode(plan.encode_prompt(tokenizer))
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}' in prompt
     assert '<tool_response>\n{"temp": 21}\n</tool_response>' in prompt
+
+
+AGENTS_WEATHER = {"type": "function", "function": {  # as the OpenAI Agents SDK sends it: no strict
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string", "enum": ["c", "f"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+WRONG_ARGS = '<tool_call>\n{"name": "get_weather", "arguments": {"temperature": ["Temperature", "Celsius"]}}'
+
+
+def test_auto_non_strict_call_is_guided_once_opened(tokenizer) -> None:
+    """The model opens a call and tries the wrong arguments (what the 135M model wrote for the
+    Agents SDK): from the opener on, the mask keeps it to the declared schema."""
+    plan = plan_tools(tokenizer, [AGENTS_WEATHER], "auto", messages=USER)
+    assert plan.constraint is not None and not plan.downgraded
+    deltas, _, reason = run(tokenizer, plan, "Let me check. " + WRONG_ARGS, max_tokens=60)
+    got = assemble(deltas)
+    assert got["content"].startswith("Let me check.") and reason == "tool_calls"
+    (call,) = got["tool_calls"]
+    jsonschema.validate(json.loads(call["arguments"]), AGENTS_WEATHER["function"]["parameters"])

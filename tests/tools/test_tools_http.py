@@ -189,3 +189,34 @@ def test_stop_string_inside_arguments_on_the_real_model(live) -> None:
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
     jsonschema.validate(json.loads(choice.message.tool_calls[0].function.arguments), PARAMS)
+
+
+# What the OpenAI Agents SDK sends for `get_weather(city, unit)`: a closed, all-required schema,
+# and no "strict" key.  Before schema-guided arguments the model wrote
+# {"temperature": ["Temperature", "Celsius"]} here.
+AGENTS_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string", "enum": ["c", "f"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("stream", [False, True])
+def test_non_strict_tool_arguments_follow_the_schema(live, stream) -> None:
+    kwargs = {"model": MODEL, "messages": USER, "tools": [AGENTS_WEATHER], "tool_choice": "required",
+              "parallel_tool_calls": False, "max_tokens": 48, "temperature": 0}
+    if stream:
+        with _sdk(live.url).chat.completions.stream(**kwargs) as s:
+            final = s.get_final_completion()
+        resp_headers = None
+    else:
+        raw = _sdk(live.url).chat.completions.with_raw_response.create(**kwargs)
+        final, resp_headers = raw.parse(), raw.headers
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, AGENTS_WEATHER["function"]["parameters"])
+    if resp_headers is not None:  # non-strict: never reported downgraded
+        assert "x-grammar-constraints" not in resp_headers
