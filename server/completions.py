@@ -91,7 +91,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
     """Validate, compile the constraint and tokenize (400/404 errors raised here)."""
     started = time.perf_counter()
     check_n(body.n)
-    check_model(body.model, state.loaded.info.id)
+    model_name = check_model(body.model, state.settings.model_names(state.loaded.info.id))
     messages = template_messages(body.messages)
     template_tools(body)  # tool/tool_choice admission checks (400s naming the parameter)
     params = sampling_params(body, default_max_tokens=state.settings.default_max_tokens)
@@ -119,7 +119,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning if constraint is not None else None)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
-                               model=state.loaded.info.id)
+                               model=model_name)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return Prepared(request_id=request_id, ident=ident, generation=generation, plan=plan,
                     stream=body.stream, include_usage=include_usage, profile_key=profile_key,

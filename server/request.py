@@ -14,11 +14,16 @@ from afm_struct.errors import InvalidRequestError, NotFoundError, UnknownToolErr
 from .schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
 
 
-def check_model(requested: str | None, loaded_id: str) -> None:
-    """404 unless ``requested`` is omitted or names the loaded model."""
-    if requested is not None and requested != loaded_id:
-        raise NotFoundError(f"model {requested!r} is not served here; this server runs {loaded_id!r} "
-                            "(GET /v1/models)", param="model", code="model_not_found")
+def check_model(requested: str | None, served: tuple[str, ...]) -> str:
+    """The name to echo as ``model``: ``requested`` if it is one of ``served`` (the first when
+    omitted); 404 otherwise, naming what to send."""
+    if requested is None:
+        return served[0]
+    if requested not in served:
+        names = " or ".join(repr(n) for n in served)
+        raise NotFoundError(f"model {requested!r} is not served here; send {names} (GET /v1/models)",
+                            param="model", code="model_not_found")
+    return requested
 
 
 def check_n(n: int | None) -> None:

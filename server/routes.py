@@ -94,11 +94,12 @@ async def cancel_completion(request_id: str, request: Request) -> JSONResponse:
 
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(request: Request) -> dict[str, Any]:
-    """The one loaded model."""
-    info = _state(request).loaded.info
-    return {"object": "list", "data": [{"id": info.id, "object": "model",
-                                        "created": int(request.app.state.started_at),
-                                        "owned_by": "afm-struct"}]}
+    """The one loaded model, under each name it is served as (``--served-model-name``)."""
+    state = _state(request)
+    created = int(request.app.state.started_at)
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
+                                        "owned_by": "afm-struct"}
+                                       for name in state.settings.model_names(state.loaded.info.id)]}
 
 
 @router.get("/health")

@@ -35,6 +35,8 @@ class ServerSettings:
     # Constrained output cut by max_tokens ends with the grammar's shortest completion, so it
     # parses (finish_reason stays "length"); a request's afm_close_on_length: false opts out.
     close_on_length: bool = True
+    # Names the server answers to in ``model`` and lists in /v1/models (empty: the model's id).
+    served_model_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.profile_interval_s <= 0.25:
@@ -45,3 +47,11 @@ class ServerSettings:
             raise ValueError("max_active must be >= 1 and max_queue >= 0")
         if not 0 <= self.join_wait_ms <= 1000:
             raise ValueError("join_wait_ms must be in [0, 1000]")
+        if any(not name.strip() for name in self.served_model_names):
+            raise ValueError("a served model name must not be empty")
+        if len(set(self.served_model_names)) != len(self.served_model_names):
+            raise ValueError("served model names must be distinct")
+
+    def model_names(self, model_id: str) -> tuple[str, ...]:
+        """The names requests may send as ``model``, the first one echoed by default."""
+        return self.served_model_names or (model_id,)

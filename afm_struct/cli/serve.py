@@ -21,6 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port})")
     p.add_argument("--model", default=None,
                    help="GGUF file, mlx-lm directory or hub id (default: the embedded SmolLM2-135M)")
+    p.add_argument("--served-model-name", dest="served_model_names", action="append", default=[],
+                   metavar="NAME",
+                   help="a name clients may send as `model` (repeatable; the first is echoed in "
+                        "responses and all are listed by /v1/models; default: the model's own id)")
     p.add_argument("--weights", default="auto",
                    help="auto, float32, float16, bfloat16 or quantized (default auto)")
     p.add_argument("--log-level", default=d.log_level,
@@ -66,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         settings = ServerSettings(host=args.host, port=args.port, log_level=args.log_level,
                                   max_queue=args.max_queue, max_active=args.max_active,
                                   max_body_bytes=args.max_body_bytes, join_wait_ms=args.join_wait_ms,
-                                  close_on_length=args.close_on_length)
+                                  close_on_length=args.close_on_length,
+                                  served_model_names=tuple(args.served_model_names))
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
     print(f"afm-struct: loading {args.model or 'the embedded model'}", file=sys.stderr, flush=True)

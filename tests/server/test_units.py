@@ -64,8 +64,8 @@ def test_request_mapping_and_admission_checks() -> None:
         check_n(2)
     assert exc.value.param == "n"
     with pytest.raises(NotFoundError):
-        check_model("gpt-4o", "scripted")
-    check_model(None, "scripted")
+        check_model("gpt-4o", ("scripted",))
+    assert check_model(None, ("scripted", "b")) == "scripted" and check_model("b", ("scripted", "b")) == "b"
     bad = ChatCompletionRequest.model_validate(
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})
     with pytest.raises(InvalidRequestError):
