@@ -1,0 +1,76 @@
+"""openai-agents with ``OpenAIChatCompletionsModel`` on an AsyncOpenAI client pointed at the server:
+a structured ``output_type`` and a ``function_tool`` forced by ``tool_choice="required"``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import openai
+import pytest
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
+
+from .conftest import CITY_PROMPT, MAX_TOKENS, WEATHER_PROMPT, City, CompatServer, Weather, Wire, tool_schema
+
+pytestmark = pytest.mark.model
+
+set_tracing_disabled(True)  # no trace export (it would try to reach OpenAI)
+
+
+def _model(server: CompatServer) -> OpenAIChatCompletionsModel:
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+    return OpenAIChatCompletionsModel(model=server.model, openai_client=client)
+
+
+def test_agent_output_type(compat_server: CompatServer, wire: Wire) -> None:
+    agent = Agent(name="extractor", instructions="Extract the city.", model=_model(compat_server),
+                  output_type=City, model_settings=ModelSettings(max_tokens=MAX_TOKENS, temperature=0))
+    result = Runner.run_sync(agent, CITY_PROMPT)
+    assert isinstance(result.final_output, City) and result.final_output.name
+    assert len(wire.requests) == 1
+    fmt = wire.last["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
+
+
+def test_function_tool_required(compat_server: CompatServer, wire: Wire) -> None:
+    calls: list[Weather] = []
+
+    @function_tool
+    def get_weather(city: str, unit: Literal["c", "f"]) -> str:
+        """Get the current weather for a city."""
+        calls.append(Weather(city=city, unit=unit))
+        return f"22 degrees {unit} in {city}"
+
+    agent = Agent(name="weather", instructions="Answer with the weather tool.", model=_model(compat_server),
+                  tools=[get_weather], tool_use_behavior="stop_on_first_tool",
+                  model_settings=ModelSettings(tool_choice="required", max_tokens=MAX_TOKENS, temperature=0))
+    result = Runner.run_sync(agent, WEATHER_PROMPT)
+    assert len(calls) == 1 and calls[0].city and calls[0].unit in ("c", "f")
+    assert result.final_output == f"22 degrees {calls[0].unit} in {calls[0].city}"
+    assert wire.last["tool_choice"] == "required"
+    assert tool_schema(wire.last, "get_weather")["strict"] is True  # function_tool's default strict_mode
+
+
+def test_function_tool_non_strict(compat_server: CompatServer, wire: Wire) -> None:
+    """``strict_mode=False`` (for schemas OpenAI's strict mode refuses): the tool says ``strict: false``."""
+    calls: list[Weather] = []
+
+    @function_tool(strict_mode=False)
+    def get_weather(city: str, unit: Literal["c", "f"]) -> str:
+        """Get the current weather for a city."""
+        calls.append(Weather(city=city, unit=unit))
+        return f"22 degrees {unit} in {city}"
+
+    agent = Agent(name="weather", instructions="Answer with the weather tool.", model=_model(compat_server),
+                  tools=[get_weather], tool_use_behavior="stop_on_first_tool",
+                  model_settings=ModelSettings(tool_choice="required", max_tokens=MAX_TOKENS, temperature=0))
+    result = Runner.run_sync(agent, WEATHER_PROMPT)
+    assert len(calls) == 1 and calls[0].city and calls[0].unit in ("c", "f")
+    assert result.final_output == f"22 degrees {calls[0].unit} in {calls[0].city}"
+    assert tool_schema(wire.last, "get_weather")["strict"] is False
