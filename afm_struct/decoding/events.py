@@ -9,6 +9,7 @@ import mlx.core as mx
 
 from ..errors import AfmError
 from ..grammar.engine import Matcher
+from .logprobs import TokenLogprob
 from .reasoning import ReasoningTags
 from .sampling import LogitsProcessor, SamplingParams
 
@@ -46,6 +47,9 @@ class GenerationRequest:
     # call, whose arguments would otherwise be cut into invalid JSON (OpenAI's channels).
     stops_cut_grammar: bool = True
     reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
+    # Token logprobs: None (off, free) or how many alternatives per token (0-20); the
+    # TextDelta events then carry the entries of the tokens whose text they show.
+    logprobs: int | None = None
     request_id: str = ""
 
 
@@ -83,9 +87,14 @@ class Timings:
 
 @dataclass
 class TextDelta:
-    """New output text (never a split UTF-8 character; never part of a stop sequence)."""
+    """New output text (never a split UTF-8 character; never part of a stop sequence).
+
+    With ``GenerationRequest.logprobs`` set, ``logprobs`` holds the entries of the tokens whose
+    last visible character is in ``text`` (see :mod:`.logprobs`); otherwise it is None.
+    """
 
     text: str
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass

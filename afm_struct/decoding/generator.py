@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import mlx.core as mx
-import numpy as np
 
 from ..errors import AfmError, ContextOverflowError, internal_error
 from ..grammar.closing import closing_vocab_for
@@ -42,13 +41,15 @@ from .events import (
     Usage,
 )
 from .forward import calibrate_fixed_cost, logits_at, split_head
-from .masking import allows_most, apply_bitmask, bitmask_allows_all, set_tokens
+from .logprobs import TokenTrack, token_table
+from .masking import allows_most, bitmask_allows_all, set_tokens
 from .packed import Packing, enable_packing, packed_logits
 from .prefill import PREFILL_CHUNK, Prefill
 from .prefix_cache import PrefixCache
 from .reasoning import ReasoningGate
 from .sampling import make_logits_processors, make_loop_breaker, make_sampler
 from .sequence import BatchGroup, SequenceState
+from .step_sampling import sample_rows
 from .stops import StopMatcher
 
 # A packed ragged step feeds each row at most this many pending tokens (bounds a step's time
@@ -139,6 +140,8 @@ class Generator(Prefill):
         if matcher is not None and request.close_on_length:
             seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,
                                       self.tokenizer.decode)
+        if request.logprobs is not None:
+            seq.track = TokenTrack(request.logprobs, token_table(self.tokenizer))
         seq.usage.prompt_tokens = len(request.prompt_ids)
         self.prefilling.append(seq)
 
@@ -200,29 +203,6 @@ class Generator(Prefill):
             seq.mask_free = seq.mask_all or allows_most(row, self.vocab_size)
         seq.timings.mask_s += time.perf_counter() - t0
 
-    def _sample(self, rows: list[SequenceState]) -> list[int]:
-        """Masks and processors applied, each row sampled with its own sampler."""
-        logits = rows[0].logits if len(rows) == 1 else mx.concatenate([r.logits for r in rows], axis=0)
-        assert logits is not None
-        masked = [i for i, r in enumerate(rows) if r.matcher is not None and not r.mask_all]
-        if masked:
-            bitmask = np.full((len(rows), rows[masked[0]].mask.shape[1]), -1, dtype=np.int32)
-            for i in masked:
-                bitmask[i] = rows[i].mask[0]
-            logits = apply_bitmask(logits, bitmask)
-        picks = []
-        for i, r in enumerate(rows):
-            row_logits = logits[i:i + 1]
-            for proc in r.processors:
-                row_logits = proc(r.tokens, row_logits)
-            picks.append(r.sampler(row_logits))
-        tokens = mx.concatenate(picks).tolist()
-        now = time.perf_counter()
-        for r in rows:
-            if r.timings.first_token_s is None:
-                r.timings.first_token_s = now - r.started
-        return [int(t) for t in tokens]
-
     def _decode_group(self, group: BatchGroup) -> None:
         for seq in group.rows:
             if seq.cancel.is_set():
@@ -231,9 +211,12 @@ class Generator(Prefill):
         ready = [r for r in group.rows if not r.done and r.logits is not None]
         runs = []
         if ready:
-            for seq, token in zip(ready, self._sample(ready), strict=True):
+            tokens, stats = sample_rows(ready)
+            for seq, token, st in zip(ready, tokens, stats, strict=True):
                 run = self._advance(seq, token)
                 seq.pending = list(run)
+                if seq.track is not None:
+                    seq.track.decided(run, token, st)
                 runs.append((seq, run))
         # Text goes out before the next forward pass, not after it: a client sees each token
         # one forward pass (a whole batch step) sooner, and a row a stop string ends leaves
@@ -398,6 +381,8 @@ class Generator(Prefill):
         exempt = not seq.request.stops_cut_grammar and seq.matcher is not None
         for i, t in enumerate(run):
             text = seq.detok.add(t)
+            if seq.track is not None:
+                seq.track.text(text)
             if exempt and (i > 0 or not seq.mask_free):
                 seq.stops_off = True
             if seq.stops_off:
@@ -416,10 +401,16 @@ class Generator(Prefill):
         elif len(seq.tokens) >= seq.max_tokens:
             self._finish(seq, "length")
 
-    def _emit(self, seq: SequenceState, text: str) -> None:
-        if text:
-            seq.text.append(text)
+    def _emit(self, seq: SequenceState, text: str, *, last: bool = False) -> None:
+        if not text:
+            return
+        seq.text.append(text)
+        if seq.track is None:
             seq.sink(TextDelta(text))
+            return
+        # The tokens whose text this shows (all the rest, once a stop string cut the text).
+        final = last or seq.stops.stopped
+        seq.sink(TextDelta(text, seq.track.emitted(len(text), final=final)))
 
     def _finish(self, seq: SequenceState, reason: str, *, error: AfmError | None = None,
                 grammar_complete: bool | None = None) -> None:
@@ -427,9 +418,12 @@ class Generator(Prefill):
             return
         seq.done = True
         if reason in ("stop", "length", "cancelled") and not seq.stops.stopped:
-            self._emit(seq, seq.stops.feed(seq.detok.flush()))
+            tail = seq.detok.flush()
+            if seq.track is not None:
+                seq.track.tail(tail)
+            self._emit(seq, seq.stops.feed(tail))
             if not seq.stops.stopped:
-                self._emit(seq, seq.stops.flush())
+                self._emit(seq, seq.stops.flush(), last=True)
         if seq.decode_start:
             seq.timings.decode_s = time.perf_counter() - seq.decode_start
         if seq.matcher is not None and grammar_complete is None:

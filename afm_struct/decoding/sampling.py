@@ -80,22 +80,52 @@ def apply_min_p(logits: mx.array, min_p: float) -> mx.array:
     return mx.where(logprobs >= threshold, logits, _NEG_INF)
 
 
-def make_sampler(params: SamplingParams) -> Sampler:
-    """A closure ``logits (B, V) -> tokens (B,)`` with its own seeded PRNG key."""
-    if params.temperature == 0:
-        return lambda logits: mx.argmax(logits, axis=-1)
-    seed = params.seed if params.seed is not None else random.getrandbits(63)
-    state = {"key": mx.random.key(seed)}
+class RowSampler:
+    """A sampler ``logits (B, V) -> tokens (B,)`` with its own seeded PRNG key.
 
-    def sample(logits: mx.array) -> mx.array:
-        logits = logits.astype(mx.float32) / params.temperature
-        logits = apply_top_k(logits, params.top_k)
-        logits = apply_top_p(logits, params.top_p)
-        logits = apply_min_p(logits, params.min_p)
-        state["key"], sub = mx.random.split(state["key"])
-        return mx.random.categorical(logits, key=sub)
+    Split in two for logprobs: :meth:`distribution` gives the processed logits the draw uses
+    (temperature and the top-k / top-p / min-p filters applied) and :meth:`draw` picks from
+    them; ``sampler(logits)`` is exactly ``draw(distribution(logits))``, so asking for
+    logprobs never changes which token a seed picks.  Greedy decoding (temperature 0) has no
+    filters: its distribution is the logits as given (temperature 1), its draw the argmax.
+    """
 
-    return sample
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        self.greedy = params.temperature == 0
+        self._key: mx.array | None = None
+        if not self.greedy:
+            seed = params.seed if params.seed is not None else random.getrandbits(63)
+            self._key = mx.random.key(seed)
+
+    def distribution(self, logits: mx.array) -> mx.array:
+        """The logits the draw samples from (float32)."""
+        logits = logits.astype(mx.float32)
+        if self.greedy:
+            return logits
+        p = self.params
+        logits = logits / p.temperature
+        logits = apply_top_k(logits, p.top_k)
+        logits = apply_top_p(logits, p.top_p)
+        return apply_min_p(logits, p.min_p)
+
+    def draw(self, processed: mx.array) -> mx.array:
+        """One token per row from :meth:`distribution`'s output (advances the PRNG key)."""
+        if self.greedy:
+            return mx.argmax(processed, axis=-1)
+        assert self._key is not None
+        self._key, sub = mx.random.split(self._key)
+        return mx.random.categorical(processed, key=sub)
+
+    def __call__(self, logits: mx.array) -> mx.array:
+        if self.greedy:  # no float32 copy: the argmax is the same
+            return mx.argmax(logits, axis=-1)
+        return self.draw(self.distribution(logits))
+
+
+def make_sampler(params: SamplingParams) -> RowSampler:
+    """A seeded sampler for ``params`` (see :class:`RowSampler`)."""
+    return RowSampler(params)
 
 
 def make_repetition_penalty(penalty: float, context: int = 64) -> LogitsProcessor:

@@ -14,7 +14,8 @@ from ..grammar.engine import Matcher
 from .closing import BudgetCloser
 from .detokenizer import StreamingDetokenizer
 from .events import Event, GenerationRequest, Timings, Usage
-from .sampling import LogitsProcessor
+from .logprobs import TokenTrack
+from .sampling import LogitsProcessor, RowSampler
 from .stops import StopMatcher
 
 
@@ -26,7 +27,7 @@ class SequenceState:
     sink: Callable[[Event], None]
     cancel: threading.Event
     cache: list[Any] | None
-    sampler: Callable[[mx.array], mx.array]
+    sampler: RowSampler
     processors: list[LogitsProcessor]
     matcher: Matcher | None
     detok: StreamingDetokenizer
@@ -49,6 +50,7 @@ class SequenceState:
     eos: bool = False
     done: bool = False
     closer: BudgetCloser | None = None  # budget-aware closing (constrained, close_on_length)
+    track: TokenTrack | None = None  # logprobs asked: pairs token entries with emitted text
 
 
 @dataclass
