@@ -28,9 +28,15 @@ def test_structured_output_json_schema(compat_server: CompatServer, wire: Wire) 
 
 
 def test_structured_output_function_calling(compat_server: CompatServer, wire: Wire) -> None:
-    weather = _chat(compat_server).with_structured_output(
-        Weather, method="function_calling").invoke(WEATHER_PROMPT)
+    out = _chat(compat_server).with_structured_output(
+        Weather, method="function_calling", include_raw=True).invoke(WEATHER_PROMPT)
+    weather = out["parsed"]
+    assert out["parsing_error"] is None
     assert isinstance(weather, Weather) and weather.unit in ("c", "f")
+    # The call holds the declared keys only (a tool invoked as fn(**args) takes no others), and
+    # was not cut by max_tokens.
+    assert set(out["raw"].tool_calls[0]["args"]) == {"city", "unit"}
+    assert out["raw"].response_metadata["finish_reason"] != "length"
     assert wire.last["tool_choice"] == {"type": "function", "function": {"name": "Weather"}}
     assert "strict" not in tool_schema(wire.last, "Weather")  # strict=None: not sent
 

@@ -3,6 +3,7 @@ a structured ``output_type`` and a ``function_tool`` forced by ``tool_choice="re
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 import openai
@@ -74,3 +75,8 @@ def test_function_tool_non_strict(compat_server: CompatServer, wire: Wire) -> No
     assert len(calls) == 1 and calls[0].city and calls[0].unit in ("c", "f")
     assert result.final_output == f"22 degrees {calls[0].unit} in {calls[0].city}"
     assert tool_schema(wire.last, "get_weather")["strict"] is False
+    # The arguments hold the declared keys only, and the call was not cut by max_tokens.
+    response = json.loads(wire.exchanges[-1].body)
+    (call,) = response["choices"][0]["message"]["tool_calls"]
+    assert set(json.loads(call["function"]["arguments"])) == {"city", "unit"}
+    assert response["choices"][0]["finish_reason"] != "length"
