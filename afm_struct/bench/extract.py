@@ -63,6 +63,23 @@ def judge(constraint: Any, expected: Any, text: str) -> dict[str, Any]:
     }
 
 
+def shortest_instance_tokens(tokenizer: Any, constraint: Any, vocab_size: int) -> int | None:
+    """Tokens of the shortest instance the closing search finds from the grammar's start (an
+    upper bound on the true minimum), or None if it finds none within its caps.
+
+    A budget below it cannot hold any instance, so no decoding can make that output validate:
+    the report separates those tasks from the ones the budget can hold.
+    """
+    from ..grammar.closing import closing_vocab_for, shortest_completion
+
+    matcher = constraint.new_matcher()
+    if matcher is None:
+        return None
+    found = shortest_completion(matcher, closing_vocab_for(tokenizer), vocab_size=vocab_size,
+                                decode=tokenizer.decode, max_tokens=2048)
+    return None if found is None else len(found)
+
+
 def _rate(rows: list[dict[str, Any]], key: str) -> float:
     return round(sum(1 for r in rows if r[key]) / len(rows), 4) if rows else 0.0
 
@@ -79,8 +96,13 @@ def summarize_mode(rows: list[dict[str, Any]]) -> dict[str, Any]:
     reasons: dict[str, int] = {}
     for r in rows:
         reasons[r["finish_reason"]] = reasons.get(r["finish_reason"], 0) + 1
+    fitting = [r for r in rows if r.get("fits_budget")]
+    known = any("fits_budget" in r for r in rows)  # older result files lack it
     return {
         "tasks": len(rows),
+        # Tasks whose shortest instance fits max_tokens: only these can come out valid.
+        "tasks_fitting_budget": len(fitting) if known else None,
+        "schema_valid_rate_fitting": _rate(fitting, "schema_valid") if fitting else None,
         "json_valid_rate": _rate(rows, "json_valid"),
         "schema_valid_rate": _rate(rows, "schema_valid"),
         "sanitized_json_valid_rate": _rate(rows, "sanitized_json_valid"),
@@ -126,6 +148,12 @@ def markdown_table(summary: dict[str, dict[str, Any]]) -> str:
             f"| {s['sanitized_json_valid_rate']:.1%} | {s['sanitized_schema_valid_rate']:.1%} "
             f"| {s['field_accuracy']:.1%} ({s['fields_matched']}/{s['fields_total']}) "
             f"| {s['field_accuracy_sanitized']:.1%} | {s['exact_tasks']}/{s['tasks']} | {reasons} |")
+    for mode, s in summary.items():
+        fitting, rate = s.get("tasks_fitting_budget"), s.get("schema_valid_rate_fitting")
+        if fitting is not None and fitting < s["tasks"]:
+            shown = "–" if rate is None else f"{rate:.1%}"
+            lines.append(f"\n{mode}: {fitting} of {s['tasks']} tasks have an instance that fits max_tokens "
+                         f"(the others cannot validate at this budget); schema valid among them: {shown}")
     return "\n".join(lines)
 
 
@@ -176,13 +204,16 @@ def run(args: argparse.Namespace) -> int:
     for task in tqdm(tasks, desc="extract", unit="task", file=sys.stderr):
         constraint = compile_constraint(loaded.tokenizer, JsonSchemaRequest(task["schema"]), options)
         prompt_ids = loaded.tokenizer.encode_chat(build_messages(task))
+        shortest = shortest_instance_tokens(loaded.tokenizer, constraint, generator.vocab_size)
+        fits = shortest is not None and shortest <= args.max_tokens
         row: dict[str, Any] = {"id": task["id"], "category": task["category"],
                                "prompt_tokens": len(prompt_ids), "constraint_mode": constraint.mode.value,
-                               "constraint_rung": constraint.rung.value}
+                               "constraint_rung": constraint.rung.value,
+                               "shortest_instance_tokens": shortest, "fits_budget": fits}
         for mode in modes:
             gen = run_one(generator, prompt_ids, constraint if mode == "constrained" else None, args,
                           fast_forward=not args.no_fast_forward)
-            row[mode] = {**gen, **judge(constraint, task["expected"], gen["text"])}
+            row[mode] = {**gen, **judge(constraint, task["expected"], gen["text"]), "fits_budget": fits}
         per_task.append(row)
     summary = {mode: summarize_mode([t[mode] for t in per_task]) for mode in modes}
     report = {

@@ -79,3 +79,30 @@ def test_judge_raw_vs_sanitized(tokenizer) -> None:
     partial = judge(constraint, task["expected"], '{"name": "priya  raman", "email": 3}')
     assert partial["json_valid"] and not partial["schema_valid"] and partial["fields_matched"] == 1
     assert partial["wrong"] == ["email"] and "phone" in partial["missing"]
+
+
+def test_fitting_budget_is_reported_apart() -> None:
+    ok = {"json_valid": True, "schema_valid": True, "sanitized_json_valid": True,
+          "sanitized_schema_valid": True, "fields_matched": 2, "fields_total": 2,
+          "fields_matched_sanitized": 2, "completion_tokens": 20, "finish_reason": "length",
+          "fits_budget": True}
+    cut = {**ok, "schema_valid": False, "json_valid": False, "fits_budget": False}
+    summary = summarize_mode([ok, cut, cut])
+    assert summary["tasks_fitting_budget"] == 1 and summary["schema_valid_rate_fitting"] == 1.0
+    assert "1 of 3 tasks have an instance that fits" in markdown_table({"constrained": summary})
+
+
+def test_shortest_instance_is_an_upper_bound_that_validates(tokenizer) -> None:
+    """The search's instance is a real one: its tokens decode to text the schema accepts."""
+    from afm_struct.bench.extract import shortest_instance_tokens
+    from afm_struct.grammar.closing import closing_vocab_for, shortest_completion
+    from afm_struct.grammar.compiler import compile_constraint
+    from afm_struct.grammar.spec import JsonSchemaRequest
+
+    task = next(t for t in TASKS if t["id"] == "contact_01")
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(task["schema"]))
+    n = shortest_instance_tokens(tokenizer, constraint, tokenizer.vocab_size)
+    found = shortest_completion(constraint.new_matcher(), closing_vocab_for(tokenizer),
+                                vocab_size=tokenizer.vocab_size, decode=tokenizer.decode, max_tokens=2048)
+    assert n is not None and found is not None and n == len(found) > 5
+    assert constraint.validate(tokenizer.decode(found)).ok
