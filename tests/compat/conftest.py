@@ -1,4 +1,4 @@
-"""Client-library compatibility: one live server on the embedded SmolLM2 for the whole package.
+"""Client-library compatibility: one live server on the embedded SmolLM2 for this package.
 
 The server is the real app (``server.app.create_app``) behind uvicorn on an ephemeral port,
 wrapped in a small ASGI recorder that keeps every ``POST /v1/chat/completions`` exchange
@@ -118,7 +118,7 @@ class CompatServer:
     recorder: Recorder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def compat_server(embedded: LoadedModel) -> Iterator[CompatServer]:
     recorder = Recorder(create_app(embedded))
     config = uvicorn.Config(recorder, host="127.0.0.1", port=0, log_level="warning",
