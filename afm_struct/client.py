@@ -120,6 +120,8 @@ class ChatResult:
     request_id: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     chunks: int = 0
+    # logprobs.content entries in order (requests with logprobs: true), else None
+    logprobs: list[dict[str, Any]] | None = None
 
     def raise_for_error(self) -> ChatResult:
         """Raise :class:`AfmStreamError` if the stream reported an error; else return self."""
@@ -217,6 +219,11 @@ class StreamAssembler:
             self.result.usage = obj["usage"]
             events.append(StreamEvent("usage", obj["usage"]))
         for choice in choices:
+            content = (choice.get("logprobs") or {}).get("content")
+            if content is not None:  # entries ride the chunk whose delta shows their text
+                if self.result.logprobs is None:
+                    self.result.logprobs = []
+                self.result.logprobs.extend(content)
             delta = choice.get("delta") or {}
             if delta:
                 self._apply(delta)
@@ -270,7 +277,9 @@ def result_from_completion(body: dict[str, Any]) -> ChatResult:
                       (tc.get("function") or {}).get("arguments") or "")
              for i, tc in enumerate(message.get("tool_calls") or [])]
     key = next((k for k in PROFILE_KEYS if k in body), None)
-    return ChatResult(id=body.get("id"), model=body.get("model"), created=body.get("created"),
+    logprobs = (choice.get("logprobs") or {}).get("content")
+    return ChatResult(logprobs=list(logprobs) if logprobs is not None else None,
+                      id=body.get("id"), model=body.get("model"), created=body.get("created"),
                       role=message.get("role"), content=message.get("content") or "",
                       reasoning_content=message.get("reasoning_content") or "", tool_calls=calls,
                       finish_reason=choice.get("finish_reason"), usage=body.get("usage"),

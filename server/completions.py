@@ -27,6 +27,7 @@ from afm_struct.tools import ToolPlan, plan_tools
 from . import sse
 from .cancel import Inflight, InflightRegistry
 from .channels import Delta, DeltaRouter, make_router
+from .logprobs import Entries, LogprobRouting, logprobs_object, within
 from .profile import (
     PROFILE_EXTENDED,
     ProfileSampler,
@@ -35,7 +36,14 @@ from .profile import (
     build_profile,
     read_energy_uj,
 )
-from .request import check_model, check_n, sampling_params, template_messages, template_tools
+from .request import (
+    check_model,
+    check_n,
+    logprobs_wanted,
+    sampling_params,
+    template_messages,
+    template_tools,
+)
 from .schemas import ChatCompletionRequest, NamedToolChoice
 from .settings import ServerSettings
 from .structured import Compile, StructuredPlan, plan_structured
@@ -95,6 +103,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
     messages = template_messages(body.messages)
     template_tools(body)  # tool/tool_choice admission checks (400s naming the parameter)
     params = sampling_params(body, default_max_tokens=state.settings.default_max_tokens)
+    logprobs = logprobs_wanted(body)
     tokenizer = state.loaded.tokenizer
     plan = await plan_structured(tokenizer, body.response_format, compile_fn=state.compile_fn)
     tool_plan = await plan_request_tools(state, body, messages)
@@ -114,7 +123,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
     close = state.settings.close_on_length if body.afm_close_on_length is None else body.afm_close_on_length
     generation = GenerationRequest(prompt_ids=prompt_ids, params=params, constraint=constraint,
                                    logits_processors=[counter], request_id=request_id,
-                                   close_on_length=close,
+                                   close_on_length=close, logprobs=logprobs,
                                    stops_cut_grammar=tool_plan is None,
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning if constraint is not None else None)
@@ -176,8 +185,14 @@ class Run:
         if self._sampler is not None:
             self._sampler.stop()
 
-    async def deltas(self) -> AsyncIterator[Delta]:
-        """Protocol deltas in order; afterwards :attr:`outcome` is set."""
+    @property
+    def logprobs(self) -> bool:
+        """True when the request asked for token logprobs."""
+        return self.prepared.generation.logprobs is not None
+
+    async def deltas(self) -> AsyncIterator[tuple[Delta, Entries | None]]:
+        """Protocol deltas in order, each with the token logprob entries it carries (None when
+        not asked for); afterwards :attr:`outcome` is set."""
         plan = self.prepared.plan
         tags = self.prepared.reasoning
         pair = (tags.open, tags.close) if tags else None
@@ -187,35 +202,42 @@ class Run:
             tool_plan.make_router(reasoning_tags=pair, start_in_reasoning=opened)
             if tool_plan is not None else make_router(reasoning_tags=pair, start_in_reasoning=opened))
         deferred: list[str] = []
+        deferred_entries: Entries = []
+        routing = LogprobRouting() if self.logprobs else None
 
-        def route(items: list[Delta]) -> list[Delta]:
+        def route(text: str, items: list[Delta], entries: Entries | None,
+                  ) -> list[tuple[Delta, Entries | None]]:
+            slots = routing.assign(text, items, entries) if routing is not None else [None] * len(items)
             if not plan.defer:
-                return items
+                return list(zip(items, slots, strict=True))
             out = []
-            for d in items:  # best-effort JSON: hold content back for sanitizing at the end
-                if "content" in d:
+            for d, slot in zip(items, slots, strict=True):
+                if "content" in d:  # best-effort JSON: hold content back for sanitizing at the end
                     deferred.append(d.pop("content"))
+                    deferred_entries.extend(slot or ())
+                    slot = None
                 if d:
-                    out.append(d)
+                    out.append((d, slot))
             return out
 
         async for event in self.handle.events():
             if isinstance(event, TextDelta):
-                for d in route(router.feed(event.text)):
-                    yield d
+                for item in route(event.text, router.feed(event.text), event.logprobs):
+                    yield item
                 continue
             assert isinstance(event, Finished)
-            for d in route(router.finish()):
-                yield d
+            for item in route("", router.finish(), None):
+                yield item
             cancelled = self.state.registry.complete(self.entry)
             if event.reason == "error":
                 err = event.error or GenerationError("generation failed")
                 self.outcome = Outcome("error", event, err)
                 break
             if deferred:
-                text = plan.sanitize("".join(deferred))
+                raw = "".join(deferred)
+                text = plan.sanitize(raw)
                 if text:
-                    yield {"content": text}
+                    yield {"content": text}, within(deferred_entries, raw, text) if routing else None
             reason = "cancelled" if cancelled else router.finish_reason(event.reason)
             self.outcome = Outcome(reason, event)
         if self.outcome is None:  # defensive: the event stream ended without a Finished
@@ -262,11 +284,13 @@ async def sse_body(run: Run) -> AsyncIterator[bytes]:
     ident = run.prepared.ident
     first = True
     try:
-        async for delta in run.deltas():
+        async for delta, entries in run.deltas():
             if first:
                 delta = {"role": "assistant", **delta}
                 first = False
-            yield sse.encode_event(sse.delta_chunk(ident, delta))
+            # Asked-for logprobs ride every content / tool_calls chunk (possibly empty).
+            lp = logprobs_object(entries or []) if run.logprobs and "reasoning_content" not in delta else None
+            yield sse.encode_event(sse.delta_chunk(ident, delta, lp))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a server bug mid-stream: the status is sent, so report in-band
@@ -293,7 +317,9 @@ async def collect(run: Run) -> dict[str, Any]:
     content: list[str] = []
     reasoning: list[str] = []
     tool_calls: dict[int, dict[str, Any]] = {}
-    async for delta in run.deltas():
+    entries: Entries = []
+    async for delta, carried in run.deltas():
+        entries.extend(carried or ())
         content.append(delta.get("content") or "")
         reasoning.append(delta.get("reasoning_content") or "")
         for call in delta.get("tool_calls") or ():
@@ -306,7 +332,8 @@ async def collect(run: Run) -> dict[str, Any]:
         run.prepared.ident, content="".join(content) if any(content) or not tool_calls else None,
         reasoning_content="".join(reasoning) or None,
         tool_calls=[tool_calls[i] for i in sorted(tool_calls)] or None,
-        finish_reason=outcome.reason, usage=outcome.finished.usage)
+        finish_reason=outcome.reason, usage=outcome.finished.usage,
+        logprobs=logprobs_object(entries) if run.logprobs else None)
     profile = run.profile()
     if profile is not None and run.prepared.profile_key is not None:
         body[run.prepared.profile_key] = profile

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from afm_struct.decoding.logprobs import MAX_TOP_LOGPROBS
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.errors import InvalidRequestError, NotFoundError, UnknownToolError
 
@@ -111,3 +112,18 @@ def sampling_params(req: ChatCompletionRequest, *, default_max_tokens: int) -> S
         if value is not None:
             kwargs[name] = value
     return SamplingParams(**kwargs)
+
+
+def logprobs_wanted(req: ChatCompletionRequest) -> int | None:
+    """How many alternatives per token the request wants (None: no logprobs), as OpenAI checks:
+    ``top_logprobs`` needs ``logprobs: true`` and lies in 0-20."""
+    top = req.top_logprobs
+    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise InvalidRequestError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}",
+                                  param="top_logprobs", code="invalid_value")
+    if not req.logprobs:
+        if top is not None:
+            raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs",
+                                      code="invalid_value")
+        return None
+    return top or 0

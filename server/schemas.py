@@ -141,6 +141,10 @@ class ChatCompletionRequest(BaseModel):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # Token logprobs of content and tool-call arguments; top_logprobs (0-20) alternatives per
+    # token, only with logprobs: true (checked in server.request.logprobs_wanted).
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
     # Extension: false lets max_tokens cut constrained output mid-value (default: the server's
     # setting, on unless started with --no-close-on-length).
     afm_close_on_length: bool | None = None
@@ -181,13 +185,34 @@ class AssistantMessage(BaseModel):
     tool_calls: list[dict[str, Any]] | None = None
 
 
+class TopLogprobModel(BaseModel):
+    """An alternative token at one position."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobModel(TopLogprobModel):
+    """A generated token, with its most likely alternatives."""
+
+    top_logprobs: list[TopLogprobModel]
+
+
+class ChoiceLogprobs(BaseModel):
+    """``choices[].logprobs`` (present when the request set ``logprobs: true``)."""
+
+    content: list[TokenLogprobModel] | None
+    refusal: None = None
+
+
 class Choice(BaseModel):
     """The single choice of a completion."""
 
     index: int
     message: AssistantMessage
     finish_reason: Literal["stop", "length", "tool_calls", "cancelled", "error"]
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionResponse(BaseModel):

@@ -40,9 +40,13 @@ def _chunk(ident: StreamIdentity, choices: list[dict[str, Any]]) -> dict[str, An
             "choices": choices}
 
 
-def delta_chunk(ident: StreamIdentity, delta: Mapping[str, Any]) -> dict[str, Any]:
-    """A chunk carrying one delta (content, reasoning_content, tool_calls, role) and no finish."""
-    return _chunk(ident, [{"index": 0, "delta": dict(delta), "logprobs": None, "finish_reason": None}])
+def delta_chunk(ident: StreamIdentity, delta: Mapping[str, Any],
+                logprobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A chunk carrying one delta (content, reasoning_content, tool_calls, role) and no finish;
+    ``logprobs`` is the choice's ``{"content": [...], "refusal": null}`` when asked for."""
+    return _chunk(ident, [{"index": 0, "delta": dict(delta),
+                           "logprobs": dict(logprobs) if logprobs is not None else None,
+                           "finish_reason": None}])
 
 
 def finish_chunk(ident: StreamIdentity, reason: str) -> dict[str, Any]:
@@ -88,8 +92,9 @@ def profile_event(key: str, profile: Mapping[str, Any]) -> dict[str, Any]:
 
 def completion_body(ident: StreamIdentity, *, content: str | None, reasoning_content: str | None,
                     tool_calls: list[dict[str, Any]] | None, finish_reason: str,
-                    usage: Usage) -> dict[str, Any]:
-    """A non-streaming ``chat.completion`` (empty channels are left out or null, as OpenAI does)."""
+                    usage: Usage, logprobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A non-streaming ``chat.completion`` (empty channels are left out or null, as OpenAI does;
+    ``logprobs`` is the choice's logprobs object when asked for)."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning_content:
         message["reasoning_content"] = reasoning_content
@@ -97,7 +102,8 @@ def completion_body(ident: StreamIdentity, *, content: str | None, reasoning_con
         message["tool_calls"] = tool_calls
     return {"id": ident.id, "object": COMPLETION_OBJECT, "created": ident.created,
             "model": ident.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
+            "choices": [{"index": 0, "message": message,
+                         "logprobs": dict(logprobs) if logprobs is not None else None,
                          "finish_reason": finish_reason}],
             "usage": usage_dict(usage)}
 
