@@ -11,6 +11,9 @@
     result.value          # Invoice(number='INV-7', total=12.5)
     result.mode           # 'enforced' (or 'downgraded' with result.reason)
     result.raw_text       # the JSON text the model produced
+
+    result = afm_struct.extract("Invoice INV-7 totals 12.50 EUR.", Invoice, logprobs=True)
+    result.confidence["$.total"]   # FieldConfidence(mean_logprob=..., min_logprob=..., ...)
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from .confidence import FieldConfidence, field_confidence
+from .decoding.logprobs import TokenLogprob
 from .errors import AfmError
 
 _DEFAULT_MODEL: Any = None
@@ -50,6 +55,10 @@ class Extraction:
     errors: tuple[str, ...]
     prompt_tokens: int
     completion_tokens: int
+    # With extract(..., logprobs=True): confidence per leaf path ("$.address.city",
+    # "$.items[0]") and every generated token's entry; None otherwise.
+    confidence: dict[str, FieldConfidence] | None = None
+    token_logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 def _default_model() -> Any:
@@ -73,15 +82,17 @@ def _schema_of(schema: Any) -> tuple[dict[str, Any], Any]:
 
 def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = None,
             max_tokens: int = 512, temperature: float = 0.0, seed: int | None = None,
-            check: bool = True) -> Extraction:
+            check: bool = True, logprobs: bool = False) -> Extraction:
     """Generate one JSON instance of ``schema`` for ``messages`` and validate it.
 
     ``messages`` is a user prompt or an OpenAI-style list; ``schema`` a JSON Schema dict or a
     pydantic model class; ``model`` a :class:`~afm_struct.models.LoadedModel` (default: the
     embedded model, loaded once).  With ``check`` (the default) an invalid output raises
     :class:`ExtractionError` carrying the result; otherwise the result says ``valid=False``.
+    With ``logprobs`` the result also carries ``confidence``: per leaf field, the mean and
+    minimum logprob of the tokens that wrote its value (:mod:`afm_struct.confidence`).
     """
-    from .decoding.generator import Finished, GenerationRequest, Generator
+    from .decoding.generator import Finished, GenerationRequest, Generator, TextDelta
     from .decoding.sampling import SamplingParams
     from .grammar.compiler import compile_constraint
     from .grammar.spec import JsonSchemaRequest
@@ -93,11 +104,21 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
     request = GenerationRequest(
         loaded.tokenizer.encode_chat(chat),
         SamplingParams(temperature=temperature, seed=seed, max_tokens=max_tokens),
-        constraint=constraint)
-    fin = next(e for e in Generator.from_loaded(loaded).generate(request) if isinstance(e, Finished))
+        constraint=constraint, logprobs=0 if logprobs else None)
+    entries: list[TokenLogprob] = []
+    fin = None
+    for event in Generator.from_loaded(loaded).generate(request):
+        if isinstance(event, TextDelta):
+            entries.extend(event.logprobs or ())
+        elif isinstance(event, Finished):
+            fin = event
+    assert fin is not None
     if fin.error is not None:
         raise fin.error
     text = fin.text if constraint.mode == "enforced" else constraint.sanitize(fin.text)
+    confidence = None
+    if logprobs:  # sanitized text is cut out of the output: its offsets start further in
+        confidence = field_confidence(text, entries, base=max(fin.text.find(text), 0))
     outcome = constraint.validate(text)
     errors = tuple(outcome.errors)
     valid = outcome.ok and fin.reason == "stop"
@@ -112,7 +133,8 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
     result = Extraction(value=value if valid else None, valid=valid, mode=str(constraint.mode),
                         reason=constraint.reason, raw_text=fin.text, finish_reason=fin.reason,
                         errors=errors, prompt_tokens=fin.usage.prompt_tokens,
-                        completion_tokens=fin.usage.completion_tokens)
+                        completion_tokens=fin.usage.completion_tokens, confidence=confidence,
+                        token_logprobs=tuple(entries) if logprobs else None)
     if check and not valid:
         raise ExtractionError("the model output is not a valid instance: " + "; ".join(errors),
                               result=result)
