@@ -6,14 +6,18 @@ markers and one rule per callable tool: the name is a literal (so the parser has
 tool before the arguments start) and the arguments are an inline ``%json`` schema.
 
 Every tool's ``parameters`` guides its arguments, strict or not (as llama.cpp and vLLM do for
-forced calls; the OpenAI Agents SDK and instructor's TOOLS mode send closed, all-required
-schemas without the flag, and a small model left to generic JSON invents their shape).  The
-two readings differ in what the schema means, not in whether it is used:
+forced calls): instructor's TOOLS mode, LangChain's ``function_calling`` and pydantic models in
+general send schemas without the flag, and a small model left to generic JSON invents their
+shape.
 
-* strict tools are read as OpenAI reads them: objects that declare properties take no others
-  (:func:`close_objects`; a subset of the schema's instances, so every call still validates);
-* non-strict tools keep JSON Schema's own semantics: an object without
-  ``additionalProperties: false`` stays open, optional stays optional.
+Objects that declare properties and say nothing about extra ones take no others
+(:func:`close_objects`), strict or not.  That is OpenAI's strict reading and what llama.cpp's
+schema-to-grammar does for any schema; every output is still an instance of the schema as
+written (closing only removes instances), and optional properties stay optional.  Left open,
+the 135M model fills its budget with invented keys (``"topic_type_type"``, ``"properties"``)
+in 8 of 22 BFCL/Glaive tools and in every instructor/LangChain non-strict case
+(benchmarks/tools/README.md); an explicit ``additionalProperties: true`` or schema keeps an
+object open.  ``closed=False`` turns this off for callers that want JSON Schema's open reading.
 
 Each tool's ``parameters`` goes through the compiler's ladder first; its rung decides what is
 embedded: the rewritten schema with exact options (enforced), with llguidance's relaxed
@@ -126,13 +130,13 @@ def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
                     closed: bool = True) -> tuple[Any, Rung, str | None]:
     """What to embed for ``tool``'s arguments: (schema with options, rung, downgrade reason).
 
-    ``enforce`` climbs the compiler's ladder with ``tool.parameters`` (closed objects when the
-    tool is strict and ``closed``); without it, generic object arguments.
+    ``enforce`` climbs the compiler's ladder with ``tool.parameters`` (objects closed when
+    ``closed``); without it, generic object arguments.
     """
     exact = json_options(options)
     if not enforce:
         return with_options(GENERIC_ARGS, exact), Rung.GENERIC_JSON, None
-    params = close_objects(tool.parameters) if closed and tool.strict else tool.parameters
+    params = close_objects(tool.parameters) if closed else tool.parameters
     request = JsonSchemaRequest(params, strict=tool.strict)
     compiled = (compile_fn(tokenizer, request) if compile_fn is not None
                 else compile_constraint(tokenizer, request, options))

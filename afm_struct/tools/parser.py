@@ -95,11 +95,12 @@ class CallParser:
         """End of generation: close a call cut short, give back held text."""
         out: list[Event] = []
         self._run(out, final=True)
-        if self._state == "object":
+        if self._state == "object" and not (self._index is None and self.fmt.open):
             self._close_object(out, cut_short=True)
-        elif self._state == "open":
-            self._text(out, self._raw)
+        # Else a call opened with the format's marker and cut before its name was whole (or
+        # before its object began): call markup, which never reaches the client as content.
         self._state, self._raw = "text", ""
+        self._scan, self._index = None, None
         if self._buf:
             self._text(out, self._buf)
             self._buf = ""

@@ -162,9 +162,9 @@ LOOSE = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"
 
 
 @pytest.mark.parametrize("fmt_name", sorted(GOOD))
-def test_non_strict_arguments_follow_the_schema_read_as_json_schema(tokenizer, fmt_name: str) -> None:
-    """No ``strict`` flag: arguments are still guided by ``parameters``, read with JSON Schema's
-    semantics (open object, optional stays optional), and nothing is reported downgraded."""
+def test_non_strict_arguments_follow_the_schema(tokenizer, fmt_name: str) -> None:
+    """No ``strict`` flag: arguments are still guided by ``parameters`` (optional stays
+    optional, undeclared keys are not invented), and nothing is reported downgraded."""
     fmt = load_table().get(fmt_name)
     tools = (ToolDef("get_weather", parameters=LOOSE),)
 
@@ -179,22 +179,30 @@ def test_non_strict_arguments_follow_the_schema_read_as_json_schema(tokenizer, f
         c = planned.constraint
         assert c is not None
         assert c.validate(call('{"city": "Paris"}')).ok  # "unit" stays optional
-        assert c.validate(call('{"city": "Paris", "unit": "c", "extra": 1}')).ok  # open object
+        assert c.validate(call('{"city": "Paris", "unit": "c"}')).ok
         for bad in ('{"temperature": ["Temperature", "Celsius"]}', '{"city": 3}',
-                    '{"city": "Paris", "unit": "kelvin"}'):
+                    '{"city": "Paris", "unit": "kelvin"}', '{"city": "Paris", "properties": {}}'):
             assert not c.validate(call(bad)).ok, bad
         if auto:
             assert c.validate("It is sunny.").ok
 
 
-def test_strict_reads_the_same_schema_closed(tokenizer) -> None:
+def test_objects_stay_open_where_the_schema_says_so(tokenizer) -> None:
+    """An explicit ``additionalProperties`` keeps an object open (strict or not), and
+    ``closed=False`` reads every schema as JSON Schema does."""
     fmt = load_table().get("hermes")
-    planned = compile_tool_grammar(tokenizer, fmt, (ToolDef("get_weather", parameters=LOOSE, strict=True),),
-                                   required=True, parallel=False)
-    c = planned.constraint
-    assert c is not None and planned.rungs == {"get_weather": "exact"}
-    assert not c.validate('<tool_call>\n{"name": "get_weather", "arguments": '
-                          '{"city": "Paris", "extra": 1}}\n</tool_call>').ok
+    extra = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "extra": 1}}\n</tool_call>'
+    for strict in (False, True):
+        tool = ToolDef("get_weather", parameters=LOOSE, strict=strict)
+        planned = compile_tool_grammar(tokenizer, fmt, (tool,), required=True, parallel=False)
+        assert planned.constraint is not None and not planned.constraint.validate(extra).ok
+        open_schema = {**LOOSE, "additionalProperties": True}
+        tool = ToolDef("get_weather", parameters=open_schema, strict=strict)
+        opened = compile_tool_grammar(tokenizer, fmt, (tool,), required=True, parallel=False)
+        assert opened.constraint is not None and opened.constraint.validate(extra).ok
+    loose = compile_tool_grammar(tokenizer, fmt, (ToolDef("get_weather", parameters=LOOSE),), required=True,
+                                 parallel=False, closed=False)
+    assert loose.constraint is not None and loose.constraint.validate(extra).ok
 
 
 def test_a_non_strict_schema_that_cannot_be_enforced_is_generic_without_downgrade(tokenizer) -> None:

@@ -112,3 +112,18 @@ def test_arguments_stream_while_generated() -> None:
     assert parser.feed(': "Pa') == [ArgsEvent(0, ': "Pa')]
     assert parser.feed('ris"}}</tool_') == [ArgsEvent(0, 'ris"}'), CallEnd(0)]
     assert parser.feed("call>") == [] and parser.finish() == []
+
+
+@pytest.mark.parametrize("step", [1, 3, 100])
+@pytest.mark.parametrize("tail", ['<tool_call>\n{"name": "final', "<tool_call>\n", "<tool_call>\n{"])
+def test_a_call_cut_before_its_name_is_not_content(step, tail) -> None:
+    """pydantic-ai's parallel second call cut by max_tokens: the half-opened call is markup, and
+    markup never comes back as content (OpenAI never shows it)."""
+    first = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n'
+    assert parse("hermes", first + tail, step) == call(0, "a", "{}")
+    assert parse("hermes", "Hi. " + tail, step) == [("text", "Hi.")]  # space before a call: dropped
+
+
+def test_bare_json_cut_before_a_name_stays_text() -> None:
+    """Formats without an opener: a cut ``{"na`` may be the answer itself, so it is given back."""
+    assert parse("llama3_json", '{"na', 1) == [("text", '{"na')]
