@@ -1,10 +1,9 @@
-"""GGUF files of llama-family models mapped onto mlx-lm's llama model.
+"""GGUF files mapped onto mlx-lm's own model classes (the per-family tables are in gguf_arch).
 
 ``mx.load`` already decodes GGUF's Q4_0/Q4_1/Q8_0 blocks into MLX's affine quantized layout
 (uint32-packed weights plus per-group scales and biases), so the work here is naming, choosing
-a weight representation and reading the hyper-parameters from the metadata.  llama.cpp's
-converter permutes Q and K for interleaved ("traditional") RoPE, so the model is built with
-``rope_traditional=True`` and the weights are used as stored.
+a weight representation and reading the hyper-parameters from the metadata.  Other ggml types
+(K-quants, Q5) are refused up front with what to convert to: ``mx.load`` cannot read them.
 """
 
 from __future__ import annotations
@@ -16,24 +15,13 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from ..errors import ModelLoadError
-from .gguf_header import check_gguf
+from .gguf_arch import AUX_TENSORS, FAMILIES, ArchMeta, Family
+from .gguf_header import BF16, MLX_TYPES, GGUFHeader, read_header
 
-SUPPORTED_ARCHITECTURES = ("llama",)
-
-_BLOCK_NAMES = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+SUPPORTED_ARCHITECTURES = tuple(FAMILIES)
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|scales|biases|bias)$")
 _TOP_RE = re.compile(r"^([a-z_]+)\.(weight|scales|biases|bias)$")
 
@@ -46,6 +34,11 @@ class GGUFContents:
     tensors: dict[str, mx.array]
     metadata: dict[str, Any]
 
+    @property
+    def family(self) -> Family:
+        """The mapping table of this file's architecture."""
+        return FAMILIES[str(self.meta("general.architecture"))]
+
     def meta(self, key: str, default: Any = None) -> Any:
         """A scalar metadata value as a Python object (arrays of size one are unwrapped)."""
         value = self.metadata.get(key, default)
@@ -54,71 +47,69 @@ class GGUFContents:
         return value
 
 
+def _check_types(header: GGUFHeader, path: Path) -> None:
+    """One line naming a tensor MLX cannot load and what to convert the file to."""
+    bad = [t for t in header.tensors if t.ggml_type not in MLX_TYPES]
+    if bad:
+        kinds = ", ".join(sorted({t.type_name for t in bad}))
+        raise ModelLoadError(
+            f"{path.name} holds {kinds} tensors (e.g. {bad[0].name}), which MLX cannot load: "
+            "requantize it to Q8_0 or Q4_0 (llama-quantize --allow-requantize IN.gguf OUT.gguf Q8_0), "
+            "or use an F16/BF16 GGUF or an mlx-lm model directory")
+
+
+def _exact_bf16(path: Path, header: GGUFHeader, tensors: dict[str, mx.array]) -> None:
+    """Re-read BF16 tensors from the file: ``mx.load`` narrows them to float16 (range lost)."""
+    for info in header.tensors:
+        if info.ggml_type == BF16:
+            raw = np.fromfile(path, dtype=np.uint16, count=int(np.prod(info.shape)), offset=info.offset)
+            tensors[info.name] = mx.array(raw.reshape(info.shape)).view(mx.bfloat16)
+
+
 def read_gguf(path: str | Path) -> GGUFContents:
     """Read a GGUF file, turning any failure into a :class:`ModelLoadError` naming the cause."""
     path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"GGUF file not found: {path}")
-    arch = check_gguf(path)
+    header = read_header(path)
+    arch = header.architecture
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelLoadError(
             f"unsupported GGUF architecture {arch!r} in {path}; supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)} (use an mlx-lm model directory for others)"
         )
+    _check_types(header, path)
     try:
         tensors, metadata = mx.load(str(path), return_metadata=True)
     except Exception as exc:  # mlx raises plain RuntimeError/ValueError on corrupt files
         raise ModelLoadError(f"cannot read GGUF file {path}: {exc} (is the file complete?)") from exc
+    _exact_bf16(path, header, tensors)
     return GGUFContents(path=path, tensors=tensors, metadata=metadata)
 
 
+def arch_meta(contents: GGUFContents) -> ArchMeta:
+    """The file's metadata under its architecture's prefix."""
+    return ArchMeta(str(contents.meta("general.architecture")), contents.meta, contents.tensors,
+                    contents.path)
+
+
 def model_config(contents: GGUFContents) -> dict[str, Any]:
-    """mlx-lm llama ``ModelArgs`` fields from GGUF metadata."""
-    arch = contents.meta("general.architecture")
-
-    def need(key: str) -> Any:
-        value = contents.meta(f"{arch}.{key}")
-        if value is None:
-            raise ModelLoadError(f"GGUF metadata lacks {arch}.{key} in {contents.path}")
-        return value
-
-    hidden = int(need("embedding_length"))
-    heads = int(need("attention.head_count"))
-    tokens = contents.metadata.get("tokenizer.ggml.tokens")
-    vocab = contents.meta(f"{arch}.vocab_size") or (len(tokens) if tokens else None)
-    if vocab is None:
-        raise ModelLoadError(f"cannot tell the vocabulary size of {contents.path}")
-    head_dim = contents.meta(f"{arch}.rope.dimension_count") or hidden // heads
-    return {
-        "model_type": "llama",
-        "hidden_size": hidden,
-        "num_hidden_layers": int(need("block_count")),
-        "intermediate_size": int(need("feed_forward_length")),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(contents.meta(f"{arch}.attention.head_count_kv") or heads),
-        "rms_norm_eps": float(need("attention.layer_norm_rms_epsilon")),
-        "vocab_size": int(vocab),
-        "head_dim": int(head_dim),
-        "rope_theta": float(contents.meta(f"{arch}.rope.freq_base") or 10000.0),
-        "rope_traditional": True,
-        "max_position_embeddings": int(contents.meta(f"{arch}.context_length") or 2048),
-        "tie_word_embeddings": "output.weight" not in contents.tensors,
-    }
+    """mlx-lm ``ModelArgs`` fields of the file's family, from GGUF metadata."""
+    return contents.family.config(arch_meta(contents))
 
 
-def rename_tensor(name: str) -> str:
-    """GGUF tensor name → mlx-lm llama parameter name."""
+def rename_tensor(name: str, family: Family = FAMILIES["llama"]) -> str:
+    """GGUF tensor name → mlx-lm parameter name in ``family``'s model."""
     if m := _BLOCK_RE.match(name):
         layer, part, kind = m.groups()
-        if part not in _BLOCK_NAMES:
-            raise ModelLoadError(f"unexpected GGUF tensor {name}")
-        kind = "bias" if kind == "bias" else kind
-        return f"model.layers.{layer}.{_BLOCK_NAMES[part]}.{kind}"
+        if part not in family.blocks:
+            raise ModelLoadError(f"unexpected GGUF tensor {name} for a {family.architecture} model")
+        return f"model.layers.{layer}.{family.blocks[part]}.{kind}"
     if m := _TOP_RE.match(name):
         part, kind = m.groups()
-        if part in _TOP_NAMES:
-            return f"{_TOP_NAMES[part]}.{kind}"
-    raise ModelLoadError(f"unexpected GGUF tensor {name}")
+        if part in family.top:
+            return f"{family.top[part]}.{kind}"
+    raise ModelLoadError(f"unexpected GGUF tensor {name} for a {family.architecture} model")
 
 
 @dataclass(frozen=True)
@@ -147,7 +138,12 @@ def quant_spec(weight: mx.array, scales: mx.array) -> QuantSpec:
 def mlx_weights(contents: GGUFContents, *, dequantize: bool, dtype: mx.Dtype = mx.float32
                 ) -> tuple[dict[str, mx.array], dict[str, QuantSpec]]:
     """Renamed weights, either dequantized to ``dtype`` or kept packed with their specs."""
-    renamed = {rename_tensor(k): v for k, v in contents.tensors.items()}
+    family = contents.family
+    renamed = {rename_tensor(k, family): v for k, v in contents.tensors.items() if k not in AUX_TENSORS}
+    if family.norm_shift:
+        for name, value in renamed.items():
+            if name.endswith("norm.weight"):
+                renamed[name] = value.astype(mx.float32) + family.norm_shift
     specs: dict[str, QuantSpec] = {}
     out: dict[str, mx.array] = {}
     for name, value in renamed.items():
@@ -168,13 +164,48 @@ def mlx_weights(contents: GGUFContents, *, dequantize: bool, dtype: mx.Dtype = m
     return out, specs
 
 
-def build_model(contents: GGUFContents, *, dequantize: bool) -> tuple[nn.Module, dict[str, Any]]:
-    """Instantiate mlx-lm's llama model with the file's weights loaded (and evaluated)."""
-    from mlx_lm.models import llama
+def _missing(model: nn.Module, weights: dict[str, mx.array], family: Family) -> None:
+    """A :class:`ModelLoadError` naming the GGUF tensors the model needs and the file lacks."""
+    from mlx.utils import tree_flatten
 
-    config = model_config(contents)
-    model = llama.Model(llama.ModelArgs.from_dict(config))
+    wanted = {k for k, _ in tree_flatten(model.parameters())}
+    missing = sorted(wanted - set(weights))
+    extra = sorted(set(weights) - wanted)
+    if not missing and not extra:
+        return
+    inverse = {v: k for k, v in {**family.blocks, **family.top}.items()}
+
+    def gguf_name(param: str) -> str:
+        parts = param.split(".")
+        if parts[:2] == ["model", "layers"]:
+            inner = ".".join(parts[3:-1])
+            return f"blk.{parts[2]}.{inverse.get(inner, inner)}.{parts[-1]}"
+        return f"{inverse.get('.'.join(parts[:-1]), param)}.{parts[-1]}"
+
+    if missing:
+        names = ", ".join(gguf_name(p) for p in missing[:3])
+        raise ModelLoadError(f"GGUF file lacks tensor {names} ({len(missing)} missing) for a "
+                             f"{family.architecture} model")
+    raise ModelLoadError(f"GGUF tensor {gguf_name(extra[0])} does not fit mlx-lm's "
+                         f"{family.module} model (check the file's metadata)")
+
+
+def build_model(contents: GGUFContents, *, dequantize: bool) -> tuple[nn.Module, dict[str, Any]]:
+    """Instantiate the family's mlx-lm model with the file's weights loaded (and evaluated)."""
+    import importlib
+
+    family = contents.family
+    module = importlib.import_module(f"mlx_lm.models.{family.module}")
+    meta = arch_meta(contents)
+    config = family.config(meta)
+    try:
+        model = module.Model(module.ModelArgs.from_dict(config))
+    except (ValueError, TypeError, AssertionError) as exc:
+        raise ModelLoadError(f"GGUF metadata of {contents.path} does not fit mlx-lm's {family.module} "
+                             f"model: {exc}") from exc
     weights, specs = mlx_weights(contents, dequantize=dequantize)
+    if hasattr(model, "sanitize"):
+        weights = model.sanitize(weights)  # e.g. gemma3 drops its LM head when it is tied
     if specs:
         def predicate(path: str, module: nn.Module) -> bool | dict[str, int]:
             spec = specs.get(path)
@@ -184,9 +215,13 @@ def build_model(contents: GGUFContents, *, dequantize: bool) -> tuple[nn.Module,
         config["quantization"] = {
             p: {"group_size": s.group_size, "bits": s.bits} for p, s in specs.items()
         }
+    _missing(model, weights, family)
     try:
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as exc:
-        raise ModelLoadError(f"GGUF weights of {contents.path} do not fit a llama model: {exc}") from exc
+        raise ModelLoadError(f"GGUF weights of {contents.path} do not fit mlx-lm's {family.module} "
+                             f"model: {exc}") from exc
+    if family.finish is not None:
+        family.finish(model, meta, config)
     mx.eval(model.parameters())
     return model, config

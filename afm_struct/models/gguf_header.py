@@ -8,6 +8,7 @@ lie inside the file.  Only then is the file handed to MLX.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelLoadError
@@ -17,6 +18,35 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
            9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
            14: (256, 210), 15: (256, 292), 30: (1, 2)}
+TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
+              10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16"}
+# What ``mx.load`` reads: Q4_0/Q4_1/Q8_0 into MLX's affine layout, floats as they are (BF16 is
+# read as float16 by MLX, so :mod:`gguf` re-reads it exactly from the file).
+MLX_TYPES = frozenset({0, 1, 2, 3, 8, 30})
+BF16 = 30
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One entry of the tensor table: numpy-order shape, ggml type, absolute byte offset."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+
+    @property
+    def type_name(self) -> str:
+        """The ggml type's name (``Q4_K``), or its number when unknown."""
+        return TYPE_NAMES.get(self.ggml_type, f"type {self.ggml_type}")
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """``general.architecture`` and the tensor table of a checked file."""
+
+    architecture: str | None
+    tensors: tuple[TensorInfo, ...]
 
 
 class _Reader:
@@ -55,6 +85,11 @@ class _Reader:
 
 def check_gguf(path: Path) -> str | None:
     """Validate the header and tensor bounds of ``path``; return ``general.architecture``."""
+    return read_header(path).architecture
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """Validate the header and tensor bounds of ``path``; return its architecture and tensors."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -89,6 +124,7 @@ def check_gguf(path: Path) -> str | None:
         ttype, offset = int(r.scalar("I")), int(r.scalar("Q"))
         tensors.append((name, dims, ttype, offset))
     data_start = (r.pos + alignment - 1) // alignment * alignment
+    infos = []
     for name, dims, ttype, offset in tensors:
         count = 1
         for d in dims:
@@ -98,4 +134,6 @@ def check_gguf(path: Path) -> str | None:
         if end > size:
             raise ModelLoadError(f"{path} is truncated: tensor {name} ends past the end of the file "
                                  "(re-download or reinstall the model)")
-    return arch
+        # GGUF lists dimensions innermost first; numpy and MLX shapes are the other way round.
+        infos.append(TensorInfo(name, tuple(reversed(dims)), ttype, data_start + offset))
+    return GGUFHeader(arch, tuple(infos))

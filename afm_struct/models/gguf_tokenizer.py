@@ -1,16 +1,22 @@
 """Rebuild a model's tokenizer from GGUF metadata with the ``tokenizers`` library.
 
-GGUF keeps the vocabulary, the BPE merges, token types and a pre-tokenizer *name*
-(``tokenizer.ggml.pre``); the regexes behind each name live in llama.cpp.  The table below
-carries the ones for byte-level BPE families; an unknown name is an error, not a guess,
-because a wrong pre-tokenizer silently changes every token id.
+Two vocabulary kinds (``tokenizer.ggml.model``):
+
+* ``gpt2``: byte-level BPE.  GGUF keeps the vocabulary, the merges, token types and a
+  pre-tokenizer *name* (``tokenizer.ggml.pre``); the regexes behind each name live in llama.cpp.
+  The table below carries the ones for the families we load; an unknown name is an error, not a
+  guess, because a wrong pre-tokenizer silently changes every token id.
+* ``llama``: SentencePiece BPE (Llama 2, Mistral v0.1-v0.3, Phi-3, Gemma).  GGUF keeps pieces
+  and scores but no merges; llama.cpp merges the adjacent pair whose result scores highest, which
+  is a BPE whose merge ranks are ordered by the merged piece's score (as transformers' GGUF
+  converter built it).  Bytes without a piece fall back to the ``<0xNN>`` tokens.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from ..errors import ModelLoadError
 from .gguf import GGUFContents
@@ -24,6 +30,21 @@ _QWEN2 = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+
+# Mistral NeMo / Small 3 ("tekken") and Phi-4-mini ("gpt-4o"): case-split words, no contractions.
+_TEKKEN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+_GPT4O = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _CONTRACTION
+    + r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _CONTRACTION
+    + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# SentencePiece's word boundary marker (U+2581), written for spaces.
+SPIECE = "\u2581"
 
 
 def _split(pattern: str) -> pre_tokenizers.PreTokenizer:
@@ -46,6 +67,10 @@ def _pre_tokenizer(name: str) -> pre_tokenizers.PreTokenizer:
         return pre_tokenizers.Sequence([_split(_LLAMA3), _byte_level()])
     if name in ("qwen2", "deepseek-r1-qwen"):
         return pre_tokenizers.Sequence([_split(_QWEN2), _byte_level()])
+    if name == "tekken":
+        return pre_tokenizers.Sequence([_split(_TEKKEN), _byte_level()])
+    if name == "gpt-4o":
+        return pre_tokenizers.Sequence([_split(_GPT4O), _byte_level()])
     raise ModelLoadError(
         f"unsupported GGUF pre-tokenizer {name!r}; use an mlx-lm model directory for this model")
 
@@ -57,23 +82,65 @@ def _list(contents: GGUFContents, key: str) -> list[Any]:
     return value.tolist() if hasattr(value, "tolist") else list(value)
 
 
-def build_tokenizer(contents: GGUFContents) -> Tokenizer:
-    """A ``tokenizers.Tokenizer`` equivalent to the one the GGUF was converted from."""
-    kind = contents.meta("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise ModelLoadError(
-            f"unsupported GGUF tokenizer model {kind!r} (only byte-level BPE, 'gpt2', is supported)")
-    tokens = _list(contents, "tokenizer.ggml.tokens")
+def _byte_bpe(contents: GGUFContents, tokens: list[str]) -> Tokenizer:
     merges = [tuple(m.split(" ", 1)) for m in _list(contents, "tokenizer.ggml.merges")]
-    types = contents.metadata.get("tokenizer.ggml.token_type")
-    types = types.tolist() if types is not None else [1] * len(tokens)
     vocab = {tok: i for i, tok in enumerate(tokens)}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     tokenizer.pre_tokenizer = _pre_tokenizer(str(contents.meta("tokenizer.ggml.pre") or "default"))
     tokenizer.decoder = decoders.ByteLevel()
-    # Types 3 (control) and 4 (user-defined) are matched whole, before BPE, like llama.cpp does.
-    from tokenizers import AddedToken
+    return tokenizer
 
+
+def spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
+    """Merge ranks for a SentencePiece vocabulary: every split of a normal piece into two pieces,
+    the best-scoring results first (llama.cpp's SPM merges by the merged piece's score)."""
+    index = {tok: i for i, tok in enumerate(tokens)}
+    found: list[tuple[float, int, int, str, str]] = []
+    for tok, score, kind in zip(tokens, scores, types, strict=True):
+        if kind not in (1, 4):  # control, byte and unused pieces are never merge results
+            continue
+        local = [(score, index[tok[:k]], index[tok[k:]], tok[:k], tok[k:]) for k in range(1, len(tok))
+                 if tok[:k] in index and tok[k:] in index]
+        found.extend(sorted(local, key=lambda m: (m[1], m[2]), reverse=True))
+    found.sort(key=lambda m: m[0], reverse=True)  # stable: ties keep the order above
+    return [(left, right) for _, _, _, left, right in found]
+
+
+def _sentencepiece(contents: GGUFContents, tokens: list[str], types: list[int]) -> Tokenizer:
+    scores = [float(s) for s in _list(contents, "tokenizer.ggml.scores")]
+    unk = contents.meta("tokenizer.ggml.unknown_token_id")
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    tokenizer = Tokenizer(models.BPE(
+        vocab=vocab, merges=spm_merges(tokens, scores, types), fuse_unk=True, byte_fallback=True,
+        unk_token=tokens[int(unk)] if unk is not None else None))
+    # llama.cpp writes a space before the text and after every special token (Llama, Mistral,
+    # Phi-3); Gemma's vocabulary says not to.  The normalizer runs on each text segment between
+    # added tokens, which is the same thing.
+    steps = [normalizers.Replace(" ", SPIECE)]
+    if bool(contents.meta("tokenizer.ggml.add_space_prefix", True)):
+        steps.insert(0, normalizers.Prepend(SPIECE))
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    # No leading-space strip on decode: the engine decodes token by token, and a strip would eat
+    # the space of every word-initial piece (llama.cpp streams them with the space too).
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace(SPIECE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tokenizer
+
+
+def build_tokenizer(contents: GGUFContents) -> Tokenizer:
+    """A ``tokenizers.Tokenizer`` equivalent to the one the GGUF was converted from."""
+    kind = contents.meta("tokenizer.ggml.model")
+    tokens = _list(contents, "tokenizer.ggml.tokens")
+    types = contents.metadata.get("tokenizer.ggml.token_type")
+    types = [int(t) for t in types.tolist()] if types is not None else [1] * len(tokens)
+    if kind == "gpt2":
+        tokenizer = _byte_bpe(contents, tokens)
+    elif kind == "llama":
+        tokenizer = _sentencepiece(contents, tokens, types)
+    else:
+        raise ModelLoadError(f"unsupported GGUF tokenizer model {kind!r} (supported: 'gpt2' byte-level "
+                             "BPE and 'llama' SentencePiece); use an mlx-lm model directory")
+    # Types 3 (control) and 4 (user-defined) are matched whole, before BPE, like llama.cpp does.
     specials = [AddedToken(tokens[i], special=(t == 3), normalized=False)
                 for i, t in enumerate(types) if t in (3, 4)]
     if specials:

@@ -68,14 +68,16 @@ class ToolGrammar:
 
 
 def grammar_marker(tokenizer: Any, text: str) -> str:
-    """A marker in Lark: ``<[id]>`` when the vocabulary has it as a special token, else a literal.
+    """A marker in Lark: ``<[id]>`` when the vocabulary has it as one added token, else a literal.
 
-    llguidance keeps special tokens out of the byte alphabet, so a literal would never match one.
+    llguidance keeps special tokens out of the byte alphabet, so a literal would never match one;
+    it also counts non-special added tokens shaped ``<...>`` as special (Qwen's ``<tool_call>``),
+    and the id form matches any added token, so every added token is referred to by id.
     """
     hf = getattr(tokenizer, "hf", None)
     decoder = getattr(hf, "added_tokens_decoder", None) or {}
     for token_id, token in decoder.items():
-        if getattr(token, "content", None) == text and getattr(token, "special", False):
+        if getattr(token, "content", None) == text:
             return f"<[{int(token_id)}]>"
     return json.dumps(text)
 
