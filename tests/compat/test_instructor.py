@@ -59,3 +59,16 @@ def test_create_partial(compat_server: CompatServer, wire: Wire) -> None:
     final = City.model_validate(partials[-1].model_dump())
     assert final.name and final.country
     assert wire.last["stream"] is True
+
+
+def test_create_partial_in_tools_mode(compat_server: CompatServer, wire: Wire) -> None:
+    """The issue's case: TOOLS mode streams partial objects from a named, non-strict tool call
+    (before schema-guided arguments: ``{"place": "City", "name": ["Ada", ...`` cut unparseable)."""
+    partials = list(_client(compat_server, instructor.Mode.TOOLS).chat.completions.create_partial(
+        model=compat_server.model, response_model=Weather,
+        messages=[{"role": "user", "content": WEATHER_PROMPT}],
+        max_tokens=MAX_TOKENS, temperature=0, max_retries=1))
+    assert len(partials) >= 2 and wire.last["stream"] is True
+    assert "strict" not in tool_schema(wire.last, "PartialWeather")  # instructor's partial model
+    final = Weather.model_validate(partials[-1].model_dump())
+    assert final.city and final.unit in ("c", "f")
