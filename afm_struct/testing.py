@@ -250,3 +250,20 @@ def random_loaded_model(tokenizer: Tokenizer, seed: int) -> LoadedModel:
     info = ModelInfo(id="random", path="<random>", source="random", context_length=8192,
                      weights="none", weight_bytes=0, device="cpu", load_seconds=0.0)
     return LoadedModel(model=RandomModel(tokenizer, seed), tokenizer=tokenizer, info=info)  # type: ignore[arg-type]
+
+
+# ``afm-struct serve --model scripted[:TOKENS_PER_S]``: the scripted model over HTTP, so cluster and
+# load tests measure the serving layers (HTTP, scheduler, balancer) without a real model's cost.
+# It says numbers counting up, so a client can check that a stream arrived whole and in order
+# (its content is a prefix of this text, cut by max_tokens).
+SERVED_SCRIPT = " ".join(str(i) for i in range(1, 2001))
+
+
+def served_scripted_model(tokens_per_s: float, *, tokenizer: Tokenizer | None = None) -> LoadedModel:
+    """The scripted model as ``serve`` runs it: the embedded tokenizer, :data:`SERVED_SCRIPT`,
+    and one forward call (a batch step: one token for every running sequence) per
+    ``1 / tokens_per_s`` seconds."""
+    from .models.loader import load_tokenizer
+
+    return scripted_loaded_model(tokenizer or load_tokenizer(),
+                                 Script(SERVED_SCRIPT, delay_s=1.0 / tokens_per_s))

@@ -19,6 +19,7 @@ from afm_struct.decoding.generator import Generator
 from afm_struct.decoding.scheduler import Scheduler, SchedulerLimits
 from afm_struct.models.loader import LoadedModel
 
+from .auth import ApiKeyMiddleware
 from .cancel import InflightRegistry
 from .completions import ServerState
 from .errors import install_error_handlers
@@ -75,5 +76,8 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app.include_router(router)
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Outside the body limit (a caller without a key is refused before its body is read), inside
+    # the request IDs (a 401 still carries them).
+    app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response has the IDs
     return app

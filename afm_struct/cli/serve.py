@@ -8,6 +8,10 @@ from typing import Any
 
 from ..errors import AfmError
 
+# --model scripted[:TOKENS_PER_S]: the deterministic test model (afm_struct.testing) over HTTP.
+SCRIPTED_SPEC = "scripted"
+SCRIPTED_DEFAULT_TOKENS_PER_S = 50.0
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``serve`` subcommand."""
@@ -19,35 +23,72 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "/v1/models, /health and /openapi.json.")
     p.add_argument("--host", default=d.host, help=f"bind address (default {d.host})")
     p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port})")
-    p.add_argument("--model", default=None,
-                   help="GGUF file, mlx-lm directory or hub id (default: the embedded SmolLM2-135M)")
-    p.add_argument("--served-model-name", dest="served_model_names", action="append", default=[],
-                   metavar="NAME",
-                   help="a name clients may send as `model` (repeatable; the first is echoed in "
-                        "responses and all are listed by /v1/models; default: the model's own id)")
-    p.add_argument("--weights", default="auto",
-                   help="auto, float32, float16, bfloat16 or quantized (default auto)")
-    p.add_argument("--log-level", default=d.log_level,
-                   choices=["critical", "error", "warning", "info", "debug"], help="log level")
-    p.add_argument("--max-queue", type=int, default=d.max_queue,
-                   help=f"requests allowed to wait; beyond it 503 + Retry-After (default {d.max_queue})")
-    p.add_argument("--max-active", type=int, default=d.max_active,
-                   help=f"sequences generated together (default {d.max_active})")
-    p.add_argument("--join-wait-ms", type=float, default=d.join_wait_ms,
-                   help="longest a running batch holds its next pass for requests replacing rows that "
-                        "just finished, used only while clients are seen to send them that fast; "
-                        f"0 turns it off (default {d.join_wait_ms:g})")
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
-                   help=f"request body limit, 413 beyond it (default {d.max_body_bytes})")
-    p.add_argument("--grammar-backend", default="llguidance", choices=("llguidance", "outlines"),
-                   help="engine for json_schema / tools constraints (default llguidance)")
-    p.add_argument("--property-order", default="schema", choices=("schema", "any"),
-                   help="objects' properties only in the schema's order (default: keys are forced) "
-                        "or in any order")
-    p.add_argument("--no-close-on-length", dest="close_on_length", action="store_false",
-                   help="let max_tokens cut constrained output mid-value; by default its last tokens "
-                        "complete the JSON / tool call so it parses (finish_reason stays length)")
+    add_serve_options(p, d)
     p.set_defaults(func=run)
+
+
+def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Action]:
+    """The options a replica takes (all but --host/--port), shared with ``afm-struct cluster``;
+    returns their actions so the cluster can pass them on."""
+    actions: list[argparse.Action] = []
+
+    def add(*names: str, **kwargs: Any) -> None:
+        actions.append(p.add_argument(*names, **kwargs))
+
+    add("--model", default=None,
+        help="GGUF file, mlx-lm directory or hub id (default: the embedded SmolLM2-135M); "
+             "scripted[:TOKENS_PER_S] serves the deterministic test model, which counts up at "
+             "TOKENS_PER_S tokens per second per request (default "
+             f"{SCRIPTED_DEFAULT_TOKENS_PER_S:g}), for load and cluster tests")
+    add("--served-model-name", dest="served_model_names", action="append", default=[],
+        metavar="NAME",
+        help="a name clients may send as `model` (repeatable; the first is echoed in "
+             "responses and all are listed by /v1/models; default: the model's own id)")
+    add("--weights", default="auto",
+        help="auto, float32, float16, bfloat16 or quantized (default auto)")
+    add("--log-level", default=d.log_level,
+        choices=["critical", "error", "warning", "info", "debug"], help="log level")
+    add("--max-queue", type=int, default=d.max_queue,
+        help=f"requests allowed to wait; beyond it 503 + Retry-After (default {d.max_queue})")
+    add("--max-active", type=int, default=d.max_active,
+        help=f"sequences generated together (default {d.max_active})")
+    add("--join-wait-ms", type=float, default=d.join_wait_ms,
+        help="longest a running batch holds its next pass for requests replacing rows that "
+             "just finished, used only while clients are seen to send them that fast; "
+             f"0 turns it off (default {d.join_wait_ms:g})")
+    add("--max-body-bytes", type=int, default=d.max_body_bytes,
+        help=f"request body limit, 413 beyond it (default {d.max_body_bytes})")
+    add("--grammar-backend", default="llguidance", choices=("llguidance", "outlines"),
+        help="engine for json_schema / tools constraints (default llguidance)")
+    add("--property-order", default="schema", choices=("schema", "any"),
+        help="objects' properties only in the schema's order (default: keys are forced) "
+             "or in any order")
+    add("--no-close-on-length", dest="close_on_length", action="store_false",
+        help="let max_tokens cut constrained output mid-value; by default its last tokens "
+             "complete the JSON / tool call so it parses (finish_reason stays length)")
+    add("--api-key", dest="api_keys", action="append", default=[], metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; also "
+             "AFM_STRUCT_API_KEYS, comma-separated, and --api-key-file)")
+    add("--api-key-file", default=None, metavar="PATH",
+        help="a file of accepted API keys, one per line (# starts a comment)")
+    return actions
+
+
+def parse_scripted_spec(spec: str | None) -> float | None:
+    """Tokens per second per request for ``scripted[:TOKENS_PER_S]``; None for any other model."""
+    if spec is None or (spec != SCRIPTED_SPEC and not spec.startswith(SCRIPTED_SPEC + ":")):
+        return None
+    rate = spec[len(SCRIPTED_SPEC) + 1:]
+    if not rate:
+        return SCRIPTED_DEFAULT_TOKENS_PER_S
+    try:
+        value = float(rate)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 100_000:
+        raise AfmError(f"--model {spec}: TOKENS_PER_S must be a number in (0, 100000], "
+                       f"e.g. {SCRIPTED_SPEC}:{SCRIPTED_DEFAULT_TOKENS_PER_S:g}")
+    return value
 
 
 def _progress(message: str) -> None:
@@ -59,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.auth import ENV_VAR, is_loopback, load_api_keys
     from server.settings import ServerSettings
 
     from ..grammar.compiler import compile_constraint
@@ -66,24 +108,38 @@ def run(args: argparse.Namespace) -> int:
     from ..models.blas import blas_in_use, warn_if_reference_blas
     from ..models.loader import load_model
 
+    api_keys = load_api_keys(args.api_keys, args.api_key_file)
+    tokens_per_s = parse_scripted_spec(args.model)
     try:
         settings = ServerSettings(host=args.host, port=args.port, log_level=args.log_level,
                                   max_queue=args.max_queue, max_active=args.max_active,
                                   max_body_bytes=args.max_body_bytes, join_wait_ms=args.join_wait_ms,
                                   close_on_length=args.close_on_length,
-                                  served_model_names=tuple(args.served_model_names))
+                                  served_model_names=tuple(args.served_model_names),
+                                  api_keys=api_keys)
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
+    if not api_keys and not is_loopback(settings.host):
+        print(f"afm-struct: warning: serving on {settings.host} without an API key: anyone who can "
+              f"reach port {settings.port} can use the model; set --api-key, --api-key-file or "
+              f"{ENV_VAR}", file=sys.stderr, flush=True)
     print(f"afm-struct: loading {args.model or 'the embedded model'}", file=sys.stderr, flush=True)
-    loaded = load_model(args.model, weights=args.weights, progress=_progress)
+    if tokens_per_s is not None:
+        from ..testing import served_scripted_model
+
+        loaded = served_scripted_model(tokens_per_s)
+    else:
+        loaded = load_model(args.model, weights=args.weights, progress=_progress)
     info = loaded.info
     print(f"afm-struct: model {info.id} ({info.source}, {info.weights}, "
           f"{info.weight_bytes / 1e6:.0f} MB, context {info.context_length}) "
           f"loaded in {info.load_seconds:.1f}s", file=sys.stderr)
     print(f"afm-struct: MLX device {info.device}; BLAS {blas_in_use()}", file=sys.stderr)
     warn_if_reference_blas()
+    auth = f"API key required ({len(api_keys)} accepted)" if api_keys else "no API key"
     print(f"afm-struct: serving on http://{settings.host}:{settings.port} "
-          "(POST /v1/chat/completions, GET /v1/models, GET /health)", file=sys.stderr, flush=True)
+          f"(POST /v1/chat/completions, GET /v1/models, GET /health; {auth})",
+          file=sys.stderr, flush=True)
     options = CompileOptions(backend=args.grammar_backend, property_order=args.property_order)
 
     def compile_fn(tokenizer: Any, request: Any) -> Any:

@@ -1,0 +1,115 @@
+"""API keys: ``Authorization: Bearer`` on every route but /health (server/auth.py), over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from afm_struct.errors import AfmError
+from server import auth
+from server.settings import ServerSettings
+
+from .conftest import USER
+
+EXE = str(Path(sys.executable).with_name("afm-struct"))
+KEYS = ("key-one", "key-two")
+ENV = {k: v for k, v in os.environ.items() if k != "AFM_STRUCT_API_KEYS"}
+
+
+@pytest.fixture
+def url(serve: Any) -> str:
+    return serve("Hello there, world!", api_keys=KEYS).url  # type: ignore[no-any-return]
+
+
+def _assert_401(response: httpx.Response, fragment: str) -> None:
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert response.headers["x-request-id"] and response.headers["openai-request-id"]
+    error = response.json()["error"]
+    assert error["code"] == "invalid_api_key" and error["type"] == "invalid_request_error"
+    assert fragment in error["message"] and "key-one" not in error["message"]
+
+
+def test_missing_key_is_401_with_the_envelope(url: str) -> None:
+    _assert_401(httpx.post(f"{url}/v1/chat/completions", json={"messages": USER}), "missing API key")
+    _assert_401(httpx.get(f"{url}/v1/models"), "missing API key")
+
+
+@pytest.mark.parametrize("header", ["Bearer wrong", "Bearer key-one-x", "Bearer key-on", "Basic key-one",
+                                    "key-one", "Bearer"])
+def test_wrong_key_is_401(url: str, header: str) -> None:
+    _assert_401(httpx.get(f"{url}/v1/models", headers={"Authorization": header}), "invalid API key")
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_right_key_streams_and_cancels(url: str, key: str) -> None:
+    headers = {"Authorization": f"Bearer {key}", "X-Request-ID": "auth-1"}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", headers=headers,
+                      json={"messages": USER, "stream": True}, timeout=30) as response:
+        assert response.status_code == 200
+        body = response.read().decode()
+    assert body.rstrip().endswith("data: [DONE]")
+    assert httpx.get(f"{url}/v1/models", headers={"Authorization": f"bearer {key}"}).status_code == 200
+    late = httpx.post(f"{url}/v1/chat/completions/auth-1/cancel", headers=headers)
+    assert late.status_code == 404 and late.json()["cancelled"] is False
+
+
+def test_every_route_but_health_needs_the_key(url: str) -> None:
+    assert httpx.get(f"{url}/health").status_code == 200
+    for method, path in [("POST", "/v1/chat/completions/x/cancel"), ("GET", "/openapi.json"),
+                         ("GET", "/no/such/route")]:
+        _assert_401(httpx.request(method, f"{url}{path}"), "missing API key")
+
+
+def test_no_keys_means_open(serve: Any) -> None:
+    live = serve("Hi")
+    assert httpx.get(f"{live.url}/v1/models").status_code == 200
+
+
+def test_constant_time_check_compares_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bytes] = []
+    real = auth.hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        seen.append(b)
+        return real(a, b)
+
+    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
+    keys = (b"a" * 8, b"b" * 8, b"c" * 8)
+    assert auth.key_matches(b"a" * 8, keys)  # a hit on the first key still compares the rest
+    assert seen == list(keys)
+    assert not auth.key_matches(b"", keys)
+
+
+def test_keys_from_cli_env_and_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "keys"
+    key_file.write_text("# team keys\nfile-1\n\nfile-2, file-3\n")
+    keys = auth.load_api_keys(["cli-1", "file-1"], str(key_file), {auth.ENV_VAR: "env-1, env-2"})
+    assert keys == ("cli-1", "file-1", "file-2", "file-3", "env-1", "env-2")
+    assert auth.load_api_keys([], None, {}) == ()
+    with pytest.raises(AfmError, match="cannot read the API key file"):
+        auth.load_api_keys([], str(tmp_path / "missing"), {})
+    assert "api_keys" not in repr(ServerSettings(api_keys=("secret",)))
+    assert "secret" not in repr(ServerSettings(api_keys=("secret",)))
+
+
+def test_loopback_detection() -> None:
+    assert auth.is_loopback("127.0.0.1") and auth.is_loopback("localhost") and auth.is_loopback("::1")
+    assert not auth.is_loopback("0.0.0.0") and not auth.is_loopback("192.168.1.4")
+
+
+def test_serve_warns_on_a_public_address_without_a_key(tmp_path: Path) -> None:
+    """The warning comes before the model loads; a missing model then ends the run quickly."""
+    proc = subprocess.run([EXE, "serve", "--host", "0.0.0.0", "--model", str(tmp_path / "nope.gguf")],
+                          capture_output=True, text=True, timeout=120, env=ENV)
+    assert "warning: serving on 0.0.0.0 without an API key" in proc.stderr
+    proc = subprocess.run([EXE, "serve", "--host", "0.0.0.0", "--api-key", "k",
+                           "--model", str(tmp_path / "nope.gguf")],
+                          capture_output=True, text=True, timeout=120, env=ENV)
+    assert "without an API key" not in proc.stderr and proc.returncode == 1
