@@ -230,3 +230,15 @@ def test_masked_tokens_never_appear_among_alternatives(tokenizer, seed):
         assert e.logprob <= 0 and e.logprob > FLOOR
         assert matcher.advance(e.id)
     assert any(e.sampled and len(e.top) > 1 for e in entries)
+
+
+def test_fast_log_sum_exp_matches_mlx():
+    from afm_struct.decoding.logprobs import _logsumexp
+
+    x = np.random.default_rng(0).standard_normal((3, 49152)).astype(np.float32) * 4
+    x[1, 100:] = -np.inf  # a masked row
+    x[2, 1:] = -np.inf  # one token allowed: its logprob is exactly 0
+    got = np.array(_logsumexp(mx.array(x)))[:, 0]
+    want = np.array(mx.logsumexp(mx.array(x), axis=-1))
+    assert np.allclose(got, want, rtol=1e-6, atol=1e-5)
+    assert got[2] == pytest.approx(x[2, 0], abs=1e-6)
