@@ -18,7 +18,7 @@ from ..errors import InvalidRequestError
 
 GRAMMARS_DIR = Path(__file__).resolve().parents[2] / "grammars"
 TABLE_FILE = "tool_formats.json"
-BODIES = ("object", "array", "sequence")
+BODIES = ("object", "array", "sequence", "name_args")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class ToolFormat:
     description: str = ""
     history: History = field(default_factory=History)
     argument_aliases: tuple[str, ...] = ("arguments", "parameters")
+    args_marker: str = ""  # body name_args: the marker between the bare name and the arguments
 
     def grammar_template(self) -> str:
         """The Lark template text of this format (``{{...}}`` placeholders unfilled)."""
@@ -97,6 +98,8 @@ def parse_table(data: dict[str, Any]) -> FormatTable:
     for raw in data["formats"]:
         if raw["body"] not in BODIES:
             raise ValueError(f"tool format {raw['name']!r}: body must be one of {BODIES}")
+        if (raw["body"] == "name_args") != bool(raw.get("args_marker")):
+            raise ValueError(f"tool format {raw['name']!r}: args_marker goes with body name_args")
         if raw["arguments"] not in ("object", "string"):
             raise ValueError(f"tool format {raw['name']!r}: arguments must be object or string")
         formats.append(ToolFormat(
@@ -104,7 +107,8 @@ def parse_table(data: dict[str, Any]) -> FormatTable:
             separator=raw["separator"], name_key=raw["name_key"], arguments_key=raw["arguments_key"],
             arguments=raw["arguments"], grammar=raw["grammar"],
             template_any=tuple(raw.get("template_any", ())), description=raw.get("description", ""),
-            history=History(**raw.get("history", {})), argument_aliases=aliases))
+            history=History(**raw.get("history", {})), argument_aliases=aliases,
+            args_marker=raw.get("args_marker", "")))
     table = FormatTable(formats=tuple(formats), default=data["default"],
                         system_prompt=data["system_prompt"], choice_text=dict(data["choice_text"]))
     table.get(table.default)  # the default must exist

@@ -154,10 +154,13 @@ def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]]) -> tuple[str, s
     """(the ``call`` alternatives, the rule definitions) for ``(name, arguments schema)`` pairs."""
     names, lines = [], []
     for i, (name, schema) in enumerate(embedded):
-        prefix = "{" + json.dumps(fmt.name_key) + ": " + json.dumps(name) + ", " \
-            + json.dumps(fmt.arguments_key) + ": "
         names.append(f"call_{i}")
-        lines.append(f"call_{i}: {json.dumps(prefix)} args_{i} \"}}\"")
+        if fmt.body == "name_args":  # the bare name, the args marker (rule args_open), the object
+            lines.append(f"call_{i}: {json.dumps(name)} args_open args_{i}")
+        else:
+            prefix = "{" + json.dumps(fmt.name_key) + ": " + json.dumps(name) + ", " \
+                + json.dumps(fmt.arguments_key) + ": "
+            lines.append(f"call_{i}: {json.dumps(prefix)} args_{i} \"}}\"")
         if fmt.arguments == "string":
             lines.append(f"args_{i}: JSON_STRING")
         else:
@@ -173,11 +176,12 @@ def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any
     mode = ("required" if required else "auto") + ("_many" if parallel else "_one")
     opener = grammar_marker(tokenizer, fmt.open) if fmt.open else ""
     closer = grammar_marker(tokenizer, fmt.close) if fmt.close else ""
+    args_marker = grammar_marker(tokenizer, fmt.args_marker) if fmt.args_marker else ""
     calls, rules = call_rules(fmt, embedded)
     lazy = "[lazy]" if opener.startswith('"') else ""
     text = fmt.grammar_template()
     for key, value in (("START", mode), ("OPEN", opener), ("CLOSE", closer), ("LAZY", lazy),
-                       ("CALLS", calls), ("CALL_RULES", rules)):
+                       ("ARGS", args_marker), ("CALLS", calls), ("CALL_RULES", rules)):
         text = text.replace("{{" + key + "}}", value)
     return text
 

@@ -13,6 +13,7 @@ fragment of the arguments' JSON text, as generated) and :class:`CallEnd`.  Pure:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -81,6 +82,7 @@ class CallParser:
         self._pending_ws = ""
         self._after_call = False
         self._seen_text = False  # bare formats: a call can only open the answer
+        self._args_only = False  # name_args formats: the scanner sees only the arguments object
 
     # -- public -------------------------------------------------------------------------------
 
@@ -148,6 +150,9 @@ class CallParser:
         self._buf = buf[len(buf) - keep:]
 
     def _st_open(self, out: list[Event], final: bool) -> None:
+        if self.fmt.args_marker:
+            self._open_named(out, final)
+            return
         stripped = self._buf.lstrip(_WS)
         self._raw += self._buf[:len(self._buf) - len(stripped)]
         self._buf = stripped
@@ -172,8 +177,33 @@ class CallParser:
             self._text(out, self._raw)
             self._raw = ""
 
+    def _open_named(self, out: list[Event], final: bool) -> None:
+        """``name<args marker>{...}``: the name is known at the marker; the arguments object is
+        scanned as the value of a call object whose head is fed to the scanner (not the client)."""
+        buf, marker = self._buf, self.fmt.args_marker
+        at = buf.find(marker)
+        if at < 0:
+            if not final and len(buf) < 256 and not any(c in buf for c in "\n{"):
+                return  # the name is still being written
+            self._state = "text"  # not a call after all: the marker was text
+            self._text(out, self._raw)
+            self._raw = ""
+            return
+        name = buf[:at].strip()
+        self._raw += buf[:at + len(marker)]
+        self._buf = buf[at + len(marker):].lstrip(_WS)
+        self._scan = CallScanner(self.fmt)
+        self._index = None
+        self._args_only = True
+        key, args_key = json.dumps(self.fmt.name_key), json.dumps(self.fmt.arguments_key)
+        for ch in f"{key}: {json.dumps(name)}, {args_key}: ":
+            self._scan.feed(ch)
+        self._state = "object"
+        self._consume(out, "")
+
     def _begin_block(self, text: str, out: list[Event]) -> None:
         self._scan = CallScanner(self.fmt)
+        self._args_only = False
         self._index = None
         self._buf = text[1:]
         self._raw += "{"
@@ -199,6 +229,8 @@ class CallParser:
                     return
             scan.feed(buf[i])
             i += 1
+            if self._args_only and scan.args_done:
+                scan.feed("}")  # the call object the scanner was given a head for ends here
             if scan.state in ("done", "broken"):
                 break
         self._consume(out, buf[:i])
@@ -245,6 +277,7 @@ class CallParser:
                 out.append(ArgsEvent(self._index, args))
             out.append(CallEnd(self._index))
         self._after_call = True
+        self._args_only = False
         self._scan, self._index, self._raw = None, None, ""
         self._state = "between"
 

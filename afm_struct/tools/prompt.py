@@ -45,7 +45,9 @@ def tools_system_text(table: FormatTable, tools: tuple[ToolDef, ...], choice: Ch
 def render_call(fmt: ToolFormat, name: str, arguments: Any) -> str:
     """One assistant call written in ``fmt``'s syntax (for history)."""
     body = json.dumps({fmt.name_key: name, fmt.arguments_key: arguments}, ensure_ascii=False)
-    return fmt.history.call.replace("{call}", body)
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return (fmt.history.call.replace("{call}", body).replace("{name}", name)
+            .replace("{arguments}", args))
 
 
 def render_history(fmt: ToolFormat, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -103,6 +103,8 @@ class Tiny:
     vocab: Vocab
     template: str
     reference: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # extra writer calls: add_<key>(value)
+    extra_tensors: Any = None  # (reference model) -> {GGUF name: array}, e.g. rope_freqs
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -165,7 +167,9 @@ def write_gguf(tiny: Tiny, path: Path, *, dtype: str = "F32", metadata: dict[str
     if "head_dim" in cfg:
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
-    for key, value in (metadata or {}).items():
+    for gname, data in (tiny.extra_tensors(model) if tiny.extra_tensors else {}).items():
+        w.add_tensor(gname, data)
+    for key, value in {**tiny.metadata, **(metadata or {})}.items():
         getattr(w, f"add_{key}")(value)
     w.add_tokenizer_model(vocab.model)
     w.add_tokenizer_pre(vocab.pre)
@@ -220,7 +224,47 @@ def qwen3() -> Tiny:
     return Tiny("qwen3", "qwen3", cfg, vocab, template("qwen3"))
 
 
-FAMILIES = {"qwen2": qwen2, "qwen3": qwen3}
+def _llama3_rope_freqs(model: Any) -> dict[str, np.ndarray]:
+    """llama.cpp's ``rope_freqs``: Llama 3.1 scaled frequencies over the unscaled ones."""
+    rope = model.layers[0].self_attn.rope
+    dims = rope.dims
+    plain = 10000.0 ** (np.arange(0, dims, 2, dtype=np.float32) / dims)
+    return {"rope_freqs.weight": (np.array(rope._freqs) / plain).astype(np.float32)}
+
+
+def llama() -> Tiny:
+    """Llama 3.2: llama-bpe, BOS, scaled RoPE as rope_freqs, JSON tool calls (llama3_json)."""
+    vocab = byte_bpe_vocab("llama-bpe", ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                         "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"],
+                           bos="<|begin_of_text|>", eos="<|eot_id|>")
+    cfg = base_config("llama", vocab, tie_word_embeddings=True, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64})
+    return Tiny("llama", "llama", cfg, vocab, template("llama3.2"), extra_tensors=_llama3_rope_freqs)
+
+
+MISTRAL_CONTROL = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                   "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]
+
+
+def mistral() -> Tiny:
+    """Mistral 7B v0.3: SentencePiece with control tokens, untied, [TOOL_CALLS] [...] calls."""
+    vocab = spm_vocab(MISTRAL_CONTROL)
+    cfg = base_config("llama", vocab, tie_word_embeddings=False)
+    return Tiny("llama", "llama", cfg, vocab, template("mistral-v0.3"),
+                metadata={"sliding_window": 4096})
+
+
+def mistral_args() -> Tiny:
+    """Mistral Small 3.2 (tekken BPE): head_dim apart from hidden/heads, [TOOL_CALLS]name[ARGS]{...}."""
+    vocab = byte_bpe_vocab("tekken", ["<unk>", "<s>", "</s>", *MISTRAL_CONTROL, "[SYSTEM_PROMPT]",
+                                      "[/SYSTEM_PROMPT]", "[ARGS]", "[CALL_ID]"], bos="<s>", eos="</s>")
+    cfg = base_config("llama", vocab, tie_word_embeddings=False, head_dim=24)
+    return Tiny("llama", "llama", cfg, vocab, template("mistral-small-3.2"))
+
+
+FAMILIES = {"qwen2": qwen2, "qwen3": qwen3, "llama": llama, "mistral": mistral,
+            "mistral_args": mistral_args}
 
 
 def tiny_gguf(name: str, directory: Path, **kwargs: Any) -> tuple[Tiny, Path]:

@@ -67,7 +67,14 @@ def test_tokenizer_round_trips_with_specials(built, family: str) -> None:
     assert vocab.eos in tok.eos_token_ids
     assert tok.add_bos == vocab.add_bos
     prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}])
-    assert tok.decode(tok.encode(prompt)).lstrip() == prompt.lstrip()
+    ids = tok.encode(prompt)
+    for i, kind in enumerate(vocab.types):
+        if kind == 3 and vocab.tokens[i] in prompt:  # the template's markers stay single tokens
+            assert i in ids, vocab.tokens[i]
+    if vocab.model == "gpt2":
+        assert tok.decode(ids) == prompt
+    else:  # llama.cpp's SentencePiece writes a space after each special token, as here
+        assert tok.decode(ids).replace(" ", "") == prompt.replace(" ", "")
 
 
 def stream_chat(url: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
