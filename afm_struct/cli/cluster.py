@@ -1,0 +1,394 @@
+"""``afm-struct cluster``: N ``afm-struct serve`` replicas behind HAProxy on one machine.
+
+The replicas listen on free loopback ports; HAProxy (``deploy/haproxy.cfg``, rendered into the
+run directory) listens on ``--port`` and balances them: leastconn for new generations, the
+replica that holds a stream for its cancel, 503s retried on another replica, health checks on
+``/health``.  A replica that dies is restarted on the same port (HAProxy takes it back once
+its health check passes); Ctrl-C or SIGTERM stops HAProxy, then every replica.
+
+API keys given to the cluster (``--api-key``, ``--api-key-file``, ``AFM_STRUCT_API_KEYS``) are
+handed to the replicas in their environment, not on their command line (where ``ps`` would
+show them); HAProxy passes ``Authorization`` through and probes the open ``/health``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import AfmError
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
+HAPROXY_HINT = ("install HAProxy 2.6+: `apt-get install -y haproxy` (Debian/Ubuntu) or "
+                "`brew install haproxy` (macOS), or give --haproxy PATH")
+# Options of the shared serve set that the cluster does not forward on the command line.
+_NOT_FORWARDED = ("api_keys", "api_key_file")
+# A replica that dies sooner than this after starting, this many times in a row, is left down:
+# restarting a replica that cannot start would only spin.
+_CRASH_WINDOW_S = 30.0
+_MAX_QUICK_CRASHES = 3
+
+
+class ClusterError(AfmError):
+    """The cluster could not start or lost HAProxy; the message says what to do."""
+
+    type = "cluster_error"
+    code = "cluster_failed"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def serve_command() -> list[str]:
+    """How to run ``afm-struct`` from this interpreter (the console script when installed)."""
+    exe = Path(sys.executable).with_name("afm-struct")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "afm_struct.cli"]
+
+
+@dataclass
+class Replica:
+    """One ``afm-struct serve`` process and where it listens."""
+
+    name: str
+    port: int
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    quick_crashes: int = 0
+    given_up: bool = False
+
+    @property
+    def url(self) -> str:
+        """Its own address (bypassing the balancer)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The running process's id."""
+        return self.process.pid if self.process is not None else None
+
+
+@dataclass
+class Cluster:
+    """Replicas plus HAProxy; :meth:`start`, then :meth:`supervise` (or a background thread),
+    then :meth:`stop`."""
+
+    replicas: int
+    port: int
+    serve_args: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    api_keys: tuple[str, ...] = ()
+    haproxy: str | None = None
+    template: Path = TEMPLATE
+    run_dir: Path | None = None
+    restart: bool = True
+    log: Any = None  # a callable taking one line; default: stderr
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ClusterError("--replicas must be at least 1")
+        self.haproxy = self.haproxy or shutil.which("haproxy")
+        if self.haproxy is None:
+            raise ClusterError(f"haproxy is not installed; {HAPROXY_HINT}")
+        if not self.template.is_file():
+            raise ClusterError(f"no HAProxy template at {self.template}; give --haproxy-config PATH")
+        self.run_dir = Path(self.run_dir or tempfile.mkdtemp(prefix="afm-cluster-"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path = self.run_dir / "haproxy.cfg"
+        self.stats_socket = self.run_dir / "haproxy.sock"
+        self.members = [Replica(f"r{i + 1}", free_port(), self.run_dir / f"r{i + 1}.log")
+                        for i in range(self.replicas)]
+        self.balancer: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Where clients connect (the balancer)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def _say(self, line: str) -> None:
+        (self.log or (lambda m: print(m, file=sys.stderr, flush=True)))(f"afm-struct cluster: {line}")
+
+    # -- the configuration ---------------------------------------------------------------------
+
+    def render_config(self) -> str:
+        """``deploy/haproxy.cfg`` with this cluster's bind address, socket and servers."""
+        servers = "\n".join(f"    server {r.name} 127.0.0.1:{r.port} id {i}"
+                            for i, r in enumerate(self.members, 1))
+        try:
+            return string.Template(self.template.read_text()).substitute(
+                bind=f"{self.host}:{self.port}", stats_socket=str(self.stats_socket),
+                retries=str(max(1, self.replicas - 1)), servers=servers)
+        except (KeyError, ValueError) as exc:
+            raise ClusterError(f"the HAProxy template {self.template} has an unknown or malformed "
+                               f"placeholder ({exc}); write a literal dollar as $$") from None
+
+    # -- processes -----------------------------------------------------------------------------
+
+    def _spawn_replica(self, replica: Replica) -> None:
+        env = dict(os.environ)
+        env.pop("AFM_STRUCT_API_KEYS", None)
+        if self.api_keys:
+            env["AFM_STRUCT_API_KEYS"] = ",".join(self.api_keys)
+        cmd = [*serve_command(), "serve", "--host", "127.0.0.1", "--port", str(replica.port),
+               *self.serve_args]
+        with open(replica.log_path, "ab") as log:
+            # Own session: a terminal's Ctrl-C reaches the cluster alone, which stops the
+            # replicas in order (HAProxy first) instead of every process racing to exit.
+            replica.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                               env=env, start_new_session=True)
+        replica.started_at = time.monotonic()
+
+    def _wait_healthy(self, replicas: list[Replica], timeout_s: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        pending = list(replicas)
+        while pending:
+            for r in list(pending):
+                if r.process is not None and r.process.poll() is not None:
+                    raise ClusterError(f"replica {r.name} exited with code {r.process.returncode} "
+                                       f"while starting; its log: {r.log_path}\n{_tail(r.log_path)}")
+                try:
+                    if httpx.get(f"{r.url}/health", timeout=1.0).status_code == 200:
+                        pending.remove(r)
+                except httpx.HTTPError:
+                    pass
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(r.name for r in pending)
+                raise ClusterError(f"replicas {names} did not answer /health within {timeout_s:.0f}s; "
+                                   f"see their logs in {self.run_dir}")
+            if pending:
+                time.sleep(0.2)
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        """Start every replica, wait until all are healthy, then start HAProxy in front."""
+        self.config_path.write_text(self.render_config())
+        assert self.haproxy is not None
+        check = subprocess.run([self.haproxy, "-c", "-f", str(self.config_path)],
+                               capture_output=True, text=True)
+        if check.returncode != 0:
+            alerts = [line for line in (check.stdout + check.stderr).splitlines() if "ALERT" in line]
+            raise ClusterError(f"HAProxy rejects {self.config_path}:\n" + "\n".join(alerts[:10]))
+        try:
+            for r in self.members:
+                self._spawn_replica(r)
+            self._wait_healthy(self.members, timeout_s)
+            self.balancer = subprocess.Popen([self.haproxy, "-db", "-f", str(self.config_path)],
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            self._wait_balancer(timeout_s=10.0)
+        except BaseException:
+            self.stop()
+            raise
+        for r in self.members:
+            self._say(f"replica {r.name}: pid {r.pid}, {r.url}, log {r.log_path}")
+        self._say(f"HAProxy pid {self.balancer.pid}, config {self.config_path}; "
+                  f"serving on {self.url}")
+
+    def _wait_balancer(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        host = self.url.split("//")[1].rsplit(":", 1)[0]
+        while True:
+            assert self.balancer is not None
+            if self.balancer.poll() is not None:
+                raise ClusterError(f"HAProxy exited with code {self.balancer.returncode}; is port "
+                                   f"{self.port} free? (config {self.config_path})")
+            try:
+                with socket.create_connection((host, self.port), timeout=0.5):
+                    pass
+                if all(s == "UP" for s in self.server_states().values()):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise ClusterError(f"HAProxy did not accept connections on {self.url} within "
+                                   f"{timeout_s:.0f}s")
+            time.sleep(0.05)
+
+    def server_states(self) -> dict[str, str]:
+        """Each replica's state as HAProxy sees it (``UP``, ``DOWN``, ``UP 1/2``, ...)."""
+        states: dict[str, str] = {}
+        for row in self.stats():
+            if row.get("# pxname") == "replicas" and row.get("svname") not in ("FRONTEND", "BACKEND"):
+                states[row["svname"]] = row["status"]
+        return states
+
+    def stats(self) -> list[dict[str, str]]:
+        """HAProxy's `show stat` rows (one per frontend, backend and server) as dicts."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2.0)
+            s.connect(str(self.stats_socket))
+            s.sendall(b"show stat\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        lines = [line for line in data.decode().splitlines() if line.strip()]
+        if not lines:
+            return []
+        header = lines[0].split(",")
+        return [dict(zip(header, line.split(","), strict=False)) for line in lines[1:]]
+
+    # -- supervision ---------------------------------------------------------------------------
+
+    def supervise_once(self) -> None:
+        """Restart replicas that died (unless stopping); raise if HAProxy died."""
+        if self._stopping.is_set():
+            return
+        if self.balancer is not None and self.balancer.poll() is not None:
+            raise ClusterError(f"HAProxy exited with code {self.balancer.returncode}; stopping")
+        with self._lock:
+            for r in self.members:
+                if r.given_up or r.process is None or r.process.poll() is None or self._stopping.is_set():
+                    continue
+                lived = time.monotonic() - r.started_at
+                r.quick_crashes = r.quick_crashes + 1 if lived < _CRASH_WINDOW_S else 0
+                if r.quick_crashes >= _MAX_QUICK_CRASHES:
+                    r.given_up = True
+                    self._say(f"replica {r.name} exited {_MAX_QUICK_CRASHES} times within "
+                              f"{_CRASH_WINDOW_S:.0f}s of starting; leaving it down (log {r.log_path})")
+                    continue
+                if not self.restart:
+                    continue
+                self._say(f"replica {r.name} (pid {r.pid}) exited with code {r.process.returncode}; "
+                          "restarting it")
+                r.restarts += 1
+                self._spawn_replica(r)
+
+    def supervise(self, poll_s: float = 0.2) -> None:
+        """Supervise until :meth:`stop` is called (or HAProxy dies, which raises)."""
+        while not self._stopping.wait(poll_s):
+            self.supervise_once()
+
+    def supervise_in_background(self) -> None:
+        """Supervise on a daemon thread (tests, embedding)."""
+        self._thread = threading.Thread(target=self._background, name="afm-cluster", daemon=True)
+        self._thread.start()
+
+    def _background(self) -> None:
+        try:
+            self.supervise()
+        except ClusterError as exc:
+            self._say(exc.message)
+
+    def stop(self, grace_s: float = 8.0) -> None:
+        """Stop HAProxy (no new connections), then the replicas: SIGTERM, SIGKILL after grace."""
+        self._stopping.set()
+        with self._lock:
+            procs = [p for p in (self.balancer, *(r.process for r in self.members)) if p is not None]
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def forwarded_args(args: argparse.Namespace, actions: list[argparse.Action]) -> list[str]:
+    """The serve options the user set, as replica command-line arguments (keys excluded)."""
+    out: list[str] = []
+    for action in actions:
+        if action.dest in _NOT_FORWARDED:
+            continue
+        value = getattr(args, action.dest)
+        if value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        if action.nargs == 0:  # store_true / store_false: the flag alone flips it
+            out.append(flag)
+        elif isinstance(value, list):
+            for item in value:
+                out += [flag, str(item)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``cluster`` subcommand."""
+    from server.settings import ServerSettings
+
+    from .serve import add_serve_options
+
+    d = ServerSettings()
+    p = sub.add_parser("cluster", help="run N serve replicas behind HAProxy",
+                       description="Start N `afm-struct serve` replicas on free local ports and "
+                                   "HAProxy in front of them; Ctrl-C or SIGTERM stops them all. "
+                                   "Serve options are passed to every replica.")
+    p.add_argument("--replicas", type=int, default=2, help="number of replicas (default 2)")
+    p.add_argument("--host", default=d.host, help=f"HAProxy's bind address (default {d.host}); "
+                                                  "replicas always listen on 127.0.0.1")
+    p.add_argument("--port", type=int, default=d.port, help=f"HAProxy's port (default {d.port})")
+    p.add_argument("--haproxy", default=None, metavar="PATH", help="the haproxy binary (default: PATH)")
+    p.add_argument("--haproxy-config", default=str(TEMPLATE), metavar="TEMPLATE",
+                   help="the config template (default deploy/haproxy.cfg)")
+    p.add_argument("--run-dir", default=None, metavar="DIR",
+                   help="where the rendered config, the stats socket and replica logs go "
+                        "(default: a new temporary directory)")
+    p.add_argument("--no-restart", dest="restart", action="store_false",
+                   help="leave a replica that dies down instead of restarting it")
+    actions = add_serve_options(p, d)
+    p.set_defaults(func=run, serve_actions=actions)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the cluster and supervise it until Ctrl-C or SIGTERM."""
+    from server.auth import ENV_VAR, is_loopback, load_api_keys
+
+    keys = load_api_keys(args.api_keys, args.api_key_file)
+    if not keys and not is_loopback(args.host):
+        print(f"afm-struct: warning: serving on {args.host} without an API key: anyone who can reach "
+              f"port {args.port} can use the model; set --api-key, --api-key-file or {ENV_VAR}",
+              file=sys.stderr, flush=True)
+    cluster = Cluster(args.replicas, args.port, forwarded_args(args, args.serve_actions), host=args.host,
+                      api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
+                      run_dir=Path(args.run_dir) if args.run_dir else None, restart=args.restart)
+
+    def on_sigterm(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt  # one path out for Ctrl-C and SIGTERM
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        cluster.start()
+        cluster.supervise()
+    except KeyboardInterrupt:
+        cluster._say("stopping HAProxy and the replicas")
+        return 0
+    finally:
+        cluster.stop()
+    return 0
