@@ -105,6 +105,7 @@ class Tiny:
     reference: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)  # extra writer calls: add_<key>(value)
     extra_tensors: Any = None  # (reference model) -> {GGUF name: array}, e.g. rope_freqs
+    post_build: Any = None  # (reference model) -> None, after the random weights are set
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -123,6 +124,8 @@ def build_reference(tiny: Tiny, seed: int = 0) -> Any:
             base = 0.0 if tiny.arch.startswith("gemma") else 1.0
             params[k] = base + mx.random.normal(params[k].shape) * 0.1
     model.update(tree_unflatten(list(params.items())))
+    if tiny.post_build is not None:
+        tiny.post_build(model)
     mx.eval(model.parameters())
     tiny.reference = model
     return model
@@ -263,8 +266,38 @@ def mistral_args() -> Tiny:
     return Tiny("llama", "llama", cfg, vocab, template("mistral-small-3.2"))
 
 
+def phi3() -> Tiny:
+    """Phi-3 / 3.5-mini: fused QKV and gate/up, partial RoPE, SentencePiece, no tool template."""
+    vocab = spm_vocab(["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"])
+    cfg = base_config("phi3", vocab, tie_word_embeddings=False, partial_rotary_factor=0.5)
+    return Tiny("phi3", "phi3", cfg, vocab, template("phi3"),
+                metadata={"rope_dimension_count": HEAD_DIM // 2})
+
+
+GEMMA_TURNS = ["<start_of_turn>", "<end_of_turn>"]
+
+
+def gemma2() -> Tiny:
+    """Gemma 2: norms stored as 1 + w, scaled embeddings, soft-capping, no space prefix."""
+    vocab = spm_vocab(GEMMA_TURNS, add_space_prefix=False, bos="<bos>", eos="<eos>")
+    cfg = base_config("gemma2", vocab, query_pre_attn_scalar=float(HEAD_DIM),
+                      attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+    return Tiny("gemma2", "gemma2", cfg, vocab, template("gemma3"), metadata={
+        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "sliding_window": 4096})
+
+
+def gemma3() -> Tiny:
+    """Gemma 3: QK-norm, local (window 4) and global layers with their own RoPE bases, tied."""
+    vocab = spm_vocab(GEMMA_TURNS, add_space_prefix=False, bos="<bos>", eos="<eos>")
+    cfg = base_config("gemma3_text", vocab, query_pre_attn_scalar=float(HEAD_DIM), sliding_window=4,
+                      sliding_window_pattern=2, rope_theta=1_000_000.0, rope_local_base_freq=10000.0)
+    return Tiny("gemma3", "gemma3_text", cfg, vocab, template("gemma3"),
+                metadata={"sliding_window": 4, "sliding_window_pattern": [True, False]},
+                post_build=lambda model: model.sanitize({}))  # no lm_head: tied, as Gemma ships
+
+
 FAMILIES = {"qwen2": qwen2, "qwen3": qwen3, "llama": llama, "mistral": mistral,
-            "mistral_args": mistral_args}
+            "mistral_args": mistral_args, "phi3": phi3, "gemma2": gemma2, "gemma3": gemma3}
 
 
 def tiny_gguf(name: str, directory: Path, **kwargs: Any) -> tuple[Tiny, Path]:
