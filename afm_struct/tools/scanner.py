@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from .formats import ToolFormat
+from .json_close import closing_suffix
 
 WS = " \t\r\n"
 _CLOSERS = {"{": "}", "[": "]"}
@@ -58,6 +59,7 @@ class CallScanner:
         self.args_seen = False
         self.args_done = False
         self.args_out: list[str] = []  # argument text not yet handed out
+        self.args_text: list[str] = []  # all argument text so far (what repair completes)
         self.string_args: _StringArgs | None = None
         self.stack: list[str] = []  # open brackets inside the current value
         self.in_str = False
@@ -169,6 +171,7 @@ class CallScanner:
     def _emit(self, ch: str) -> None:
         if self.role == "args":
             self.args_out.append(ch)
+            self.args_text.append(ch)
         elif self.role == "name":
             self.name_raw += ch
 
@@ -185,9 +188,9 @@ class CallScanner:
         self.string_args = None
 
     def repair(self) -> str:
-        """Closers that finish arguments cut short (open string, then brackets)."""
+        """What makes arguments cut short parse (the text already went out: only appended)."""
         if self.role != "args" or self.args_done:
             return ""
         if self.string_args is not None:
             return ""
-        return ('"' if self.in_str else "") + "".join(reversed(self.stack))
+        return closing_suffix("".join(self.args_text))
