@@ -15,6 +15,7 @@ appending every ``arguments`` fragment; each event is dispatched on its top-leve
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = [
     "StreamAssembler",
     "StreamEvent",
     "ToolCall",
+    "affinity_key",
     "build_request",
 ]
 
@@ -286,6 +288,22 @@ def result_from_completion(body: dict[str, Any]) -> ChatResult:
                       profile=body.get(key) if key else None, profile_key=key)
 
 
+def affinity_key(response_format: Any) -> str | None:
+    """A digest of a ``json_schema`` response format (schema and strictness), or None.
+
+    Sent as ``X-Affinity-Key``: behind the cluster's HAProxy, requests with one schema go to
+    the replica that compiled it first, whose grammar cache is warm (deploy/haproxy.cfg).
+    """
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema") or {}
+    if not isinstance(spec, dict):
+        return None
+    canonical = json.dumps({"schema": spec.get("schema"), "strict": bool(spec.get("strict"))},
+                           sort_keys=True, separators=(",", ":"), default=str)
+    return "schema-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
 def build_request(messages: list[dict[str, Any]], *, stream: bool, request_id: str | None = None,
                   profile: str | None = None, **params: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """The JSON body and headers of a chat-completion request (``profile``: "true"/"extended")."""
@@ -293,6 +311,9 @@ def build_request(messages: list[dict[str, Any]], *, stream: bool, request_id: s
     headers: dict[str, str] = {}
     if request_id is not None:
         headers["X-Request-ID"] = request_id
+    affinity = affinity_key(params.get("response_format"))
+    if affinity is not None:
+        headers["X-Affinity-Key"] = affinity
     if profile is not None:
         headers["X-AFM-Profile"] = profile
     return body, headers
@@ -319,8 +340,10 @@ class Client:
     """Synchronous client over httpx."""
 
     def __init__(self, base_url: str = "http://127.0.0.1:9999", *, timeout: float = 600.0,
-                 http: httpx.Client | None = None) -> None:
+                 http: httpx.Client | None = None, api_key: str | None = None) -> None:
         self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        if api_key is not None:  # a server started with --api-key
+            self.http.headers["Authorization"] = f"Bearer {api_key}"
 
     def stream(self, messages: list[dict[str, Any]], **kwargs: Any) -> Iterator[StreamEvent]:
         """Stream a completion as events; the last is ``done`` with the :class:`ChatResult`."""
@@ -368,8 +391,10 @@ class AsyncClient:
     """Asynchronous client over httpx (same behaviour as :class:`Client`)."""
 
     def __init__(self, base_url: str = "http://127.0.0.1:9999", *, timeout: float = 600.0,
-                 http: httpx.AsyncClient | None = None) -> None:
+                 http: httpx.AsyncClient | None = None, api_key: str | None = None) -> None:
         self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
+        if api_key is not None:  # a server started with --api-key
+            self.http.headers["Authorization"] = f"Bearer {api_key}"
 
     async def stream(self, messages: list[dict[str, Any]], **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Stream a completion as events; the last is ``done`` with the :class:`ChatResult`."""

@@ -15,6 +15,7 @@ from collections import Counter
 import httpx
 
 from afm_struct.cli.cluster import Cluster
+from afm_struct.client import Client, affinity_key
 from afm_struct.testing import SERVED_SCRIPT
 
 from .conftest import (
@@ -190,6 +191,21 @@ def test_affinity_key_keeps_a_schema_on_one_replica(cluster: Cluster) -> None:
     assert len({replica(None) for _ in range(6)}) > 1  # leastconn without the header
 
 
+def test_client_sends_a_schema_digest_that_keeps_a_schema_on_one_replica(cluster: Cluster) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}}
+    reordered = {"type": "json_schema", "json_schema": {"strict": True, "name": "other",
+                                                        "schema": dict(reversed(schema.items()))}}
+    assert affinity_key(fmt) == affinity_key(reordered) and affinity_key(fmt)
+    loose = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    assert affinity_key(loose) != affinity_key(fmt)
+    assert affinity_key({"type": "json_object"}) is None and affinity_key(None) is None
+    with Client(cluster.url, api_key=KEY, timeout=30) as client:
+        answers = [client.chat(USER, stream=False, response_format=fmt, max_tokens=8) for _ in range(4)]
+    replicas = {answer.headers["x-afm-replica"] for answer in answers}
+    assert len(replicas) == 1
+
+
 def test_kill_9_fails_only_that_replicas_streams_and_it_rejoins(cluster: Cluster) -> None:
     victim = cluster.members[1]
     old_pid = victim.pid
@@ -205,24 +221,30 @@ def test_kill_9_fails_only_that_replicas_streams_and_it_rejoins(cluster: Cluster
 
             async def count(result: StreamResult) -> None:
                 started.append(result)
-                if len(started) == 30:
+                if len(started) == 3 * MAX_ACTIVE:  # every slot streams (the rest queue)
                     all_streaming.set()
 
-            tasks = [asyncio.create_task(stream(client, cluster.url, 150, on_first=count))
+            tasks = [asyncio.create_task(stream(client, cluster.url, 300, on_first=count))
                      for _ in range(30)]
             await asyncio.wait_for(all_streaming.wait(), 20)
             os.kill(old_pid, signal.SIGKILL)
             killed = time.monotonic()
             kill_at.append(time.perf_counter())
+
+            async def watch_down() -> None:
+                while time.monotonic() - killed < 5:
+                    states = await asyncio.to_thread(cluster.server_states)
+                    if states.get(victim.name, "").startswith("DOWN"):
+                        down_after_s.append(time.monotonic() - killed)
+                        return
+                    await asyncio.sleep(0.05)
+
+            watcher = asyncio.create_task(watch_down())
             # Sent right after the kill, before any health check noticed: still all served.
             after.extend(await asyncio.gather(*(
                 client.post(f"{cluster.url}/v1/chat/completions", headers=AUTH,
                             json={"messages": USER, "max_tokens": 5}) for _ in range(20))))
-            while time.monotonic() - killed < 5:
-                if cluster.server_states().get(victim.name, "").startswith("DOWN"):
-                    down_after_s.append(time.monotonic() - killed)
-                    break
-                await asyncio.sleep(0.05)
+            await watcher
             return list(await asyncio.gather(*tasks))
 
     results = run(main())
@@ -234,7 +256,7 @@ def test_kill_9_fails_only_that_replicas_streams_and_it_rejoins(cluster: Cluster
     for result in held:  # each broken stream is visible to its client: an error, no [DONE]
         assert not result.complete and result.error is not None
     for result in others:
-        _assert_whole(result, 150)
+        _assert_whole(result, 300)
     assert all(r.status_code == 200 for r in after), [r.status_code for r in after]
     assert down_after_s and down_after_s[0] <= 2.0, down_after_s
     print(f"kill -9: {len(held)} streams broken on {victim.name}, {len(others)} completed elsewhere, "
@@ -246,3 +268,4 @@ def test_kill_9_fails_only_that_replicas_streams_and_it_rejoins(cluster: Cluster
                        json={"messages": USER, "max_tokens": 2}).headers["x-afm-replica"]
             for _ in range(9)}
     assert victim.name in seen
+

@@ -113,3 +113,13 @@ def test_serve_warns_on_a_public_address_without_a_key(tmp_path: Path) -> None:
                            "--model", str(tmp_path / "nope.gguf")],
                           capture_output=True, text=True, timeout=120, env=ENV)
     assert "without an API key" not in proc.stderr and proc.returncode == 1
+
+
+def test_client_sends_its_api_key(url: str) -> None:
+    from afm_struct.client import AfmHTTPError, Client
+
+    with Client(url, api_key="key-two", timeout=30) as client:
+        assert client.chat(USER, stream=False, max_tokens=3).content
+    with Client(url, timeout=30) as client, pytest.raises(AfmHTTPError) as caught:
+        client.chat(USER, stream=False, max_tokens=3)
+    assert caught.value.status == 401
