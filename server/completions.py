@@ -114,10 +114,11 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
         plan = plan.without_mask("a tool grammar owns the mask")
         constraint = tool_plan.constraint
     # Template rendering and tokenization of a long chat take milliseconds: keep them off the loop.
+    kwargs = body.chat_template_kwargs or None
     if tool_plan is not None:
-        prompt_ids = await asyncio.to_thread(tool_plan.encode_prompt, tokenizer)
+        prompt_ids = await asyncio.to_thread(tool_plan.encode_prompt, tokenizer, kwargs)
     else:
-        prompt_ids = await asyncio.to_thread(tokenizer.encode_chat, messages)
+        prompt_ids = await asyncio.to_thread(tokenizer.encode_chat, messages, template_kwargs=kwargs)
     reasoning = reasoning_tags(state, prompt_ids)
     counter = TokenCounter()
     close = state.settings.close_on_length if body.afm_close_on_length is None else body.afm_close_on_length
@@ -159,6 +160,8 @@ def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags |
     # Only the prompt's tail matters (does the template pre-open the block?).
     tail = state.loaded.tokenizer.decode(prompt_ids[-8:])
     if mode == "think":
+        if tail.rstrip().endswith("</think>"):  # closed by the template: no thinking this turn
+            return None
         return ReasoningTags(opened_in_prompt=tail.rstrip().endswith("<think>"))
     return detect_reasoning_tags(state.loaded.tokenizer, tail)
 

@@ -23,6 +23,7 @@ THINK_TAGS: tuple[tuple[str, str], ...] = (
     ("<thinking>", "</thinking>"),
     ("<|begin_of_thought|>", "<|end_of_thought|>"),
     ("◁think▷", "◁/think▷"),
+    ("[THINK]", "[/THINK]"),  # Magistral
 )
 
 
@@ -149,12 +150,16 @@ def detect_reasoning_tags(tokenizer, prompt_text: str) -> ReasoningTags | None:
     """The thinking tags a model uses, if its vocabulary has them as special tokens.
 
     A prompt that ends inside an open block (templates that pre-open ``<think>``) is noted so
-    the gate starts in the thinking state.
+    the gate starts in the thinking state.  A prompt that ends with the block already closed
+    (Qwen3 with ``enable_thinking: false`` writes an empty ``<think></think>``) means no thinking
+    this turn: None, so the answer (and its constraint) starts at the first token.
     """
     has = _token_lookup(tokenizer.hf)
     for open_tag, close_tag in THINK_TAGS:
         if has(open_tag) and has(close_tag):
             tail = prompt_text.rstrip()
+            if tail.endswith(close_tag):
+                return None
             opened = tail.endswith(open_tag)
             return ReasoningTags(open_tag, close_tag, opened_in_prompt=opened)
     return None

@@ -56,11 +56,19 @@ class Tokenizer:
 
     def apply_chat_template(self, messages: list[dict[str, Any]], *,
                             tools: list[dict[str, Any]] | None = None,
-                            add_generation_prompt: bool = True) -> str:
-        """The prompt text for ``messages`` rendered by the model's template."""
+                            add_generation_prompt: bool = True,
+                            template_kwargs: dict[str, Any] | None = None) -> str:
+        """The prompt text for ``messages`` rendered by the model's template.
+
+        ``template_kwargs`` are extra template variables (the request's ``chat_template_kwargs``,
+        e.g. Qwen3's ``enable_thinking``); they cannot override the arguments above.
+        """
+        extra = {k: v for k, v in (template_kwargs or {}).items()
+                 if k not in ("messages", "tools", "add_generation_prompt", "tokenize", "conversation")}
         try:
             return self.hf.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False)
+                messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False,
+                **extra)
         except Exception as exc:  # jinja errors: the template rejected these messages
             # A template's own raise_exception("...") is written for users: pass it on. Any other
             # failure (undefined attribute, a TypeError in the template) is jinja's words: log it.
@@ -72,9 +80,10 @@ class Tokenizer:
                                       param="messages") from exc
 
     def encode_chat(self, messages: list[dict[str, Any]], *,
-                    tools: list[dict[str, Any]] | None = None) -> list[int]:
+                    tools: list[dict[str, Any]] | None = None,
+                    template_kwargs: dict[str, Any] | None = None) -> list[int]:
         """Prompt token ids for a chat, BOS added when the model wants one."""
-        text = self.apply_chat_template(messages, tools=tools)
+        text = self.apply_chat_template(messages, tools=tools, template_kwargs=template_kwargs)
         ids = self.hf.encode(text, add_special_tokens=False)
         if self.add_bos and self.bos_token_id is not None and (not ids or ids[0] != self.bos_token_id):
             ids = [self.bos_token_id, *ids]

@@ -67,8 +67,11 @@ class ToolPlan:
                               max_calls=None if self.parallel else 1, reasoning_tags=reasoning_tags,
                               start_in_reasoning=start_in_reasoning)
 
-    def encode_prompt(self, tokenizer: Any) -> list[int]:
+    def encode_prompt(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> list[int]:
         """Prompt token ids for this plan's messages (the tokenizer facade's ``encode_chat``)."""
+        if template_kwargs:
+            return tokenizer.encode_chat(self.messages, tools=self.template_tools,
+                                         template_kwargs=template_kwargs)
         return tokenizer.encode_chat(self.messages, tools=self.template_tools)
 
     def validate_call(self, name: str, arguments: str) -> ValidationOutcome:

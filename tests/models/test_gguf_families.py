@@ -221,6 +221,39 @@ def test_qwen3_enable_thinking_false_closes_the_block_in_the_prompt(built) -> No
                                        enable_thinking=False)
     assert thinking.endswith("<|im_start|>assistant\n")
     assert quiet.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    tags = detect_reasoning_tags(tok, quiet)
+    tags = detect_reasoning_tags(tok, thinking)
     assert tags is not None and (tags.open, tags.close) == ("<think>", "</think>")
     assert not tags.opened_in_prompt
+    assert detect_reasoning_tags(tok, quiet) is None  # the template closed the block: no thinking
+    assert tok.decode(tok.encode_chat(user, template_kwargs={"enable_thinking": False})).endswith(
+        "<think>\n\n</think>\n\n")
+
+
+def test_qwen3_enable_thinking_false_through_the_server(built) -> None:
+    """``chat_template_kwargs: {"enable_thinking": false}`` reaches the template (the prompt ends
+    with the closed block), thinking is off for that request only, and the call still streams."""
+    import asyncio
+
+    from server.completions import prepare
+    from server.live import start_server
+    from server.schemas import ChatCompletionRequest
+
+    loaded = built["qwen3"][1]
+    server = start_server(loaded)
+    body = {"model": "qwen3", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [WEATHER], "tool_choice": "required", "temperature": 0, "max_tokens": 64}
+    quiet_body = {**body, "chat_template_kwargs": {"enable_thinking": False}}
+    try:
+        quiet, finish = stream_chat(server.url, quiet_body)
+        plans = [asyncio.run(prepare(server.state, ChatCompletionRequest.model_validate(b),
+                                     request_id=f"r{i}", profile_key=None))
+                 for i, b in enumerate((body, quiet_body))]
+    finally:
+        server.stop()
+    tok = loaded.tokenizer
+    assert plans[0].reasoning is not None and not tok.decode(plans[0].generation.prompt_ids).endswith(
+        "</think>\n\n")
+    assert plans[1].reasoning is None and tok.decode(plans[1].generation.prompt_ids).endswith(
+        "<think>\n\n</think>\n\n")
+    assert_one_valid_call(quiet, WEATHER)
+    assert not any("reasoning_content" in d for d in quiet) and finish in ("tool_calls", "length")
