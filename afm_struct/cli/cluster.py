@@ -41,6 +41,24 @@ _CRASH_WINDOW_S = 30.0
 _MAX_QUICK_CRASHES = 3
 
 
+def haproxy_maxconn(wanted: int = 4096) -> int:
+    """``wanted``, or what the open-files limit allows: HAProxy needs about two descriptors per
+    connection (client and server side) and refuses to start when it cannot raise its limit to
+    that.  Importing mlx_lm sets this process's limit to (2048, 4096), which HAProxy inherits
+    (under `make test` it would not start); the soft limit is raised to the hard one first."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            target = 2 * wanted + 256 if hard == resource.RLIM_INFINITY else hard
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, target), hard))
+            soft = max(soft, target)
+    except (ImportError, ValueError, OSError):
+        return wanted
+    return max(64, min(wanted, (soft - 256) // 2)) if soft != resource.RLIM_INFINITY else wanted
+
+
 class ClusterError(AfmError):
     """The cluster could not start or lost HAProxy; the message says what to do."""
 
@@ -138,7 +156,7 @@ class Cluster:
         try:
             return string.Template(self.template.read_text()).substitute(
                 bind=f"{self.host}:{self.port}", stats_socket=str(self.stats_socket),
-                retries=str(max(1, self.replicas - 1)), servers=servers)
+                retries=str(max(1, self.replicas - 1)), servers=servers, maxconn=str(haproxy_maxconn()))
         except (KeyError, ValueError) as exc:
             raise ClusterError(f"the HAProxy template {self.template} has an unknown or malformed "
                                f"placeholder ({exc}); write a literal dollar as $$") from None

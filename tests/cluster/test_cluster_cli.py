@@ -86,3 +86,17 @@ def test_sigterm_stops_haproxy_and_every_replica(tmp_path: Path) -> None:
     assert proc.returncode == 0, rest
     assert not [p for p in pids if _alive(p)]
     assert (tmp_path / "haproxy.cfg").is_file() and (tmp_path / "r1.log").is_file()
+
+
+def test_maxconn_fits_the_open_files_limit(monkeypatch) -> None:
+    """HAProxy refuses to start when it cannot raise its descriptor limit to what maxconn needs
+    (seen under `make test` with a limit of 2048): maxconn follows the limit."""
+    import resource
+
+    from afm_struct.cli.cluster import haproxy_maxconn
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _r: (2048, 2048))
+    monkeypatch.setattr(resource, "setrlimit", lambda _r, _v: None)
+    assert haproxy_maxconn() == (2048 - 256) // 2
+    monkeypatch.setattr(resource, "getrlimit", lambda _r: (1024, 65536))
+    assert haproxy_maxconn() == 4096  # the soft limit is raised to the hard one first
