@@ -47,7 +47,7 @@ from .spec import (
 )
 from .tool_schema import tool_call_schema
 from .validation import sanitize_json_text, validate_json
-from .worker import _THREADS, WorkerLimitError, run_with_timeout
+from .worker import WorkerLimitError, run_with_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class ConstraintCompiler:
         self._opts_key = canonical_json(dataclasses.asdict(options))
         self._generic: dict[str, CompiledGrammar] = {}
         # llguidance also serves regex / Lark / json_object for the outlines backend when needed.
-        self.llguidance = LLGuidanceBackend(tokenizer)
+        self.llguidance = LLGuidanceBackend(tokenizer, options)
         self._llguidance_ladder = LLGuidanceLadder(self.llguidance, options)
         self.engine: LadderEngine
         if options.backend == "outlines":
@@ -226,20 +226,17 @@ class ConstraintCompiler:
                            generic_cache=self._generic)
             return self._result(request, result.rung, result.grammar, result.reason, schema=schema)
         future = None
-        if prechecked or not isinstance(self.engine, LLGuidanceLadder):
-            if not prechecked:
-                check_schema(schema)
+        if prechecked:
             rewritten = rewrite_schema(schema)
         else:
-            # llguidance builds its matcher without the GIL: start the exact compile, then run the
-            # (pure Python) meta-schema check meanwhile; an invalid schema just drops the result.
+            # The engine may start the exact compile now (llguidance: without the GIL) while the
+            # (pure Python) meta-schema check runs; an invalid schema just drops the result.
             try:
                 rewritten = rewrite_schema(schema)
             except Exception:  # junk input: the check below says what is wrong with it
                 check_schema(schema)
                 raise
-            engine, target = self.engine, rewritten.schema
-            future = _THREADS.submit(lambda: engine.build_exact(target))
+            future = self.engine.start_exact(rewritten.schema)
             check_schema(schema)
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)

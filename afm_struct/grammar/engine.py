@@ -1,17 +1,40 @@
 """The interface between grammar engines and the sampling loop.
 
-Two levels, as in vLLM's structured-output manager: a :class:`GrammarBackend` per tokenizer
-compiles grammars; a :class:`Matcher` per sequence tracks state, fills its row of the batch
-bitmask, accepts tokens and reports forced continuations.  The sampling loop knows only these
-protocols.  The bitmask layout is one thing everywhere: ``(batch, ceil(vocab / 32))`` int32,
-bit ``t % 32`` of word ``t // 32`` set when token ``t`` is allowed (llguidance's layout).
+Two levels, as in vLLM's structured-output manager: a backend per tokenizer compiles grammars
+(both take :class:`SchemaCompileOptions` per JSON Schema compile; the downgrade ladder in
+``ladder.py`` is what the compiler drives); a :class:`Matcher` per sequence tracks state, fills
+its row of the batch bitmask, accepts tokens and reports forced continuations.  The sampling
+loop knows only these protocols.  The bitmask layout is one thing everywhere:
+``(batch, ceil(vocab / 32))`` int32, bit ``t % 32`` of word ``t // 32`` set when token ``t`` is
+allowed (llguidance's layout).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class SchemaCompileOptions:
+    """What may vary between two JSON Schema compiles of one backend; the same type for every
+    engine (what is fixed per compiler, such as whitespace, the backend takes when built).
+
+    ``relaxed``: the relaxed rung, where keywords the engine cannot enforce are dropped rather
+    than failing the compile (llguidance: ``lenient`` + ``coerce_one_of``; outlines-core drops
+    them on every rung).  ``timeout_s``: the time left for this compile, for an engine that
+    bounds its own compiles (outlines-core's child process); None means the configured limit.
+    llguidance compiles on the caller's thread, which the ladder bounds, so it ignores it.
+    """
+
+    relaxed: bool = False
+    timeout_s: float | None = None
+
+
+EXACT_COMPILE = SchemaCompileOptions()
+RELAXED_COMPILE = SchemaCompileOptions(relaxed=True)
 
 
 def mask_words(vocab_size: int) -> int:
@@ -59,19 +82,3 @@ class CompiledGrammar(Protocol):
 
     def new_matcher(self) -> Matcher:
         """A fresh matcher at the start of the grammar."""
-
-
-@runtime_checkable
-class GrammarBackend(Protocol):
-    """A grammar engine bound to one tokenizer."""
-
-    name: str
-
-    def compile_json_schema(self, schema: dict[str, Any], *, options: dict[str, Any]) -> CompiledGrammar:
-        """Compile a JSON Schema; raise :class:`~afm_struct.errors.SchemaError` if unsupported."""
-
-    def compile_regex(self, pattern: str) -> CompiledGrammar:
-        """Compile a regular expression over the whole output."""
-
-    def compile_lark(self, grammar: str) -> CompiledGrammar:
-        """Compile a Lark grammar (llguidance dialect)."""

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .any_order import any_order_grammar
-from .engine import CompiledGrammar
-from .llguidance_backend import BackendCompileError, LLGuidanceBackend, json_options
+from .engine import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
+from .llguidance_backend import BackendCompileError, LLGuidanceBackend
 from .regex_classify import first_irregular_pattern
 from .spec import CompileOptions, Rung
-from .worker import WorkerLimitError, run_with_timeout
+from .worker import WorkerLimitError, run_with_timeout, submit
 
 _UNIMPLEMENTED = re.compile(r'Unimplemented keys: \["([^"]+)"')
 _REASONS: tuple[tuple[str, str], ...] = (
@@ -97,6 +97,11 @@ class LadderEngine:
         """A reason the exact rung cannot be exact for ``schema`` (checked before compiling)."""
         return None
 
+    def start_exact(self, schema: Any) -> cf.Future[CompiledGrammar] | None:
+        """The exact compile, started now to overlap the caller's admission checks, or None
+        where that gains nothing (then :func:`climb` compiles the exact rung itself)."""
+        return None
+
 
 class LLGuidanceLadder(LadderEngine):
     """The ladder on llguidance: exact JSON options, then ``lenient`` + ``coerce_one_of``."""
@@ -105,31 +110,33 @@ class LLGuidanceLadder(LadderEngine):
 
     def __init__(self, backend: LLGuidanceBackend, options: CompileOptions) -> None:
         self.backend = backend
-        self.exact_options = json_options(options)
-        self.relaxed_options = json_options(options, relaxed=True)
         self.any_order = options.property_order == "any"
 
     def build_exact(self, schema: Any) -> CompiledGrammar:
         """The exact grammar, on the calling thread: objects in any order when so configured."""
         if self.any_order:
-            grammar = any_order_grammar(schema, self.exact_options)
+            grammar = any_order_grammar(schema, self.backend.exact_json)
             if grammar is not None:
                 try:
                     return self.backend.compile_lark(grammar)
                 except BackendCompileError:
                     pass  # compile the JSON Schema itself: its error names the unsupported part
-        return self.backend.compile_json_schema(schema, options=self.exact_options)
+        return self.backend.compile_json_schema(schema)
+
+    def start_exact(self, schema: Any) -> cf.Future[CompiledGrammar]:
+        """llguidance builds its matcher without the GIL, so a Python check can run meanwhile."""
+        return submit(lambda: self.build_exact(schema))
 
     def exact(self, schema: Any, timeout_s: float) -> CompiledGrammar:
         return run_with_timeout(lambda: self.build_exact(schema), timeout_s)
 
     def relaxed(self, schema: Any, timeout_s: float) -> CompiledGrammar:
         return run_with_timeout(
-            lambda: self.backend.compile_json_schema(schema, options=self.relaxed_options), timeout_s)
+            lambda: self.backend.compile_json_schema(schema, RELAXED_COMPILE), timeout_s)
 
     def generic(self, schema: Any, timeout_s: float) -> CompiledGrammar:
-        return run_with_timeout(lambda: self.backend.compile_json_schema(
-            generic_schema(schema), options=self.exact_options), timeout_s)
+        return run_with_timeout(lambda: self.backend.compile_json_schema(generic_schema(schema)),
+                                timeout_s)
 
 
 class OutlinesLadder(LadderEngine):
@@ -147,13 +154,14 @@ class OutlinesLadder(LadderEngine):
         return f"unsupported_keyword:{missing[0]}" if missing else None
 
     def exact(self, schema: Any, timeout_s: float) -> CompiledGrammar:
-        return self.backend.compile_json_schema(schema, options={"timeout_s": timeout_s})
+        return self.backend.compile_json_schema(schema, SchemaCompileOptions(timeout_s=timeout_s))
 
     # outlines-core drops what it does not know by itself: the relaxed rung is the same build.
     relaxed = exact
 
     def generic(self, schema: Any, timeout_s: float) -> CompiledGrammar:
-        return self.backend.compile_json_schema(generic_schema(schema), options={"timeout_s": timeout_s})
+        return self.backend.compile_json_schema(generic_schema(schema),
+                                                SchemaCompileOptions(timeout_s=timeout_s))
 
 
 # Share of the time limit each rung may use up to (the generic rung is cheap and cached).

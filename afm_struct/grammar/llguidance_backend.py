@@ -17,7 +17,7 @@ import llguidance.hf
 import llguidance.numpy
 import numpy as np
 
-from .engine import mask_words
+from .engine import EXACT_COMPILE, SchemaCompileOptions, mask_words
 from .spec import CompileOptions
 
 # Parser limits bound compile work and memory (≈1–2 kB per lexer state) independently of the
@@ -135,11 +135,16 @@ class LLGuidanceBackend:
 
     name = "llguidance"
 
-    def __init__(self, tokenizer: Any, *, limits: dict[str, int] | None = None) -> None:
+    def __init__(self, tokenizer: Any, options: CompileOptions | None = None, *,
+                 limits: dict[str, int] | None = None) -> None:
         self.vocab_size = int(tokenizer.vocab_size)
         self.words = mask_words(self.vocab_size)
         self.ll_tokenizer = ll_tokenizer_for(tokenizer)
         self._limits = {**DEFAULT_LIMITS, **(limits or {})}
+        options = options or CompileOptions()
+        # llguidance's JSON options per rung, built once: they also go into Lark ``%json{...}``.
+        self.exact_json = json_options(options)
+        self.relaxed_json = json_options(options, relaxed=True)
 
     def _build(self, grammar: str) -> LLGuidanceGrammar:
         limits = llguidance.LLParserLimits(**self._limits)
@@ -148,12 +153,14 @@ class LLGuidanceBackend:
             raise BackendCompileError(matcher.get_error())
         return LLGuidanceGrammar(self, grammar, matcher)
 
-    def compile_json_schema(self, schema: dict[str, Any] | bool, *,
-                            options: dict[str, Any]) -> LLGuidanceGrammar:
-        """Compile a JSON Schema with llguidance JSON ``options`` (see :func:`json_options`)."""
+    def compile_json_schema(self, schema: dict[str, Any] | bool,
+                            options: SchemaCompileOptions = EXACT_COMPILE) -> LLGuidanceGrammar:
+        """Compile a JSON Schema (``options.timeout_s`` is the caller's to enforce: see
+        :class:`~afm_struct.grammar.engine.SchemaCompileOptions`)."""
+        defaults = self.relaxed_json if options.relaxed else self.exact_json
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                json.dumps(schema), defaults=options)
+                json.dumps(schema), defaults=defaults)
         except ValueError as exc:
             raise BackendCompileError(str(exc)) from exc
         return self._build(grammar)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import mask_words
+from .engine import EXACT_COMPILE, SchemaCompileOptions, mask_words
 from .llguidance_backend import BackendCompileError
 from .spec import CompileOptions
 from .worker import ProcessWorker, WorkerLimitError
@@ -295,10 +295,12 @@ class OutlinesBackend:
             raise BackendCompileError(str(exc)) from exc
         return OutlinesGrammar(pickle.loads(blob), self.eos, self.words, regex)
 
-    def compile_json_schema(self, schema: dict[str, Any] | bool, *,
-                            options: dict[str, Any]) -> OutlinesGrammar:
-        """Compile a JSON Schema; ``options["timeout_s"]`` bounds the index build."""
-        return self._index(self.schema_regex(schema), options.get("timeout_s", self.options.timeout_s))
+    def compile_json_schema(self, schema: dict[str, Any] | bool,
+                            options: SchemaCompileOptions = EXACT_COMPILE) -> OutlinesGrammar:
+        """Compile a JSON Schema; ``options.timeout_s`` (else the configured limit) bounds the
+        index build.  ``relaxed`` changes nothing: outlines-core drops what it does not know."""
+        timeout_s = self.options.timeout_s if options.timeout_s is None else options.timeout_s
+        return self._index(self.schema_regex(schema), timeout_s)
 
     def compile_regex(self, pattern: str, timeout_s: float | None = None) -> OutlinesGrammar:
         """Compile a regex the whole output must match."""

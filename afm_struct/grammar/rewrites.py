@@ -312,17 +312,17 @@ def rewrite_noop(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
     return {k: v for k, v in node.items() if k not in drop}
 
 
-NodeRewrite = Callable[[dict[str, Any], int], dict[str, Any] | None]
-# name, function, keywords it removes (a $ref into one of them blocks the rewrite)
-_REWRITES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("noop_keyword", "rewrite_noop", ("if", "additionalItems")),
-    ("unknown_format", "rewrite_format", ()),
-    ("exact_format", "rewrite_exact_format", ()),
-    ("dependencies", "rewrite_dependencies", ("dependencies", "dependentSchemas")),
-    ("min_max_properties", "rewrite_min_max_properties", ()),
-    ("not_simple", "rewrite_not", ("not",)),
-    ("oneof_disjoint", "rewrite_oneof", ("oneOf",)),
-)
+# The registry, applied in this order: name -> (function, keywords it removes; a $ref into one
+# of them blocks the rewrite).  ``oneof_disjoint`` alone also takes the root (to resolve refs).
+_REWRITES: dict[str, tuple[Callable[..., dict[str, Any] | None], tuple[str, ...]]] = {
+    "noop_keyword": (rewrite_noop, ("if", "additionalItems")),
+    "unknown_format": (rewrite_format, ()),
+    "exact_format": (rewrite_exact_format, ()),
+    "dependencies": (rewrite_dependencies, ("dependencies", "dependentSchemas")),
+    "min_max_properties": (rewrite_min_max_properties, ()),
+    "not_simple": (rewrite_not, ("not",)),
+    "oneof_disjoint": (rewrite_oneof, ("oneOf",)),
+}
 
 
 # Keys next to a draft ≤ 7 ``$ref`` that still matter: they locate ref targets or set the base URI.
@@ -354,10 +354,9 @@ def _rewrite_node(node: dict[str, Any], path: str, ctx: _Ctx) -> dict[str, Any]:
     if new_ref is not None:
         node = new_ref
         ctx.applied.add("ref_siblings")
-    for name, func_name, removes in _REWRITES:
+    for name, (func, removes) in _REWRITES.items():
         if any(f"{path}/{k}" in ctx.refs for k in removes):
             continue
-        func = globals()[func_name]
         new = func(node, ctx.draft, ctx.root) if name == "oneof_disjoint" else func(node, ctx.draft)
         if new is not None:
             node = new

@@ -37,9 +37,14 @@ class WorkerLimitError(Exception):
         self.reason = reason
 
 
+def submit(fn: Callable[[], T]) -> cf.Future[T]:
+    """Start ``fn()`` on a compile thread; the caller bounds the wait (``future.result(timeout)``)."""
+    return _THREADS.submit(fn)
+
+
 def run_with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     """``fn()`` on a compile thread; :class:`WorkerLimitError` if it takes over ``timeout_s``."""
-    future = _THREADS.submit(fn)
+    future = submit(fn)
     try:
         return future.result(timeout=max(timeout_s, 0.0))
     except cf.TimeoutError as exc:

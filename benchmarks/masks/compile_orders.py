@@ -20,7 +20,7 @@ import numpy as np
 
 from afm_struct.bench.environment import environment
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.llguidance_backend import BackendCompileError, LLGuidanceBackend, json_options
+from afm_struct.grammar.llguidance_backend import BackendCompileError, LLGuidanceBackend
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest
 from afm_struct.models import load_tokenizer
 
@@ -34,8 +34,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     tokenizer = load_tokenizer(None)
-    raw = LLGuidanceBackend(tokenizer)
-    options = json_options(CompileOptions())
+    raw = LLGuidanceBackend(tokenizer, CompileOptions())
     compilers = {order: ConstraintCompiler(tokenizer, CompileOptions(property_order=order, cache_size=2))
                  for order in ("schema", "any")}
     times: dict[str, list[float]] = {"raw": [], "schema": [], "any": []}
@@ -47,7 +46,7 @@ def main() -> None:
             if kind == "raw":
                 t0 = time.perf_counter()
                 try:
-                    raw.compile_json_schema(schema, options=options)
+                    raw.compile_json_schema(schema)
                 except BackendCompileError:
                     pass
                 row[kind] = (time.perf_counter() - t0) * 1e3
