@@ -103,7 +103,10 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
     template = chat_template if chat_template is not None else chat_template_of(tokenizer)
     knows_tools = template_knows_tools(template)
     fmt = detect_format(template, name=format_name, table=table)
-    parallel = parallel_tool_calls is not False
+    # A named function means one call to it (as vLLM reads it, and what instructor and the
+    # openai parse helpers expect): repeating it wasted the budget (the 135M model called it
+    # twice, and instructor refused the `length` finish).
+    parallel = parallel_tool_calls is not False and choice.kind != "function"
     rendered, template_tools = render_messages(list(messages or []), defs, choice, fmt, table,
                                                knows_tools=knows_tools)
     plan = ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel, constraint=None,

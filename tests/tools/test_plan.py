@@ -47,6 +47,17 @@ def test_named_choice_limits_the_grammar_to_that_tool(tokenizer) -> None:
     assert "You must call the function get_time." in plan.messages[0]["content"]
 
 
+def test_named_choice_is_one_call(tokenizer) -> None:
+    """``tool_choice`` naming a function: exactly one call, whatever parallel_tool_calls says."""
+    one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    for parallel in (None, True):
+        plan = plan_tools(tokenizer, [WEATHER, TIME], {"type": "function", "function": {"name": "get_time"}},
+                          parallel, messages=USER)
+        assert not plan.parallel and plan.constraint is not None
+        assert plan.constraint.validate(one).ok and not plan.constraint.validate(one + "\n" + one).ok
+    assert plan_tools(tokenizer, [WEATHER, TIME], "required", messages=USER).parallel
+
+
 def test_parallel_false_grammar_and_router(tokenizer) -> None:
     plan = plan_tools(tokenizer, [WEATHER], "required", False, messages=USER)
     assert plan.grammar is not None and "start: required_one" in plan.grammar
