@@ -1,9 +1,11 @@
 """Text deltas → protocol deltas: the seam between the generator's text and the wire channels.
 
 The generator yields plain text.  A :class:`DeltaRouter` turns it into OpenAI delta dicts:
-``{"content": …}``, ``{"reasoning_content": …}`` and, once the tools issue lands,
-``{"tool_calls": [...]}`` (a tool-call parser is another router with the same two methods and
-``finish_reason`` override).  Routers are pure state machines: no I/O, no MLX.
+``{"content": …}`` and ``{"reasoning_content": …}`` here (:class:`ContentRouter`, for requests
+without tools), plus ``{"tool_calls": [...]}`` for requests with tools
+(:class:`afm_struct.tools.stream.ToolCallRouter`, made by ``ToolPlan.make_router``: the same three
+methods, and its ``finish_reason`` turns ``stop`` into ``tool_calls`` once a call was made).
+Routers are pure state machines: no I/O, no MLX.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ class ContentRouter:
 
 def make_router(*, reasoning_tags: tuple[str, str] | None = None,
                 start_in_reasoning: bool = False) -> DeltaRouter:
-    """The router for one request (the tools issue adds a tool-call router here)."""
+    """The router for a request without tools (requests with tools use ``ToolPlan.make_router``)."""
     if reasoning_tags is None:
         return ContentRouter()
     return ContentRouter(split_reasoning=True, tags=reasoning_tags, start_in_reasoning=start_in_reasoning)

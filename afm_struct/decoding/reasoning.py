@@ -140,11 +140,6 @@ class ReasoningGate:
         twin.state = "answer"
         return twin
 
-    @property
-    def in_answer(self) -> bool:
-        """True once the constraint governs the output."""
-        return self.state in ("answer", "answer_start")
-
 
 def detect_reasoning_tags(tokenizer, prompt_text: str) -> ReasoningTags | None:
     """The thinking tags a model uses, if its vocabulary has them as special tokens.

@@ -110,10 +110,6 @@ class LLGuidanceMatcher:
         """An independent copy at the same state (~1 µs): the closing search steps forks."""
         return LLGuidanceMatcher(self._m.deep_copy(), self._words)
 
-    def rollback(self, n: int) -> bool:
-        """Undo the last ``n`` tokens (speculative decoding)."""
-        return bool(self._m.rollback(n))
-
 
 class LLGuidanceGrammar:
     """A validated llguidance grammar bound to a tokenizer; cheap to instantiate matchers."""

@@ -12,7 +12,6 @@ from typing import Any
 from ..errors import InvalidRequestError, UnknownToolError
 from ..grammar.schema_check import check_satisfiable
 
-CHOICES = ("none", "auto", "required", "function")
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 

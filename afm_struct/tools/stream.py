@@ -89,11 +89,6 @@ class ToolCallRouter:
         self.id_factory = id_factory
         self.calls: list[dict[str, Any]] = []  # assembled calls (index order), for non-streaming use
 
-    @property
-    def made_calls(self) -> bool:
-        """True once any call has started."""
-        return bool(self.calls)
-
     def feed(self, text: str) -> list[Delta]:
         """Deltas made available by ``text``."""
         return self._route(self.splitter.feed(text), final=False)
