@@ -49,7 +49,7 @@ def walk_instance(constraint: Any, tokenizer: Any, text: str, bitmask: np.ndarra
         return True
     for token in tokenizer.encode(text):
         c0, t0 = time.thread_time(), time.perf_counter()
-        matcher.fill_mask(bitmask, 0)
+        matcher.fill_mask(bitmask[0])
         mask_us.append((time.perf_counter() - t0) * 1e6)
         if mask_cpu_us is not None:
             mask_cpu_us.append((time.thread_time() - c0) * 1e6)

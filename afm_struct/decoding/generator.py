@@ -111,8 +111,9 @@ class Generator(Prefill):
 
     # -- admission ---------------------------------------------------------------------------
 
-    def check(self, request: GenerationRequest) -> int:
-        """Validate ``request`` against the context; return the effective max_tokens."""
+    def max_tokens_for(self, request: GenerationRequest) -> int:
+        """The effective max_tokens of ``request`` (capped by the context left after its prompt);
+        raise :class:`ContextOverflowError` when the prompt is empty or fills the context."""
         n = len(request.prompt_ids)
         if n == 0:
             raise ContextOverflowError("the prompt is empty", param="messages")
@@ -125,7 +126,7 @@ class Generator(Prefill):
     def add(self, request: GenerationRequest, sink: Callable[[Event], None],
             cancel: threading.Event | None = None) -> None:
         """Admit a sequence; its events go to ``sink`` from the stepping thread."""
-        max_tokens = self.check(request)
+        max_tokens = self.max_tokens_for(request)
         params = request.params
         matcher = request.constraint.new_matcher() if request.constraint is not None else None
         if matcher is not None and request.reasoning is not None:
@@ -189,7 +190,7 @@ class Generator(Prefill):
             seq.mask = allocate_bitmask(1, self.vocab_size)
         row = seq.mask[0]
         row[:] = 0
-        seq.matcher.fill_mask(seq.mask, 0)
+        seq.matcher.fill_mask(row)
         # EOS policy lives here, not in each engine: any end-of-turn id iff the grammar accepts.
         set_tokens(row, self.eos_ids, seq.matcher.is_accepting())
         if seq.closer is not None:

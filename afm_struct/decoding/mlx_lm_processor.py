@@ -43,7 +43,7 @@ class GrammarLogitsProcessor:
         row = self._bitmask[0]
         row[:] = 0
         if not self.matcher.is_finished():
-            self.matcher.fill_mask(self._bitmask, 0)
+            self.matcher.fill_mask(row)
         set_tokens(row, self.eos_token_ids, self.matcher.is_accepting())
         if bitmask_allows_all(row, self.vocab_size):
             return logits

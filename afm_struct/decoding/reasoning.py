@@ -52,28 +52,28 @@ class ReasoningGate:
         self._gap_ids = sorted({ids[0] for ids in (tokenizer.encode(t) for t in ("\n", "\n\n", " "))
                                 if len(ids) == 1})
 
-    def fill_mask(self, bitmask: np.ndarray, row: int) -> None:
+    def fill_mask(self, row: np.ndarray) -> None:
         """The inner mask, widened or replaced according to the state."""
         if self.state == "thinking":
-            bitmask[row, :] = -1
-            set_tokens(bitmask[row], self.tokenizer.eos_token_ids, False)
+            row[:] = -1
+            set_tokens(row, self.tokenizer.eos_token_ids, False)
         elif self.state == "opening":
-            bitmask[row, :] = 0
-            set_tokens(bitmask[row], [self.open_ids[self._opening_at]], True)
+            row[:] = 0
+            set_tokens(row, [self.open_ids[self._opening_at]], True)
         else:
-            self.inner.fill_mask(bitmask, row)
+            self.inner.fill_mask(row)
             if self.state == "start":
-                set_tokens(bitmask[row], [self.open_ids[0]], True)
+                set_tokens(row, [self.open_ids[0]], True)
             elif self.state == "answer_start":
-                set_tokens(bitmask[row], self._gap_ids, True)
+                set_tokens(row, self._gap_ids, True)
 
     def _inner_allows(self, token: int) -> bool:
         if self._scratch is None:
-            self._scratch = np.zeros((1, (self.tokenizer.vocab_size + 31) // 32 + 1), dtype=np.int32)
+            self._scratch = np.zeros((self.tokenizer.vocab_size + 31) // 32 + 1, dtype=np.int32)
         self._scratch[:] = 0
-        self.inner.fill_mask(self._scratch, 0)
+        self.inner.fill_mask(self._scratch)
         word, bit = divmod(token, 32)
-        return bool((int(self._scratch[0, word]) >> bit) & 1)
+        return bool((int(self._scratch[word]) >> bit) & 1)
 
     def advance(self, token: int) -> bool:
         """Route the token by state; the close tag is found in the decoded text."""

@@ -120,7 +120,7 @@ class Scheduler:
     def submit(self, request: GenerationRequest, *,
                loop: asyncio.AbstractEventLoop | None = None) -> Handle:
         """Queue ``request``; raise :class:`OverloadedError` when full, admission errors at once."""
-        self.generator.check(request)  # context overflow etc. before any response starts
+        self.generator.max_tokens_for(request)  # raises on context overflow before any response starts
         with self._lock:
             capacity = self.limits.max_active + self.limits.max_queue
             if self._pending >= capacity:

@@ -272,7 +272,7 @@ def shortest_completion(matcher: Matcher, vocab: ClosingVocab, *, vocab_size: in
             moves = [(forced, scan(decode(forced), depth))]
         else:
             mask[0] = 0
-            node.fill_mask(mask, 0)
+            node.fill_mask(mask[0])
             moves = [([int(vocab.tokens[i])], vocab.step(i, depth))
                      for i in vocab.ordered(mask[0], depth, width)]
             if len(moves) < width:

@@ -51,8 +51,9 @@ def allocate_bitmask(batch: int, vocab_size: int) -> np.ndarray:
 class Matcher(Protocol):
     """Per-sequence grammar state."""
 
-    def fill_mask(self, bitmask: np.ndarray, row: int) -> None:
-        """Write the allowed next tokens (EOS included when accepting) into ``bitmask[row]``."""
+    def fill_mask(self, row: np.ndarray) -> None:
+        """Write the allowed next tokens (EOS included when accepting) into ``row``: one
+        contiguous int32 bitmask row of at least :func:`mask_words` words (extra words zeroed)."""
 
     def advance(self, token: int) -> bool:
         """Consume one sampled token; False if the grammar rejects it (the matcher is then stopped)."""

@@ -74,15 +74,14 @@ class LLGuidanceMatcher:
         self._m = matcher
         self._words = words
 
-    def fill_mask(self, bitmask: np.ndarray, row: int) -> None:
-        """Write the allowed next tokens into ``bitmask[row]`` (extra words, if any, zeroed)."""
-        target = bitmask[row]
-        if target.shape[0] == self._words:
-            llguidance.numpy.fill_next_token_bitmask(self._m, bitmask, row)
+    def fill_mask(self, row: np.ndarray) -> None:
+        """Write the allowed next tokens into ``row`` (extra words, if any, zeroed)."""
+        if row.shape[0] == self._words:
+            # llguidance's helper checks dtype and contiguity before writing through the pointer.
+            llguidance.numpy.fill_next_token_bitmask(self._m, row[np.newaxis], 0)
             return
-        view = target[: self._words]
-        self._m.unsafe_compute_mask_ptr(view.ctypes.data, self._words * 4)
-        target[self._words:] = 0
+        self._m.unsafe_compute_mask_ptr(row[: self._words].ctypes.data, self._words * 4)
+        row[self._words:] = 0
 
     def advance(self, token: int) -> bool:
         """Consume ``token``; False (and stopped) if the grammar rejects it."""

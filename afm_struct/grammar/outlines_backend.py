@@ -182,15 +182,13 @@ class OutlinesMatcher:
         self._stopped = False
         self._error: str | None = None
 
-    def fill_mask(self, bitmask: np.ndarray, row: int) -> None:
-        """Write the allowed next tokens into ``bitmask[row]``."""
-        target = bitmask[row]
+    def fill_mask(self, row: np.ndarray) -> None:
+        """Write the allowed next tokens into ``row`` (extra words, if any, zeroed)."""
         if self._stopped:
-            target[:] = 0
+            row[:] = 0
             return
-        view = target[: self._words]
-        self._guide.write_mask_into(view.ctypes.data, self._words, 4)
-        target[self._words:] = 0
+        self._guide.write_mask_into(row[: self._words].ctypes.data, self._words, 4)
+        row[self._words:] = 0
 
     def advance(self, token: int) -> bool:
         """Move along ``token``; False (and stopped) if the DFA has no such transition."""

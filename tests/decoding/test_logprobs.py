@@ -220,7 +220,7 @@ def test_masked_tokens_never_appear_among_alternatives(tokenizer, seed):
     mask = allocate_bitmask(1, vocab)
     for e in entries:
         mask[0][:] = 0
-        matcher.fill_mask(mask, 0)
+        matcher.fill_mask(mask[0])
         bits = np.unpackbits(mask[0].view(np.uint8), bitorder="little")
         eos_ok = matcher.is_accepting()  # the generator's EOS policy
         for alt in e.top:

@@ -29,7 +29,7 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 
 def allowed(matcher, tokenizer, token: int) -> bool:  # type: ignore[no-untyped-def]
     bm = allocate_bitmask(1, tokenizer.vocab_size)
-    matcher.fill_mask(bm, 0)
+    matcher.fill_mask(bm[0])
     return bool((int(bm[0, token >> 5]) >> (token & 31)) & 1)
 
 
@@ -236,5 +236,5 @@ def test_regex_classifier() -> None:
 def test_mask_rows_are_independent(compiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
     c = compiler.compile(JsonSchemaRequest(PERSON))
     bm = np.full((2, allocate_bitmask(1, tokenizer.vocab_size).shape[1]), -1, dtype=np.int32)
-    c.new_matcher().fill_mask(bm, 1)
+    c.new_matcher().fill_mask(bm[1])
     assert (bm[0] == -1).all() and not (bm[1] == -1).all()
