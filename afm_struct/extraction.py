@@ -92,10 +92,10 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
     With ``logprobs`` the result also carries ``confidence``: per leaf field, the mean and
     minimum logprob of the tokens that wrote its value (:mod:`afm_struct.confidence`).
     """
-    from .decoding.generator import Finished, GenerationRequest, Generator, TextDelta
+    from .decoding.generator import Finished, FinishReason, GenerationRequest, Generator, TextDelta
     from .decoding.sampling import SamplingParams
     from .grammar.compiler import compile_constraint
-    from .grammar.spec import JsonSchemaRequest
+    from .grammar.spec import JsonSchemaRequest, Mode
 
     loaded = model if model is not None else _default_model()
     json_schema, pydantic_cls = _schema_of(schema)
@@ -115,14 +115,14 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
     assert fin is not None
     if fin.error is not None:
         raise fin.error
-    text = fin.text if constraint.mode == "enforced" else constraint.sanitize(fin.text)
+    text = fin.text if constraint.mode is Mode.ENFORCED else constraint.sanitize(fin.text)
     confidence = None
     if logprobs:  # sanitized text is cut out of the output: its offsets start further in
         confidence = field_confidence(text, entries, base=max(fin.text.find(text), 0))
     outcome = constraint.validate(text)
     errors = tuple(outcome.errors)
-    valid = outcome.ok and fin.reason == "stop"
-    if fin.reason == "length":
+    valid = outcome.ok and fin.reason is FinishReason.STOP
+    if fin.reason is FinishReason.LENGTH:
         errors = (f"max_tokens ({max_tokens}) reached before the JSON was complete", *errors)
     value = outcome.value
     if valid and pydantic_cls is not None:
@@ -131,7 +131,7 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
         except Exception as exc:  # pydantic-only checks (validators) the schema cannot express
             valid, errors = False, (*errors, str(exc))
     result = Extraction(value=value if valid else None, valid=valid, mode=str(constraint.mode),
-                        reason=constraint.reason, raw_text=fin.text, finish_reason=fin.reason,
+                        reason=constraint.reason, raw_text=fin.text, finish_reason=str(fin.reason),
                         errors=errors, prompt_tokens=fin.usage.prompt_tokens,
                         completion_tokens=fin.usage.completion_tokens, confidence=confidence,
                         token_logprobs=tuple(entries) if logprobs else None)

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from afm_struct.decoding.generator import Finished, GenerationRequest, TextDelta, Timings, Usage
+from afm_struct.decoding.events import GenerationRequest
+from afm_struct.decoding.outputs import Finished, FinishReason, TextDelta, Timings, Usage
 from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
 from afm_struct.decoding.scheduler import Handle, Scheduler
 from afm_struct.errors import AfmError, GenerationError, internal_error
@@ -81,7 +82,11 @@ class Prepared:
 
     @property
     def downgraded(self) -> bool:
-        """A strict schema or strict tool grammar runs best-effort."""
+        """A strict schema or strict tool grammar runs best-effort (``X-Grammar-Constraints``).
+
+        Each plan decided its own flag by :func:`afm_struct.downgrade.is_downgraded`; the
+        response is downgraded when either is.
+        """
         return self.plan.downgraded or bool(self.tools and self.tools.downgraded)
 
 
@@ -89,7 +94,7 @@ class Prepared:
 class Outcome:
     """How the generation ended, as the wire reports it."""
 
-    reason: str  # stop, length, tool_calls, cancelled or error
+    reason: FinishReason
     finished: Finished
     error: AfmError | None = None
 
@@ -232,20 +237,19 @@ class Run:
             for item in route("", router.finish(), None):
                 yield item
             cancelled = self.state.registry.complete(self.entry)
-            if event.reason == "error":
+            if event.reason == FinishReason.ERROR:
                 err = event.error or GenerationError("generation failed")
-                self.outcome = Outcome("error", event, err)
+                self.outcome = Outcome(FinishReason.ERROR, event, err)
                 break
             if deferred:
                 raw = "".join(deferred)
                 text = plan.sanitize(raw)
                 if text:
                     yield {"content": text}, within(deferred_entries, raw, text) if routing else None
-            reason = "cancelled" if cancelled else router.finish_reason(event.reason)
+            reason = FinishReason.CANCELLED if cancelled else router.finish_reason(event.reason)
             self.outcome = Outcome(reason, event)
         if self.outcome is None:  # defensive: the event stream ended without a Finished
-            self.outcome = Outcome("error", Finished("error", _usage(self), _timings(), ""),
-                                   GenerationError("the server is shutting down"))
+            self.outcome = _failed(self, GenerationError("the server is shutting down"))
 
     def profile(self) -> dict[str, Any] | None:
         """The profile event payload for this run, if one was asked for."""
@@ -262,12 +266,10 @@ class Run:
         return summary
 
 
-def _usage(run: Run) -> Usage:
-    return Usage(prompt_tokens=len(run.prepared.generation.prompt_ids))
-
-
-def _timings() -> Timings:
-    return Timings()
+def _failed(run: Run, err: AfmError) -> Outcome:
+    """The outcome of a run that failed without the generator's own Finished (usage: the prompt)."""
+    usage = Usage(prompt_tokens=len(run.prepared.generation.prompt_ids))
+    return Outcome(FinishReason.ERROR, Finished(FinishReason.ERROR, usage, Timings(), ""), err)
 
 
 def admit(state: ServerState, prepared: Prepared) -> Run:
@@ -298,7 +300,7 @@ async def sse_body(run: Run) -> AsyncIterator[bytes]:
         raise
     except Exception as exc:  # a server bug mid-stream: the status is sent, so report in-band
         err = internal_error(exc, [run.prepared.request_id], what="streaming failed")
-        run.outcome = Outcome("error", Finished("error", _usage(run), _timings(), ""), err)
+        run.outcome = _failed(run, err)
     outcome = run.outcome
     assert outcome is not None
     if first:

@@ -18,10 +18,12 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from afm_struct.decoding.generator import Finished
-from afm_struct.models.loader import LoadedModel
+from afm_struct.decoding.outputs import Finished
+
+if TYPE_CHECKING:  # the loader imports MLX; the profile only reads a loaded model's fields
+    from afm_struct.models.loader import LoadedModel
 
 PROFILE_TRUE = "afm_profile"
 PROFILE_EXTENDED = "afm_profile_extended"

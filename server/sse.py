@@ -11,14 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from afm_struct.decoding.generator import Usage
+from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import AfmError
 
 DONE = b"data: [DONE]\n\n"
 CHUNK_OBJECT = "chat.completion.chunk"
 COMPLETION_OBJECT = "chat.completion"
 CANCELLATION_OBJECT = "chat.completion.cancellation"
-ERROR_FINISH_REASON = "error"
 
 
 @dataclass(frozen=True)
@@ -49,8 +48,8 @@ def delta_chunk(ident: StreamIdentity, delta: Mapping[str, Any],
                            "finish_reason": None}])
 
 
-def finish_chunk(ident: StreamIdentity, reason: str) -> dict[str, Any]:
-    """The finish chunk: an empty delta and the finish_reason."""
+def finish_chunk(ident: StreamIdentity, reason: FinishReason) -> dict[str, Any]:
+    """The finish chunk: an empty delta and the finish_reason (a StrEnum: JSON writes its string)."""
     return _chunk(ident, [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}])
 
 
@@ -80,7 +79,7 @@ def error_chunk(ident: StreamIdentity, err: AfmError) -> dict[str, Any]:
     ``error`` object (careful clients, and the openai SDK, detect it) and finish_reason "error".
     It replaces the finish chunk; usage and profile may follow, then ``[DONE]``."""
     chunk = _chunk(ident, [{"index": 0, "delta": {"content": f"[error] {err.message}"},
-                            "logprobs": None, "finish_reason": ERROR_FINISH_REASON}])
+                            "logprobs": None, "finish_reason": FinishReason.ERROR}])
     chunk["error"] = error_body(err)
     return chunk
 
@@ -91,7 +90,7 @@ def profile_event(key: str, profile: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def completion_body(ident: StreamIdentity, *, content: str | None, reasoning_content: str | None,
-                    tool_calls: list[dict[str, Any]] | None, finish_reason: str,
+                    tool_calls: list[dict[str, Any]] | None, finish_reason: FinishReason,
                     usage: Usage, logprobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A non-streaming ``chat.completion`` (empty channels are left out or null, as OpenAI does;
     ``logprobs`` is the choice's logprobs object when asked for)."""

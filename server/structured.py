@@ -4,7 +4,8 @@
 how the server must treat the output: an *enforced* constraint streams as generated (the mask
 guarantees bare JSON); a *best-effort* one (downgraded, or no compiler available) is deferred to
 the end of generation and sanitized, so clients never see markdown fences.  A strict schema
-served best-effort sets ``X-Grammar-Constraints: downgraded``.
+served best-effort sets ``X-Grammar-Constraints: downgraded`` (the rule:
+:func:`afm_struct.downgrade.is_downgraded`).
 """
 
 from __future__ import annotations
@@ -13,21 +14,41 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from afm_struct.downgrade import is_downgraded
+from afm_struct.grammar.engine import Matcher
+from afm_struct.grammar.spec import Mode, Rung
 from afm_struct.grammar.validation import sanitize_json_text
 from afm_struct.models.tokenizer import Tokenizer
 
 from .schemas import ResponseFormatJsonObject, ResponseFormatJsonSchema, ResponseFormatText
 
 ResponseFormat = ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema
-Compile = Callable[[Tokenizer, Any], Any]
+
+
+class CompiledFormat(Protocol):
+    """What the server reads of a compiled ``response_format`` (a ``CompiledConstraint``)."""
+
+    mode: Mode  # ENFORCED: the mask guarantees the output; DOWNGRADED: best-effort
+    reason: str | None  # why it was downgraded
+
+    def new_matcher(self) -> Matcher | None:
+        """A fresh matcher for one generation (None: no mask)."""
+
+    def sanitize(self, text: str) -> str:
+        """The JSON payload of a best-effort output (fences and prose removed)."""
+
+
+# ``(tokenizer, request) -> CompiledFormat``: the compiler, or a test's stand-in.
+Compile = Callable[[Tokenizer, Any], CompiledFormat]
+
 
 @dataclass(frozen=True)
 class StructuredPlan:
     """How one request's output is constrained and delivered."""
 
-    constraint: Any | None  # for GenerationRequest.constraint (None: no mask)
+    constraint: CompiledFormat | None  # for GenerationRequest.constraint (None: no mask)
     json_output: bool  # the client must receive unfenced JSON
     enforced: bool  # the mask guarantees the output: stream it as generated
     downgraded: bool  # a strict request runs best-effort: X-Grammar-Constraints: downgraded
@@ -39,7 +60,9 @@ class StructuredPlan:
         """This plan run best-effort (another constraint owns the mask): deferred + sanitized."""
         if not self.json_output:
             return self
-        return dataclasses.replace(self, constraint=None, enforced=False, downgraded=self.strict,
+        # No mask is the unconstrained rung: a strict format run so is downgraded.
+        return dataclasses.replace(self, constraint=None, enforced=False,
+                                   downgraded=is_downgraded(self.strict, Rung.UNCONSTRAINED),
                                    reason=reason)
 
     @property
@@ -78,8 +101,8 @@ async def plan_structured(tokenizer: Tokenizer, fmt: ResponseFormat | None, *,
     request, strict = _constraint_request(fmt)
     compile_fn = compile_fn or default_compiler()
     compiled = await asyncio.to_thread(compile_fn, tokenizer, request)
-    enforced = str(getattr(compiled, "mode", "downgraded")) == "enforced"
-    sanitize = getattr(compiled, "sanitize", None) or sanitize_json_text
-    return StructuredPlan(constraint=compiled, json_output=True, enforced=enforced,
-                          downgraded=strict and not enforced, reason=getattr(compiled, "reason", None),
-                          sanitize=sanitize, strict=strict)
+    # Mode(...) also takes the mode's string value, which a test's stand-in compiler may give.
+    mode = Mode(compiled.mode)
+    return StructuredPlan(constraint=compiled, json_output=True, enforced=mode is Mode.ENFORCED,
+                          downgraded=is_downgraded(strict, mode), reason=compiled.reason,
+                          sanitize=compiled.sanitize, strict=strict)

@@ -48,8 +48,9 @@ def read_messages(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     """Load the model, generate, stream text; exit 1 on a generation error."""
-    from ..decoding.generator import Finished, GenerationRequest, Generator
+    from ..decoding.generator import Finished, FinishReason, GenerationRequest, Generator
     from ..decoding.sampling import SamplingParams
+    from ..grammar.spec import Mode
     from ..models import load_model
     from ..models.blas import blas_in_use, warn_if_reference_blas
 
@@ -82,12 +83,12 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[afm-struct] finish={event.reason} prompt={event.usage.prompt_tokens} "
                       f"completion={event.usage.completion_tokens} prefill={pre or 0:.1f} tok/s "
                       f"decode={dec or 0:.1f} tok/s", file=sys.stderr)
-            if constraint is not None and constraint.mode != "enforced":
+            if constraint is not None and constraint.mode is not Mode.ENFORCED:
                 outcome = constraint.validate(event.text)
                 print(f"[afm-struct] best-effort output valid: {outcome.ok} "
                       f"{'; '.join(outcome.errors)}", file=sys.stderr)
                 return 0 if outcome.ok else 3
-            if event.reason == "length" and constraint is not None:
+            if event.reason is FinishReason.LENGTH and constraint is not None:
                 print("[afm-struct] max tokens reached: the output is incomplete", file=sys.stderr)
                 return 3
         else:

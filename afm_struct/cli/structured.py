@@ -25,12 +25,12 @@ def compile_for_cli(tokenizer: Any, schema_path: Path | None, *, json_object: bo
                     backend: str = "llguidance") -> Any:
     """Compile ``--schema`` / ``--json-object``; say on stderr when the result is best-effort."""
     from ..grammar.compiler import compile_constraint
-    from ..grammar.spec import CompileOptions, JsonObjectRequest, JsonSchemaRequest
+    from ..grammar.spec import CompileOptions, JsonObjectRequest, JsonSchemaRequest, Mode
 
     request = (JsonObjectRequest() if schema_path is None and json_object
                else JsonSchemaRequest(read_schema(schema_path)))  # type: ignore[arg-type]
     constraint = compile_constraint(tokenizer, request, CompileOptions(backend=backend))  # type: ignore[arg-type]
-    if constraint.mode != "enforced":
+    if constraint.mode is not Mode.ENFORCED:
         print(f"[afm-struct] constraint downgraded ({constraint.rung}): {constraint.reason}",
               file=sys.stderr)
     return constraint

@@ -1,4 +1,8 @@
-"""What goes into the generator and what comes out: requests, usage, timings, events."""
+"""What goes into the generator: requests and the model / constraint protocols.
+
+What comes out (text deltas, :class:`Finished`, usage, timings, finish reasons) lives in
+:mod:`.outputs`, which imports no MLX, and is re-exported here for the engine's own imports.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,13 @@ from typing import Any, Protocol
 
 import mlx.core as mx
 
-from ..errors import AfmError
 from ..grammar.engine import Matcher
-from .logprobs import TokenLogprob
+from .outputs import Event, Finished, FinishReason, TextDelta, Timings, Usage
 from .reasoning import ReasoningTags
 from .sampling import LogitsProcessor, SamplingParams
+
+__all__ = ["Constraint", "Event", "FinishReason", "Finished", "GenerationRequest", "LanguageModel",
+           "TextDelta", "Timings", "Usage"]
 
 
 class Constraint(Protocol):
@@ -51,62 +57,3 @@ class GenerationRequest:
     # TextDelta events then carry the entries of the tokens whose text they show.
     logprobs: int | None = None
     request_id: str = ""
-
-
-@dataclass
-class Usage:
-    """Token counts (forced tokens count as completion tokens)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    forced_tokens: int = 0
-    cached_tokens: int = 0  # prompt tokens whose KV state came from the prefix cache
-
-    @property
-    def total_tokens(self) -> int:
-        """Prompt plus completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass
-class Timings:
-    """Wall-clock split of one generation."""
-
-    queued_s: float = 0.0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
-    first_token_s: float | None = None
-    mask_s: float = 0.0
-
-    def rates(self, usage: Usage) -> tuple[float | None, float | None]:
-        """(prefill tok/s, decode tok/s)."""
-        pre = usage.prompt_tokens / self.prefill_s if self.prefill_s > 0 else None
-        dec = usage.completion_tokens / self.decode_s if self.decode_s > 0 else None
-        return pre, dec
-
-
-@dataclass
-class TextDelta:
-    """New output text (never a split UTF-8 character; never part of a stop sequence).
-
-    With ``GenerationRequest.logprobs`` set, ``logprobs`` holds the entries of the tokens whose
-    last visible character is in ``text`` (see :mod:`.logprobs`); otherwise it is None.
-    """
-
-    text: str
-    logprobs: list[TokenLogprob] | None = None
-
-
-@dataclass
-class Finished:
-    """The end of a sequence: ``reason`` is stop, length, cancelled or error."""
-
-    reason: str
-    usage: Usage
-    timings: Timings
-    text: str
-    error: AfmError | None = None
-    grammar_complete: bool | None = None
-
-
-Event = TextDelta | Finished

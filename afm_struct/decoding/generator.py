@@ -34,6 +34,7 @@ from .events import (
     Constraint,
     Event,
     Finished,
+    FinishReason,
     GenerationRequest,
     LanguageModel,
     TextDelta,
@@ -56,8 +57,8 @@ from .stops import StopMatcher
 # when a row has a long forced run or prompt tail).
 PACKED_FEED_MAX = 32
 
-__all__ = ["Constraint", "Event", "Finished", "GenerationRequest", "Generator", "LanguageModel",
-           "TextDelta", "Timings", "Usage"]
+__all__ = ["Constraint", "Event", "FinishReason", "Finished", "GenerationRequest", "Generator",
+           "LanguageModel", "TextDelta", "Timings", "Usage"]
 
 class Generator(Prefill):
     """Owns the model; :meth:`step` advances every active sequence by one token (or run)."""
@@ -173,7 +174,7 @@ class Generator(Prefill):
                 err = exc if isinstance(exc, AfmError) else internal_error(
                     exc, [seq.request.request_id for seq in group.rows])
                 for seq in group.rows:
-                    self._finish(seq, "error", error=err)
+                    self._finish(seq, FinishReason.ERROR, error=err)
                 group.rows = []
         for g in self.groups:
             if not g.rows and g.batched and g.shared:
@@ -207,7 +208,7 @@ class Generator(Prefill):
     def _decode_group(self, group: BatchGroup) -> None:
         for seq in group.rows:
             if seq.cancel.is_set():
-                self._finish(seq, "cancelled")
+                self._finish(seq, FinishReason.CANCELLED)
         # Rows with logits sample now; rows still feeding a long forced run wait their turn.
         ready = [r for r in group.rows if not r.done and r.logits is not None]
         runs = []
@@ -391,16 +392,16 @@ class Generator(Prefill):
                 continue
             self._emit(seq, seq.stops.feed(text))
             if seq.stops.stopped:
-                self._finish(seq, "stop")
+                self._finish(seq, FinishReason.STOP)
                 return
         if seq.closer is not None and seq.closer.closed:
-            self._finish(seq, "length")  # closed early by the budget: still a cut
+            self._finish(seq, FinishReason.LENGTH)  # closed early by the budget: still a cut
         elif seq.eos:
-            self._finish(seq, "stop", grammar_complete=True)
+            self._finish(seq, FinishReason.STOP, grammar_complete=True)
         elif seq.matcher is not None and seq.matcher.is_finished():
-            self._finish(seq, "stop", grammar_complete=True)
+            self._finish(seq, FinishReason.STOP, grammar_complete=True)
         elif len(seq.tokens) >= seq.max_tokens:
-            self._finish(seq, "length")
+            self._finish(seq, FinishReason.LENGTH)
 
     def _emit(self, seq: SequenceState, text: str, *, last: bool = False) -> None:
         if not text:
@@ -413,12 +414,15 @@ class Generator(Prefill):
         final = last or seq.stops.stopped
         seq.sink(TextDelta(text, seq.track.emitted(len(text), final=final)))
 
-    def _finish(self, seq: SequenceState, reason: str, *, error: AfmError | None = None,
+    def _finish(self, seq: SequenceState, reason: FinishReason, *, error: AfmError | None = None,
                 grammar_complete: bool | None = None) -> None:
         if seq.done:
             return
         seq.done = True
-        if reason in ("stop", "length", "cancelled") and not seq.stops.stopped:
+        # An end other than an error flushes the held text (a partial stop-string match, a split
+        # character): it is output the client should see.
+        flushes = reason in (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED)
+        if flushes and not seq.stops.stopped:
             tail = seq.detok.flush()
             if seq.track is not None:
                 seq.track.tail(tail)

@@ -17,6 +17,7 @@ import mlx.core as mx
 
 from ..errors import AfmError, internal_error
 from .forward import Head, logits_at
+from .outputs import FinishReason
 from .prefix_cache import common_prefix
 from .sequence import BatchGroup, SequenceState
 
@@ -45,7 +46,7 @@ class Prefill:
     decoding: int
     spare_batch: list[Any] | None
 
-    def _finish(self, seq: SequenceState, reason: str, *, error: AfmError | None = None,
+    def _finish(self, seq: SequenceState, reason: FinishReason, *, error: AfmError | None = None,
                 grammar_complete: bool | None = None) -> None:
         raise NotImplementedError
 
@@ -94,7 +95,7 @@ class Prefill:
         budget = self.busy_prefill_budget if self.groups else self.prefill_budget
         for seq in [s for s in self.prefilling if s.cancel.is_set()]:
             self.prefilling.remove(seq)
-            self._finish(seq, "cancelled")
+            self._finish(seq, FinishReason.CANCELLED)
         budget -= self._prefill_shared_prefix(budget)
         together = self._pick_together(budget)
         if together:
@@ -106,7 +107,7 @@ class Prefill:
                 for seq in together:
                     if seq in self.prefilling:
                         self.prefilling.remove(seq)
-                    self._finish(seq, "error", error=err)
+                    self._finish(seq, FinishReason.ERROR, error=err)
         for seq in list(self.prefilling):
             if budget <= 0:
                 break
@@ -117,7 +118,7 @@ class Prefill:
             except Exception as exc:
                 self.prefilling.remove(seq)
                 err = exc if isinstance(exc, AfmError) else internal_error(exc, [seq.request.request_id])
-                self._finish(seq, "error", error=err)
+                self._finish(seq, FinishReason.ERROR, error=err)
 
     def _start_prefill(self, seq: SequenceState) -> None:
         """Start the clock and take the longest cached prefix of the prompt, if any."""
@@ -195,7 +196,7 @@ class Prefill:
         self._join_batch(seqs, cache)
         for seq in seqs:
             if seq.matcher is not None and seq.matcher.is_finished():
-                self._finish(seq, "stop")
+                self._finish(seq, FinishReason.STOP)
         return sum(len(f) for f in feeds)
 
     def _join_batch(self, seqs: list[SequenceState], cache: list[Any]) -> None:
@@ -234,7 +235,7 @@ class Prefill:
         self.prefilling.remove(seq)
         self._join(seq)
         if seq.matcher is not None and seq.matcher.is_finished():
-            self._finish(seq, "stop")
+            self._finish(seq, FinishReason.STOP)
         return remaining
 
     def _new_batch(self, seq_caches: list[list[Any]]) -> list[Any]:

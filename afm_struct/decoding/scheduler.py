@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from ..errors import AfmError, OverloadedError, internal_error
-from .generator import Event, Finished, GenerationRequest, Generator, Timings, Usage
+from .generator import Event, Finished, FinishReason, GenerationRequest, Generator, Timings, Usage
 from .join_wait import JoinWait
 
 log = logging.getLogger("afm_struct")
@@ -211,13 +211,14 @@ class Scheduler:
 
         admitted = False
         if handle.cancel_event.is_set():
-            sink(Finished("cancelled", Usage(len(handle.request.prompt_ids)), Timings(), ""))
+            sink(Finished(FinishReason.CANCELLED, Usage(len(handle.request.prompt_ids)), Timings(), ""))
             return
         try:
             self.generator.add(handle.request, sink, handle.cancel_event)
             admitted = True
         except AfmError as exc:
-            sink(Finished("error", Usage(len(handle.request.prompt_ids)), Timings(), "", error=exc))
+            sink(Finished(FinishReason.ERROR, Usage(len(handle.request.prompt_ids)), Timings(), "",
+                          error=exc))
         except Exception as exc:
             err = internal_error(exc, [handle.request.request_id], what="admission failed")
-            sink(Finished("error", Usage(), Timings(), "", error=err))
+            sink(Finished(FinishReason.ERROR, Usage(), Timings(), "", error=err))

@@ -24,7 +24,8 @@ embedded: the rewritten schema with exact options (enforced), with llguidance's 
 options, or the generic JSON of its type.  Any *strict* tool below the exact rung makes the
 whole plan *downgraded* (``X-Grammar-Constraints: downgraded``), with that tool's reason; a
 non-strict tool below it falls back quietly (the header concerns strict tools, per the
-contract), its rung still recorded in :attr:`ToolGrammar.guided`.
+contract), its rung still recorded in :attr:`ToolGrammar.guided`.  The rule is
+:func:`afm_struct.downgrade.is_downgraded`, shared with ``response_format``.
 
 ``tool_choice: auto`` uses llguidance's lazy lexeme: free text until the opener is generated,
 then the call is constrained (exact: after the opener only a well-formed call may follow).
@@ -37,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..downgrade import is_downgraded
 from ..errors import SchemaError
 from ..grammar.compiler import CompiledConstraint, compile_constraint
 from ..grammar.ladder import generic_schema
@@ -215,7 +217,7 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
             guided[tool.name] = rung.value
             continue
         rungs[tool.name] = rung.value
-        if rung is not Rung.EXACT and reason is None:
+        if is_downgraded(tool.strict, rung) and reason is None:
             reason = f"{tool.name}: {why or rung.value}"
     grammar = build_grammar(tokenizer, fmt, embedded, required=required, parallel=parallel)
     try:
@@ -233,6 +235,7 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
         reason = reason or why or "tool_grammar_error"
         rungs = {name: Rung.GENERIC_JSON.value for name in rungs}
         guided = {name: Rung.GENERIC_JSON.value for name in guided}
-    downgraded = any(r != Rung.EXACT.value for r in rungs.values())
+    # ``rungs`` holds exactly the strict tools (non-strict ones are in ``guided``).
+    downgraded = any(is_downgraded(True, Rung(r)) for r in rungs.values())
     return ToolGrammar(grammar=grammar, constraint=constraint, downgraded=downgraded,
                        reason=reason if downgraded else None, rungs=rungs, guided=guided)
