@@ -39,42 +39,27 @@ def test_agent_output_type(compat_server: CompatServer, wire: Wire) -> None:
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
 
 
-def test_function_tool_required(compat_server: CompatServer, wire: Wire) -> None:
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "strict_mode_false"])
+def test_function_tool_required(compat_server: CompatServer, wire: Wire, strict: bool) -> None:
+    """``function_tool`` under ``tool_choice="required"``: the tool runs once with validated
+    arguments.  The default sends ``strict: true``; ``strict_mode=False`` (for schemas OpenAI's
+    strict mode refuses) sends ``strict: false``, and the arguments still follow the schema."""
     calls: list[Weather] = []
 
-    @function_tool
     def get_weather(city: str, unit: Literal["c", "f"]) -> str:
         """Get the current weather for a city."""
         calls.append(Weather(city=city, unit=unit))
         return f"22 degrees {unit} in {city}"
 
+    tool = function_tool(get_weather) if strict else function_tool(strict_mode=False)(get_weather)
     agent = Agent(name="weather", instructions="Answer with the weather tool.", model=_model(compat_server),
-                  tools=[get_weather], tool_use_behavior="stop_on_first_tool",
+                  tools=[tool], tool_use_behavior="stop_on_first_tool",
                   model_settings=ModelSettings(tool_choice="required", max_tokens=MAX_TOKENS, temperature=0))
     result = Runner.run_sync(agent, WEATHER_PROMPT)
     assert len(calls) == 1 and calls[0].city and calls[0].unit in ("c", "f")
     assert result.final_output == f"22 degrees {calls[0].unit} in {calls[0].city}"
     assert wire.last["tool_choice"] == "required"
-    assert tool_schema(wire.last, "get_weather")["strict"] is True  # function_tool's default strict_mode
-
-
-def test_function_tool_non_strict(compat_server: CompatServer, wire: Wire) -> None:
-    """``strict_mode=False`` (for schemas OpenAI's strict mode refuses): the tool says ``strict: false``."""
-    calls: list[Weather] = []
-
-    @function_tool(strict_mode=False)
-    def get_weather(city: str, unit: Literal["c", "f"]) -> str:
-        """Get the current weather for a city."""
-        calls.append(Weather(city=city, unit=unit))
-        return f"22 degrees {unit} in {city}"
-
-    agent = Agent(name="weather", instructions="Answer with the weather tool.", model=_model(compat_server),
-                  tools=[get_weather], tool_use_behavior="stop_on_first_tool",
-                  model_settings=ModelSettings(tool_choice="required", max_tokens=MAX_TOKENS, temperature=0))
-    result = Runner.run_sync(agent, WEATHER_PROMPT)
-    assert len(calls) == 1 and calls[0].city and calls[0].unit in ("c", "f")
-    assert result.final_output == f"22 degrees {calls[0].unit} in {calls[0].city}"
-    assert tool_schema(wire.last, "get_weather")["strict"] is False
+    assert tool_schema(wire.last, "get_weather")["strict"] is strict
     # The arguments hold the declared keys only, and the call was not cut by max_tokens.
     response = json.loads(wire.exchanges[-1].body)
     (call,) = response["choices"][0]["message"]["tool_calls"]
