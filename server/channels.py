@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from afm_struct.decoding.outputs import FinishReason
+
 Delta = dict[str, Any]
 
 THINK_OPEN = "<think>"
@@ -27,7 +29,7 @@ class DeltaRouter(Protocol):
     def finish(self) -> list[Delta]:
         """Deltas held back until the end of generation."""
 
-    def finish_reason(self, reason: str) -> str:
+    def finish_reason(self, reason: FinishReason) -> FinishReason:
         """The wire finish_reason for the generator's ``reason`` (e.g. ``tool_calls``)."""
 
 
@@ -101,7 +103,7 @@ class ContentRouter:
             self._held = ""
         return out
 
-    def finish_reason(self, reason: str) -> str:
+    def finish_reason(self, reason: FinishReason) -> FinishReason:
         """See :meth:`DeltaRouter.finish_reason`: text never changes the reason."""
         return reason
 

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from ..decoding.outputs import FinishReason
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
 
@@ -97,9 +98,9 @@ class ToolCallRouter:
         """Deltas held back until the end (partial markers, a call cut short)."""
         return self._route(self.splitter.feed("", final=True), final=True)
 
-    def finish_reason(self, reason: str) -> str:
+    def finish_reason(self, reason: FinishReason) -> FinishReason:
         """``tool_calls`` when the turn made calls and stopped normally; else ``reason``."""
-        return "tool_calls" if self.calls and reason == "stop" else reason
+        return FinishReason.TOOL_CALLS if self.calls and reason == FinishReason.STOP else reason
 
     # -- internals ----------------------------------------------------------------------------
 
