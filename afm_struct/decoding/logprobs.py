@@ -27,6 +27,8 @@ from typing import Any
 
 import mlx.core as mx
 
+from ..models.byte_level import byte_decoder
+
 MAX_TOP_LOGPROBS = 20
 # JSON has no -inf; OpenAI reports "practically impossible" as -9999.0 too.
 FLOOR = -9999.0
@@ -65,20 +67,7 @@ class TokenLogprob:
 # -- token text ------------------------------------------------------------------------------
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet, reversed (printable stand-ins → bytes)."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    cs = list(bs)
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
-
-
-_BYTE_DECODER = _byte_decoder()
+_BYTE_DECODER = byte_decoder()
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 

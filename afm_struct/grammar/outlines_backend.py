@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..models.byte_level import byte_decoder
 from .engine import EXACT_COMPILE, SchemaCompileOptions, mask_words
 from .llguidance_backend import BackendCompileError
 from .spec import CompileOptions
@@ -31,7 +32,6 @@ _UNENFORCED = frozenset({
     "multipleOf", "unevaluatedProperties", "unevaluatedItems", "additionalItems",
 })
 _FORMATS = frozenset({"date-time", "date", "time", "uuid", "uri", "email"})
-_BYTE_DECODER: dict[str, int] | None = None
 
 
 def _has_recursive_ref(schema: Any) -> bool:
@@ -112,27 +112,10 @@ def unsupported_keywords(schema: Any) -> list[str]:
     return sorted(found)
 
 
-def _bytes_decoder() -> dict[str, int]:
-    """GPT-2 byte-level BPE: the printable stand-in character of every byte."""
-    global _BYTE_DECODER
-    if _BYTE_DECODER is None:
-        bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-            range(ord("®"), ord("ÿ") + 1))
-        cs = bs[:]
-        n = 0
-        for b in range(256):
-            if b not in bs:
-                bs.append(b)
-                cs.append(256 + n)
-                n += 1
-        _BYTE_DECODER = {chr(c): b for b, c in zip(bs, cs, strict=True)}
-    return _BYTE_DECODER
-
-
 def vocabulary_bytes(tokenizer: Any) -> dict[bytes, list[int]]:
     """Token bytes → ids for outlines-core (special tokens left out: they are never text)."""
     hf = tokenizer.hf
-    decoder = _bytes_decoder()
+    decoder = byte_decoder()
     special = set(getattr(hf, "all_special_ids", []) or []) | set(tokenizer.eos_token_ids)
     special |= {i for i in getattr(hf, "added_tokens_decoder", {})}
     out: dict[bytes, list[int]] = {}
