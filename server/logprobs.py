@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from afm_struct.decoding.logprobs import TokenLogprob, TopLogprob
+from afm_struct.decoding.outputs import TokenLogprob, TopLogprob
 
 Delta = dict[str, Any]
 Entries = list[TokenLogprob]

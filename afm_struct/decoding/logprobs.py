@@ -28,40 +28,11 @@ from typing import Any
 import mlx.core as mx
 
 from ..models.byte_level import byte_decoder
+from .outputs import TokenLogprob, TopLogprob
 
 MAX_TOP_LOGPROBS = 20
 # JSON has no -inf; OpenAI reports "practically impossible" as -9999.0 too.
 FLOOR = -9999.0
-
-
-@dataclass(frozen=True)
-class TopLogprob:
-    """One alternative at a position: the token's text, id, logprob and UTF-8 bytes."""
-
-    token: str
-    id: int
-    logprob: float
-    bytes: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """One generated token: its logprob, its alternatives, and where its text lies.
-
-    ``offset``/``end`` are character offsets of the token's text in the generation's output
-    text (what :class:`~afm_struct.decoding.events.Finished` ``.text`` holds); a token ending
-    inside a multi-byte character shares the span of the token that completes it.
-    ``sampled`` is False for forced and budget-closing tokens.
-    """
-
-    token: str
-    id: int
-    logprob: float
-    bytes: tuple[int, ...]
-    top: tuple[TopLogprob, ...]
-    offset: int = 0
-    end: int = 0
-    sampled: bool = True
 
 
 # -- token text ------------------------------------------------------------------------------

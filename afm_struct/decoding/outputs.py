@@ -10,12 +10,38 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import AfmError
 
-if TYPE_CHECKING:  # logprobs.py computes on the device (imports MLX); only its type is needed here
-    from .logprobs import TokenLogprob
+
+@dataclass(frozen=True)
+class TopLogprob:
+    """One alternative at a position: the token's text, id, logprob and UTF-8 bytes."""
+
+    token: str
+    id: int
+    logprob: float
+    bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its logprob, its alternatives, and where its text lies.
+
+    ``offset``/``end`` are character offsets of the token's text in the generation's output
+    text (what :class:`Finished` ``.text`` holds); a token ending
+    inside a multi-byte character shares the span of the token that completes it.
+    ``sampled`` is False for forced and budget-closing tokens.
+    """
+
+    token: str
+    id: int
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[TopLogprob, ...]
+    offset: int = 0
+    end: int = 0
+    sampled: bool = True
 
 
 class FinishReason(enum.StrEnum):
