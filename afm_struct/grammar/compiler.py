@@ -73,7 +73,9 @@ class CompiledConstraint:
     @property
     def flag_downgraded(self) -> bool:
         """True when a strict request runs best-effort (``X-Grammar-Constraints: downgraded``)."""
-        return self.strict and self.mode is Mode.DOWNGRADED
+        from ..downgrade import is_downgraded  # the one rule (downgrade.py imports grammar.spec)
+
+        return is_downgraded(self.strict, self.mode)
 
     def new_matcher(self) -> Matcher | None:
         """A fresh matcher, or None on the unconstrained rung (generate freely, then sanitize)."""
