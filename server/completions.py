@@ -23,7 +23,7 @@ from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
 from afm_struct.decoding.scheduler import Handle, Scheduler
 from afm_struct.errors import AfmError, GenerationError, internal_error
 from afm_struct.models.loader import LoadedModel
-from afm_struct.tools import ToolPlan, plan_tools
+from afm_struct.tools import Choice, ToolDef, ToolPlan, parse_choice, parse_tools, plan_tools
 
 from . import sse
 from .cancel import Inflight, InflightRegistry
@@ -43,9 +43,8 @@ from .request import (
     logprobs_wanted,
     sampling_params,
     template_messages,
-    template_tools,
 )
-from .schemas import ChatCompletionRequest, NamedToolChoice
+from .schemas import ChatCompletionRequest
 from .settings import ServerSettings
 from .structured import Compile, StructuredPlan, plan_structured
 
@@ -106,12 +105,15 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
     check_n(body.n)
     model_name = check_model(body.model, state.settings.model_names(state.loaded.info.id))
     messages = template_messages(body.messages)
-    template_tools(body)  # tool/tool_choice admission checks (400s naming the parameter)
+    # Tools and tool_choice are parsed and checked once, here (400s naming the parameter);
+    # the tools plan takes the parsed values.  A schema check per tool: off the event loop.
+    tools = await asyncio.to_thread(parse_tools, body.tools) if body.tools else ()
+    choice = parse_choice(body.tool_choice, tools)
     params = sampling_params(body, default_max_tokens=state.settings.default_max_tokens)
     logprobs = logprobs_wanted(body)
     tokenizer = state.loaded.tokenizer
     plan = await plan_structured(tokenizer, body.response_format, compile_fn=state.compile_fn)
-    tool_plan = await plan_request_tools(state, body, messages)
+    tool_plan = await plan_request_tools(state, tools, choice, body.parallel_tool_calls, messages)
     constraint = plan.constraint
     if tool_plan is not None and tool_plan.constraint is not None:
         # One mask per request: the tool grammar (which allows free text where the format does)
@@ -141,20 +143,16 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
                     counter=counter, started=started, reasoning=reasoning, tools=tool_plan)
 
 
-async def plan_request_tools(state: ServerState, body: ChatCompletionRequest,
-                             messages: list[dict[str, Any]]) -> ToolPlan | None:
+async def plan_request_tools(state: ServerState, tools: tuple[ToolDef, ...], choice: Choice,
+                             parallel: bool | None, messages: list[dict[str, Any]]) -> ToolPlan | None:
     """The tools plan (prompt rendering, tool grammar, call router), or None without tools.
 
     Compiling a tool grammar can take a while: it runs in a worker thread.
     """
-    if not body.tools:
+    if not tools:
         return None
-    tools = [t.model_dump(exclude_none=True) for t in body.tools]
-    choice = body.tool_choice
-    choice_value = choice.model_dump() if isinstance(choice, NamedToolChoice) else choice
-    return await asyncio.to_thread(plan_tools, state.loaded.tokenizer, tools, choice_value,
-                                   body.parallel_tool_calls, messages=messages,
-                                   compile_fn=state.compile_fn)
+    return await asyncio.to_thread(plan_tools, state.loaded.tokenizer, tools, choice, parallel,
+                                   messages=messages, compile_fn=state.compile_fn)
 
 
 def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags | None:

@@ -1,7 +1,8 @@
-"""Pydantic request → engine values: chat messages, tool definitions, sampling parameters.
+"""Pydantic request → engine values: chat messages and sampling parameters.
 
-Admission checks that need no model live here (n, model name, tool_choice, content parts); they
-raise typed 400/404 errors that carry the offending parameter.
+Admission checks that need no model live here (n, model name, content parts, logprobs); they
+raise typed 400/404 errors that carry the offending parameter.  Tools and ``tool_choice`` are
+checked where they are parsed, :mod:`afm_struct.tools.definitions`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from typing import Any
 
 from afm_struct.decoding.logprobs import MAX_TOP_LOGPROBS
 from afm_struct.decoding.sampling import SamplingParams
-from afm_struct.errors import InvalidRequestError, NotFoundError, UnknownToolError
+from afm_struct.errors import InvalidRequestError, NotFoundError
 
-from .schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
+from .schemas import ChatCompletionRequest, ChatMessage
 
 
 def check_model(requested: str | None, served: tuple[str, ...]) -> str:
@@ -73,32 +74,6 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             item["tool_call_id"] = msg.tool_call_id
         out.append(item)
     return out
-
-
-def template_tools(req: ChatCompletionRequest) -> list[dict[str, Any]] | None:
-    """Tool definitions for the chat template, after checking ``tool_choice`` against them.
-
-    ``tool_choice: "none"`` leaves the tools out of the prompt.  Tool-call parsing and tool
-    grammars belong to the tools issue; this only admits and renders.
-    """
-    names = [t.function.name for t in req.tools or []]
-    if len(set(names)) != len(names):
-        raise InvalidRequestError("tools has duplicate function names", param="tools")
-    choice = req.tool_choice
-    if choice is not None and choice != "none" and not names:
-        raise InvalidRequestError(f"tool_choice {_choice_text(choice)} needs a non-empty tools list",
-                                  param="tool_choice")
-    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
-        raise UnknownToolError(
-            f"tool_choice names function {choice.function.name!r}, which is not in tools "
-            f"({', '.join(names)})", param="tool_choice")
-    if not names or choice == "none":
-        return None
-    return [t.model_dump(exclude_none=True) for t in req.tools or []]
-
-
-def _choice_text(choice: object) -> str:
-    return repr(choice) if isinstance(choice, str) else "{'type': 'function', ...}"
 
 
 def sampling_params(req: ChatCompletionRequest, *, default_max_tokens: int) -> SamplingParams:

@@ -75,12 +75,33 @@ class LarkRequest:
     kind: Literal["lark"] = field(default="lark", init=False)
 
 
+# A tool declared without parameters takes exactly ``{}``.
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
 @dataclass(frozen=True)
-class ToolSpec:
-    """One callable tool: its name and the JSON Schema of its ``arguments`` object."""
+class ToolDef:
+    """One function tool: name, ``parameters`` schema, description and ``strict`` flag.
+
+    The one tool type: the tools layer parses OpenAI's ``tools`` into these
+    (:func:`afm_struct.tools.parse_tools`), and :class:`ToolCallRequest` compiles them.
+    ``has_parameters`` is False when the request declared none (``parameters`` is then
+    :data:`NO_PARAMETERS`).
+    """
 
     name: str
-    parameters: dict[str, Any] | bool = field(default_factory=lambda: {"type": "object"})
+    parameters: dict[str, Any] | bool = field(default_factory=lambda: dict(NO_PARAMETERS))
+    description: str = ""
+    strict: bool = False
+    has_parameters: bool = True
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI tool dict (what chat templates expect as ``tools``)."""
+        fn: dict[str, Any] = {"name": self.name}
+        if self.description:
+            fn["description"] = self.description
+        fn["parameters"] = self.parameters
+        return {"type": "function", "function": fn}
 
 
 @dataclass(frozen=True)
@@ -91,7 +112,7 @@ class ToolCallRequest:
     branches are discriminated by ``name`` (see :mod:`afm_struct.grammar.tool_schema`).
     """
 
-    tools: tuple[ToolSpec, ...]
+    tools: tuple[ToolDef, ...]
     strict: bool = True
 
     kind: Literal["tool_call"] = field(default="tool_call", init=False)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SchemaError
-from .spec import ToolSpec
+from .spec import ToolDef
 
 
-def tool_call_schema(tools: tuple[ToolSpec, ...] | list[ToolSpec]) -> dict[str, Any]:
+def tool_call_schema(tools: tuple[ToolDef, ...] | list[ToolDef]) -> dict[str, Any]:
     """A schema accepting exactly one call ``{"name": <tool>, "arguments": <its parameters>}``."""
     if not tools:
         raise SchemaError("at least one tool is needed for a tool-call grammar", path="$.tools",

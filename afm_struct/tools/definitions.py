@@ -1,37 +1,19 @@
-"""OpenAI ``tools`` / ``tool_choice`` values → plain tool definitions and one normalized choice.
+"""OpenAI ``tools`` / ``tool_choice`` values → :class:`ToolDef`s and one normalized :class:`Choice`.
 
-Accepts the wire dicts (``{"type": "function", "function": {...}}``) or objects with the same
-attributes (the server's pydantic models), so the server can hand over what it has.
+The one place a request's tools are checked (400s naming the parameter).  Accepts the wire
+dicts (``{"type": "function", "function": {...}}``), objects with the same attributes (the
+server's pydantic models) or values parsed already (a :class:`ToolDef`, a :class:`Choice`),
+which pass through, so a caller that parsed once can hand the result on without a second check.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequestError, UnknownToolError
 from ..grammar.schema_check import check_satisfiable
-
-NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
-
-
-@dataclass(frozen=True)
-class ToolDef:
-    """One function tool: name, description, parameters schema and its ``strict`` flag."""
-
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] | bool = field(default_factory=lambda: dict(NO_PARAMETERS))
-    strict: bool = False
-    has_parameters: bool = True
-
-    def to_openai(self) -> dict[str, Any]:
-        """The OpenAI tool dict (what chat templates expect as ``tools``)."""
-        fn: dict[str, Any] = {"name": self.name}
-        if self.description:
-            fn["description"] = self.description
-        fn["parameters"] = self.parameters
-        return {"type": "function", "function": fn}
+from ..grammar.spec import NO_PARAMETERS, ToolDef
 
 
 @dataclass(frozen=True)
@@ -60,6 +42,12 @@ def parse_tools(tools: Any) -> tuple[ToolDef, ...]:
     out: list[ToolDef] = []
     seen: set[str] = set()
     for i, tool in enumerate(tools or ()):
+        if isinstance(tool, ToolDef):
+            if tool.name in seen:
+                raise InvalidRequestError(f"tools has two functions named {tool.name!r}", param="tools")
+            seen.add(tool.name)
+            out.append(tool)
+            continue
         kind = _get(tool, "type", "function")
         fn = _get(tool, "function")
         if kind != "function" or fn is None:
@@ -92,6 +80,10 @@ def parse_choice(choice: Any, tools: tuple[ToolDef, ...]) -> Choice:
     """``tool_choice`` → :class:`Choice`; default ``auto`` with tools, ``none`` without."""
     if choice is None:
         return Choice("auto" if tools else "none")
+    if isinstance(choice, Choice):
+        if choice.kind == "function":
+            return parse_choice({"type": "function", "function": {"name": choice.name}}, tools)
+        return parse_choice(choice.kind, tools)
     if isinstance(choice, str):
         if choice not in ("none", "auto", "required"):
             raise InvalidRequestError(f"tool_choice {choice!r} is not one of none, auto, required "
@@ -105,6 +97,9 @@ def parse_choice(choice: Any, tools: tuple[ToolDef, ...]) -> Choice:
     if not isinstance(name, str):
         raise InvalidRequestError("tool_choice must name a function: "
                                   "{'type': 'function', 'function': {'name': ...}}", param="tool_choice")
+    if not tools:
+        raise InvalidRequestError(f"tool_choice names function {name!r} but tools is empty; "
+                                  "send the function in tools", param="tool_choice")
     if name not in {t.name for t in tools}:
         raise UnknownToolError(f"tool_choice names function {name!r}, which is not in tools "
                                f"({', '.join(t.name for t in tools)})", param="tool_choice")

@@ -20,7 +20,7 @@ from afm_struct.grammar.spec import (
     RegexRequest,
     Rung,
     ToolCallRequest,
-    ToolSpec,
+    ToolDef,
 )
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -188,10 +188,10 @@ def test_json_object_regex_lark(compiler, tokenizer) -> None:  # type: ignore[no
 
 
 def test_tool_call_entry_point(compiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    weather = ToolSpec("get_weather", {"type": "object", "properties": {"city": {"type": "string"}},
+    weather = ToolDef("get_weather", {"type": "object", "properties": {"city": {"type": "string"}},
                                        "required": ["city"], "additionalProperties": False,
                                        "$defs": {"unit": {"enum": ["C", "F"]}}})
-    time_tool = ToolSpec("get_time", {"type": "object", "properties": {"unit": {"$ref": "#/$defs/u"}},
+    time_tool = ToolDef("get_time", {"type": "object", "properties": {"unit": {"$ref": "#/$defs/u"}},
                                       "$defs": {"u": {"enum": ["s", "ms"]}}})
     c = compiler.compile(ToolCallRequest((weather, time_tool)))
     assert c.mode is Mode.ENFORCED

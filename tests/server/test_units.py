@@ -8,9 +8,10 @@ import json
 import pytest
 
 from afm_struct.errors import InvalidRequestError, NotFoundError, SchemaError, UnknownToolError
+from afm_struct.tools import Choice, parse_choice, parse_tools
 from server.cancel import InflightRegistry, RequestIdConflictError
 from server.channels import ContentRouter
-from server.request import check_model, check_n, sampling_params, template_messages, template_tools
+from server.request import check_model, check_n, sampling_params, template_messages
 from server.schemas import ChatCompletionRequest
 from server.structured import plan_structured, sanitize_json_text
 
@@ -73,17 +74,25 @@ def test_request_mapping_and_admission_checks() -> None:
 
 
 def test_tool_choice_must_name_a_declared_tool() -> None:
+    """The server parses the pydantic request's tools once (what prepare() does)."""
     tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
     ok = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "x"}], "tools": tools,
                                                "tool_choice": {"type": "function",
                                                                "function": {"name": "read_file"}}})
-    assert template_tools(ok)[0]["function"]["name"] == "read_file"
+    defs = parse_tools(ok.tools)
+    assert [t.name for t in defs] == ["read_file"]
+    assert parse_choice(ok.tool_choice, defs) == Choice("function", "read_file")
     bad = ok.model_copy(update={"tool_choice": ok.tool_choice.model_copy(
         update={"function": ok.tool_choice.function.model_copy(update={"name": "rm"})})})
     with pytest.raises(UnknownToolError):
-        template_tools(bad)
-    none = ok.model_copy(update={"tool_choice": "none"})
-    assert template_tools(none) is None
+        parse_choice(bad.tool_choice, defs)
+    assert parse_choice("none", defs) == Choice("none")
+    # Parsed values pass through unchanged and are checked again against the tools.
+    assert parse_tools(defs) == defs
+    with pytest.raises(UnknownToolError):
+        parse_choice(Choice("function", "rm"), defs)
+    with pytest.raises(InvalidRequestError, match="tools is empty"):
+        parse_choice(ok.tool_choice, ())
 
 
 def test_invalid_schema_is_a_400_with_path(tokenizer) -> None:
