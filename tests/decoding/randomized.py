@@ -46,7 +46,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from afm_struct.decoding.generator import Finished, GenerationRequest, Generator
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.grammar.compiler import compile_constraint
-from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest, ToolCallRequest, ToolSpec
+from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest, ToolCallRequest, ToolDef
 from afm_struct.testing import ScriptedBatch, ScriptedCache
 
 SCHEMAS = [
@@ -55,9 +55,9 @@ SCHEMAS = [
      "required": ["name", "age"], "additionalProperties": False},
     {"type": "array", "items": {"enum": ["x", "y", "z"]}, "minItems": 1, "maxItems": 4},
 ]
-TOOLS = (ToolSpec("get_weather", {"type": "object", "properties": {
+TOOLS = (ToolDef("get_weather", {"type": "object", "properties": {
     "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"],
-    "additionalProperties": False}), ToolSpec("get_time", {"type": "object", "properties": {
+    "additionalProperties": False}), ToolDef("get_time", {"type": "object", "properties": {
         "zone": {"type": "string"}}, "required": ["zone"], "additionalProperties": False}))
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 KINDS = ["free", "free", "schema0", "schema1", "json_object", "tool"]
