@@ -21,7 +21,7 @@ from .definitions import Choice, ToolDef, parse_choice, parse_tools
 from .formats import FormatTable, ToolFormat, detect_format, load_table
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, TextEvent
 from .plan import ToolPlan, plan_tools
-from .stream import ReasoningSplitter, ToolCallRouter, new_call_id
+from .stream import ToolCallRouter, new_call_id
 
 __all__ = [
     "ArgsEvent",
@@ -30,7 +30,6 @@ __all__ = [
     "CallStart",
     "Choice",
     "FormatTable",
-    "ReasoningSplitter",
     "TextEvent",
     "ToolCallRouter",
     "ToolDef",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..decoding.outputs import FinishReason
+from ..text.reasoning import ReasoningSplitter
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
 
@@ -25,53 +26,6 @@ Delta = dict[str, Any]
 def new_call_id() -> str:
     """A fresh OpenAI-style call id (``call_`` + 24 hex digits)."""
     return "call_" + secrets.token_hex(12)
-
-
-def _partial_suffix(buf: str, tag: str) -> int:
-    for n in range(min(len(tag) - 1, len(buf)), 0, -1):
-        if buf.endswith(tag[:n]):
-            return n
-    return 0
-
-
-class ReasoningSplitter:
-    """Splits ``open…close`` thinking blocks off the text; the rest is the answer."""
-
-    def __init__(self, tags: tuple[str, str] | None, *, start_in_reasoning: bool = False) -> None:
-        self.tags = tags
-        self.inside = bool(tags) and start_in_reasoning
-        self._held = ""
-        self._after = False  # whitespace right after a block is the template's, not the answer's
-
-    def feed(self, text: str, *, final: bool = False) -> list[tuple[str, str]]:
-        """``(channel, text)`` pieces: channel is ``reasoning`` or ``answer``."""
-        if self.tags is None:
-            return [("answer", text)] if text else []
-        out: list[tuple[str, str]] = []
-        buf, self._held = self._held + text, ""
-        while buf:
-            tag = self.tags[1] if self.inside else self.tags[0]
-            at = buf.find(tag)
-            if at >= 0:
-                self._put(out, buf[:at])
-                buf = buf[at + len(tag):]
-                self._after = self.inside
-                self.inside = not self.inside
-                continue
-            keep = 0 if final else _partial_suffix(buf, tag)
-            self._put(out, buf[:len(buf) - keep])
-            self._held = buf[len(buf) - keep:]
-            break
-        return out
-
-    def _put(self, out: list[tuple[str, str]], text: str) -> None:
-        if not self.inside and self._after:
-            text = text.lstrip()
-            if not text:
-                return
-            self._after = False
-        if text:
-            out.append(("reasoning" if self.inside else "answer", text))
 
 
 class ToolCallRouter:

@@ -20,6 +20,7 @@ IDENT = sse.StreamIdentity(id="chatcmpl-abc", created=1700000000, model="m")
 def test_wire_modules_do_not_import_mlx() -> None:
     # A fresh interpreter: this test process has MLX loaded already.
     code = ("import sys, server.sse, server.profile, server.channels, server.logprobs, "
+            "afm_struct.text.markers, afm_struct.text.reasoning, "
             "afm_struct.decoding.outputs; "
             "print(sorted(m for m in sys.modules if m == 'mlx' or m.startswith('mlx.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
