@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from .tool_calls import FragmentError, ToolCall, ToolCallAssembler
+
 __all__ = [
     "AfmClientError",
     "AfmHTTPError",
@@ -75,22 +77,6 @@ class AfmStreamError(AfmClientError):
 
 class AfmProtocolError(AfmClientError):
     """The byte stream did not follow the contract."""
-
-
-@dataclass
-class ToolCall:
-    """One tool call assembled from its fragments."""
-
-    index: int
-    id: str | None = None
-    type: str | None = None
-    name: str | None = None
-    arguments: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """OpenAI's message ``tool_calls[i]`` shape."""
-        return {"id": self.id, "type": self.type or "function",
-                "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass
@@ -179,7 +165,8 @@ class StreamAssembler:
         self.result = ChatResult()
         self.done = False
         self._decoder = SSEDecoder()
-        self._calls: dict[int, ToolCall] = {}
+        # Calls land in the result's own list, in order of first appearance.
+        self._calls = ToolCallAssembler(calls=self.result.tool_calls)
 
     def feed_text(self, text: str) -> list[StreamEvent]:
         """Feed raw SSE text (any fragmentation)."""
@@ -248,19 +235,10 @@ class StreamAssembler:
             r.role = delta["role"]
         r.content += delta.get("content") or ""
         r.reasoning_content += delta.get("reasoning_content") or ""
-        for frag in delta.get("tool_calls") or ():
-            index = frag.get("index")
-            if not isinstance(index, int):
-                raise AfmProtocolError(f"a tool_calls delta has no integer index: {frag!r}")
-            call = self._calls.get(index)
-            if call is None:
-                call = self._calls[index] = ToolCall(index)
-                r.tool_calls.append(call)
-            fn = frag.get("function") or {}
-            call.id = call.id or frag.get("id")
-            call.type = call.type or frag.get("type")
-            call.name = call.name or fn.get("name")
-            call.arguments += fn.get("arguments") or ""
+        try:
+            self._calls.add_delta(delta)
+        except FragmentError as exc:
+            raise AfmProtocolError(str(exc)) from exc
 
     def close(self) -> ChatResult:
         """End of body: the result, or :class:`AfmProtocolError` if ``[DONE]`` never came."""

@@ -23,6 +23,7 @@ from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
 from afm_struct.decoding.scheduler import Handle, Scheduler
 from afm_struct.errors import AfmError, GenerationError, internal_error
 from afm_struct.models.loader import LoadedModel
+from afm_struct.tool_calls import ToolCallAssembler
 from afm_struct.tools import Choice, ToolDef, ToolPlan, parse_choice, parse_tools, plan_tools
 
 from . import sse
@@ -319,39 +320,27 @@ async def collect(run: Run) -> dict[str, Any]:
     """The whole ``chat.completion`` body; a generation error is raised (headers not sent yet)."""
     content: list[str] = []
     reasoning: list[str] = []
-    tool_calls: dict[int, dict[str, Any]] = {}
+    calls = ToolCallAssembler()
     entries: Entries = []
     async for delta, carried in run.deltas():
         entries.extend(carried or ())
         content.append(delta.get("content") or "")
         reasoning.append(delta.get("reasoning_content") or "")
-        for call in delta.get("tool_calls") or ():
-            _merge_tool_call(tool_calls, call)
+        calls.add_delta(delta)
     outcome = run.outcome
     assert outcome is not None
     if outcome.error is not None:
         raise outcome.error
     body = sse.completion_body(
-        run.prepared.ident, content="".join(content) if any(content) or not tool_calls else None,
+        run.prepared.ident, content="".join(content) if any(content) or not calls.calls else None,
         reasoning_content="".join(reasoning) or None,
-        tool_calls=[tool_calls[i] for i in sorted(tool_calls)] or None,
+        tool_calls=calls.to_list() or None,
         finish_reason=outcome.reason, usage=outcome.finished.usage,
         logprobs=logprobs_object(entries) if run.logprobs else None)
     profile = run.profile()
     if profile is not None and run.prepared.profile_key is not None:
         body[run.prepared.profile_key] = profile
     return body
-
-
-def _merge_tool_call(calls: dict[int, dict[str, Any]], delta: dict[str, Any]) -> None:
-    """Merge a tool_calls delta by index: first non-null id/type/name, arguments appended."""
-    call = calls.setdefault(delta["index"], {"id": None, "type": None,
-                                             "function": {"name": None, "arguments": ""}})
-    call["id"] = call["id"] or delta.get("id")
-    call["type"] = call["type"] or delta.get("type")
-    fn = delta.get("function") or {}
-    call["function"]["name"] = call["function"]["name"] or fn.get("name")
-    call["function"]["arguments"] += fn.get("arguments") or ""
 
 
 def response_headers(prepared: Prepared) -> dict[str, str]:
