@@ -252,12 +252,7 @@ class ConstraintCompiler:
         if irregular:
             return self._result(request, Rung.UNCONSTRAINED, None, irregular, pattern=request.pattern)
         try:
-            if self.options.backend == "outlines":
-                grammar: CompiledGrammar = self.outlines.compile_regex(request.pattern,
-                                                                       self.options.timeout_s)
-            else:
-                grammar = run_with_timeout(lambda: self.llguidance.compile_regex(request.pattern),
-                                           self.options.timeout_s)
+            grammar = self.engine.regex(request.pattern, self.options.timeout_s)
         except WorkerLimitError as exc:
             return self._result(request, Rung.UNCONSTRAINED, None, exc.reason, pattern=request.pattern)
         except BackendCompileError as exc:

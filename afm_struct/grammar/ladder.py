@@ -93,6 +93,11 @@ class LadderEngine:
         """Compile the generic JSON grammar for ``schema``'s top-level type."""
         raise NotImplementedError
 
+    def regex(self, pattern: str, timeout_s: float) -> CompiledGrammar:
+        """Compile a regex the whole output must match (a regex request has no ladder: exact
+        or a request error)."""
+        raise NotImplementedError
+
     def precheck(self, schema: Any) -> str | None:
         """A reason the exact rung cannot be exact for ``schema`` (checked before compiling)."""
         return None
@@ -138,6 +143,9 @@ class LLGuidanceLadder(LadderEngine):
         return run_with_timeout(lambda: self.backend.compile_json_schema(generic_schema(schema)),
                                 timeout_s)
 
+    def regex(self, pattern: str, timeout_s: float) -> CompiledGrammar:
+        return run_with_timeout(lambda: self.backend.compile_regex(pattern), timeout_s)
+
 
 class OutlinesLadder(LadderEngine):
     """The ladder on outlines-core: exact only when it enforces every keyword present."""
@@ -162,6 +170,10 @@ class OutlinesLadder(LadderEngine):
     def generic(self, schema: Any, timeout_s: float) -> CompiledGrammar:
         return self.backend.compile_json_schema(generic_schema(schema),
                                                 SchemaCompileOptions(timeout_s=timeout_s))
+
+    def regex(self, pattern: str, timeout_s: float) -> CompiledGrammar:
+        # The backend bounds the compile in its worker process itself.
+        return self.backend.compile_regex(pattern, timeout_s)
 
 
 # Share of the time limit each rung may use up to (the generic rung is cheap and cached).
