@@ -1,0 +1,90 @@
+"""ContentRouter on the shared reasoning splitter gives, call for call, the deltas of the old one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.channels import ContentRouter, make_router
+
+
+class _OldContentRouter:
+    """server/channels.py's ContentRouter before it used afm_struct.text (a44a9ca5), verbatim."""
+
+    def __init__(self, *, split_reasoning: bool = False, tags: tuple[str, str] = ("<think>", "</think>"),
+                 start_in_reasoning: bool = False) -> None:
+        self.split_reasoning = split_reasoning
+        self.open_tag, self.close_tag = tags
+        self._held = ""
+        self._in_reasoning = split_reasoning and start_in_reasoning
+        self._after_reasoning = False
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if not self.split_reasoning:
+            _append(out, "content", text)
+            return out
+        buf = self._held + text
+        self._held = ""
+        while buf:
+            tag = self.close_tag if self._in_reasoning else self.open_tag
+            key = "reasoning_content" if self._in_reasoning else "content"
+            at = buf.find(tag)
+            if at >= 0:
+                self._emit(out, key, buf[:at])
+                buf = buf[at + len(tag):]
+                self._after_reasoning = self._in_reasoning
+                self._in_reasoning = not self._in_reasoning
+                continue
+            keep = next((n for n in range(min(len(tag) - 1, len(buf)), 0, -1) if buf.endswith(tag[:n])), 0)
+            self._emit(out, key, buf[: len(buf) - keep])
+            self._held = buf[len(buf) - keep:]
+            break
+        return out
+
+    def _emit(self, out: list[dict[str, Any]], key: str, text: str) -> None:
+        if key == "content" and self._after_reasoning:
+            text = text.lstrip()
+            if not text:
+                return
+            self._after_reasoning = False
+        _append(out, key, text)
+
+    def finish(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self._held:
+            self._emit(out, "reasoning_content" if self._in_reasoning else "content", self._held)
+            self._held = ""
+        return out
+
+
+def _append(out: list[dict[str, Any]], key: str, text: str) -> None:
+    if not text:
+        return
+    if out and key in out[-1]:
+        out[-1][key] += text
+    else:
+        out.append({key: text})
+
+
+TAGS = [("<think>", "</think>"), ("<thinking>", "</thinking>"), ("[T]", "[/T]")]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.text("<>/thinkg[]T \n", max_size=12), max_size=10), st.sampled_from(TAGS),
+       st.booleans(), st.booleans())
+def test_content_router_matches_the_old_one_call_for_call(chunks, tags, split, opened):
+    new = ContentRouter(split_reasoning=split, tags=tags, start_in_reasoning=opened)
+    old = _OldContentRouter(split_reasoning=split, tags=tags, start_in_reasoning=opened)
+    for chunk in chunks:
+        assert new.feed(chunk) == old.feed(chunk)
+    assert new.finish() == old.finish()
+
+
+def test_make_router_splits_only_with_tags():
+    plain = make_router()
+    assert plain.feed("<think>x</think>y") + plain.finish() == [{"content": "<think>x</think>y"}]
+    split = make_router(reasoning_tags=("<think>", "</think>"))
+    assert split.feed("<think>x</think> y") + split.finish() == [{"reasoning_content": "x"}, {"content": "y"}]
