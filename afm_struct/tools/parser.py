@@ -17,6 +17,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..text.markers import Marker, MarkerScanner
 from .formats import ToolFormat
 from .scanner import WS as _WS
 from .scanner import CallScanner
@@ -56,14 +57,6 @@ Event = TextEvent | CallStart | ArgsEvent | CallEnd
 _FENCE = re.compile(r"```[A-Za-z]*[ \t]*\r?\n")  # a markdown fence some models put around the JSON
 
 
-def _partial_suffix(buf: str, tag: str) -> int:
-    """Length of the longest suffix of ``buf`` that is a proper prefix of ``tag``."""
-    for n in range(min(len(tag) - 1, len(buf)), 0, -1):
-        if buf.endswith(tag[:n]):
-            return n
-    return 0
-
-
 class CallParser:
     """Feeds answer text (thinking already removed) through the format's call syntax."""
 
@@ -75,6 +68,7 @@ class CallParser:
         self.calls = 0
         self._state = "text"  # text, open (after a marker), object, between
         self._buf = ""
+        self._opener = MarkerScanner((fmt.open,) if fmt.open else ())  # holds a partial marker
         self._raw = ""  # the current block's text, given back if it yields no call
         self._scan: CallScanner | None = None
         self._index: int | None = None  # index of the call in progress, once its name is known
@@ -114,7 +108,7 @@ class CallParser:
     # -- states -------------------------------------------------------------------------------
 
     def _run(self, out: list[Event], *, final: bool) -> None:
-        while self._buf:
+        while self._buf or (final and self._opener.held):
             before = (self._state, len(self._buf))
             getattr(self, f"_st_{self._state}")(out, final)
             if (self._state, len(self._buf)) == before:
@@ -137,17 +131,15 @@ class CallParser:
             self._text(out, buf)
             self._buf = ""
             return
-        at = buf.find(marker)
-        if at >= 0:
-            self._text(out, buf[:at])
-            self._pending_ws = ""
-            self._raw = marker
-            self._buf = buf[at + len(marker):]
-            self._state = "open"
-            return
-        keep = 0 if final else _partial_suffix(buf, marker)
-        self._text(out, buf[:len(buf) - keep])
-        self._buf = buf[len(buf) - keep:]
+        self._buf = ""
+        for piece in self._opener.feed(buf, final=final):
+            if isinstance(piece, Marker):
+                self._pending_ws = ""
+                self._raw = piece.text
+                self._buf = self._opener.take()  # the rest is the call's: the next states read it
+                self._state = "open"
+                return
+            self._text(out, piece)
 
     def _st_open(self, out: list[Event], final: bool) -> None:
         if self.fmt.args_marker:
