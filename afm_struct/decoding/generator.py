@@ -1,18 +1,24 @@
 """The token generator: one thread steps every active sequence together (continuous batching).
 
-A step (:meth:`Generator.step`) does, for each batch group:
+The scheduler drives each iteration as explicit phases (:meth:`Generator.step` runs them all
+with no admission in between):
 
-1. stack the rows' pending next-token logits, apply logits processors and the grammar masks
-   (one bitmask, a row per sequence, applied in one op, before any sampling filter), sample
-   each row with its own seeded sampler;
-2. advance each row's matcher and append the tokens the grammar forces (fast-forward), so a
-   row may feed several tokens; emit their text; finished rows leave the batch at once;
-3. launch one forward pass for the remaining rows (ragged runs are right-padded) without
-   waiting for it, and meanwhile fill the next masks on the CPU.
+1. :meth:`~Generator.join_short_tails`: admitted prompts lacking only a few uncached tokens join
+   the decode batch and will feed them in its next pass (:mod:`.prefill`);
+2. :meth:`~Generator.sample_and_emit`, for each batch group: end cancelled rows, stack the
+   rows' next-token logits, apply logits processors and the grammar masks (one bitmask, a row
+   per sequence, applied in one op, before any sampling filter), sample each row with its own
+   seeded sampler, advance each row's matcher and append the tokens the grammar forces
+   (fast-forward), emit their text (:mod:`.emit`); finished rows leave the batch at once.  It
+   returns how many rows left the shared group: the scheduler may admit replacements there
+   (and join their tails again), so they ride the pass launched next (:mod:`.join_wait`);
+3. :meth:`~Generator.launch_forward`, for each group: one forward pass for its rows (ragged
+   runs packed or right-padded) launched without waiting for it, and meanwhile the next masks
+   filled on the CPU;
+4. :meth:`~Generator.prefill_some`: a bounded slice of pending prompt prefill, so new requests
+   join at the next iteration and a long prompt cannot stall running streams for long.
 
-Then a bounded slice of pending prompt prefill runs (:mod:`.prefill`: prefix reuse, prompts
-prefilled together), so new requests join at the next step and a long prompt cannot stall
-running streams for long.
+A model failure ends the requests of the group it happened in only.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ import mlx.core as mx
 
 from ..errors import AfmError, ContextOverflowError, internal_error
 from ..grammar.closing import closing_vocab_for
-from ..grammar.engine import allocate_bitmask
-from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for, fill_holes
+from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
 from .closing import BudgetCloser
+from .decode_batch import DecodeBatch
 from .detokenizer import StreamingDetokenizer
+from .emit import emit_run, finish
 from .events import (
     Constraint,
     Event,
@@ -41,12 +48,12 @@ from .events import (
     Timings,
     Usage,
 )
-from .forward import calibrate_fixed_cost, logits_at, split_head
+from .forward import calibrate_fixed_cost, split_head
 from .logprobs import TokenTrack, token_table
-from .masking import allows_most, bitmask_allows_all, set_tokens
-from .packed import Packing, enable_packing, packed_logits
-from .prefill import PREFILL_CHUNK, Prefill
-from .prefix_cache import PrefixCache
+from .next_mask import MaskFiller
+from .packed import enable_packing
+from .prefill import PREFILL_CHUNK, Prefiller, mark_prefilled
+from .ragged_pass import RaggedPass
 from .reasoning import ReasoningGate
 from .sampling import make_logits_processors, make_loop_breaker, make_sampler
 from .sequence import BatchGroup, SequenceState
@@ -60,8 +67,10 @@ PACKED_FEED_MAX = 32
 __all__ = ["Constraint", "Event", "FinishReason", "Finished", "GenerationRequest", "Generator",
            "LanguageModel", "TextDelta", "Timings", "Usage"]
 
-class Generator(Prefill):
-    """Owns the model; :meth:`step` advances every active sequence by one token (or run)."""
+
+class Generator:
+    """Owns the model, the decode batch and the prefiller; its phases (see the module
+    docstring) advance every active sequence by one token (or run) per iteration."""
 
     def __init__(self, model: Any, tokenizer: Any, *, context_length: int,
                  make_cache: Callable[[], list[Any]], vocab_size: int | None = None,
@@ -76,32 +85,21 @@ class Generator(Prefill):
         self.make_cache = make_cache
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
         self.vocab_size = vocab_size or tokenizer.vocab_size
-        self.max_batch = max_batch
-        self.prefill_budget = prefill_budget
-        # While streams decode, a step prefills at most this many prompt tokens, so a long
-        # prompt delays running streams by a bounded amount per token they produce.
-        self.busy_prefill_budget = busy_prefill_budget
         self.cache_ops: CacheOps = cache_ops_for(model)
         # Ragged steps run packed (no padding through the per-position layers) where the
         # model's attention allows it; padded otherwise.
-        self.packed = isinstance(self.cache_ops, MLXCacheOps) and enable_packing(model)
-        # Recent prompts' KV state: a new prompt prefills only what it does not share.
-        self.prefix_cache = PrefixCache(self.cache_ops, capacity=prefix_cache_size)
-        # Prompts waiting together prefill in one forward pass (one read of the weights).
-        self.batch_prefill = batch_prefill
-        # A prompt with at most this many uncached tokens feeds them in the decode pass.
-        self.join_tail = join_tail
-        self.groups: list[BatchGroup] = []
-        # The batch cache of the last group that emptied: the next batch reuses its memory.
-        self.spare_batch: list[Any] | None = None
-        self.prefilling: list[SequenceState] = []
+        packed = isinstance(self.cache_ops, MLXCacheOps) and enable_packing(model)
+        self.ragged = RaggedPass(model, self.head, self.cache_ops, packed)
+        self.fill_mask = MaskFiller(self.vocab_size, self.eos_ids)
+        self.batch = DecodeBatch(self.cache_ops, max_batch)
+        self.prefiller = Prefiller(model, self.head, make_cache, self.batch, self.ragged, self.fill_mask,
+                                   prefill_budget=prefill_budget, busy_prefill_budget=busy_prefill_budget,
+                                   prefix_cache_size=prefix_cache_size, batch_prefill=batch_prefill,
+                                   join_tail=join_tail)
         # Fill the next mask while MLX runs the forward pass; off only to measure the gain.
         self.overlap = True
         # Forward-pass cost model: fixed part in positions (None: measure on first need).
         self.fixed_positions: float | None = getattr(model, "fixed_cost_positions", None)
-        # Called with the number of rows that just left a batch, before its next pass: the
-        # scheduler admits arrivals there, so replacements ride that pass (join_wait.py).
-        self.on_slots_freed: Callable[[int], None] | None = None
 
     @classmethod
     def from_loaded(cls, loaded: Any, **kwargs: Any) -> Generator:
@@ -126,7 +124,8 @@ class Generator(Prefill):
 
     def add(self, request: GenerationRequest, sink: Callable[[Event], None],
             cancel: threading.Event | None = None) -> None:
-        """Admit a sequence; its events go to ``sink`` from the stepping thread."""
+        """Admit a sequence (it waits for prefill); its events go to ``sink`` from the
+        stepping thread."""
         max_tokens = self.max_tokens_for(request)
         params = request.params
         matcher = request.constraint.new_matcher() if request.constraint is not None else None
@@ -145,70 +144,83 @@ class Generator(Prefill):
         if request.logprobs is not None:
             seq.track = TokenTrack(request.logprobs, token_table(self.tokenizer))
         seq.usage.prompt_tokens = len(request.prompt_ids)
-        self.prefilling.append(seq)
+        self.prefiller.waiting.append(seq)
 
     @property
     def active(self) -> list[SequenceState]:
         """Every admitted, unfinished sequence (decoding or prefilling)."""
-        return [r for g in self.groups for r in g.rows] + self.prefilling
+        return self.batch.rows() + self.prefiller.waiting
 
     @property
     def decoding(self) -> int:
         """How many sequences are in the decode batch."""
-        return sum(len(g.rows) for g in self.groups)
+        return self.batch.size
 
     @property
     def has_work(self) -> bool:
         """True while any sequence is active."""
-        return bool(self.groups or self.prefilling)
+        return bool(self.batch.groups or self.prefiller.waiting)
 
-    # -- stepping ----------------------------------------------------------------------------
+    # -- the phases --------------------------------------------------------------------------
 
     def step(self) -> None:
-        """One decode step for every group, then a bounded slice of pending prefill."""
-        self._join_short_tails()
-        for group in list(self.groups):
+        """Every phase once, admitting nothing in between (tests, :meth:`generate`, benchmarks;
+        the scheduler drives the phases itself to admit replacements mid-iteration)."""
+        self.join_short_tails()
+        self.sample_and_emit()
+        self.launch_forward()
+        self.prefill_some()
+
+    def join_short_tails(self) -> None:
+        """Waiting prompts whose uncached tail is short join the decode batch now and feed it
+        in the batch's next pass (:meth:`Prefiller.join_short_tails`); run after admitting."""
+        self.prefiller.join_short_tails()
+
+    def sample_and_emit(self) -> int:
+        """For every group: end cancelled rows, sample the rows whose logits are ready, advance
+        their matchers (with any forced run), emit the text, and let finished rows leave.
+
+        Returns how many rows left the shared group if it still has rows (else 0): the slots
+        a replacement can take in the pass :meth:`launch_forward` launches next.
+        """
+        freed = 0
+        for group in self.batch.groups:
             try:
-                self._decode_group(group)
+                left = self._sample_group(group)
             except Exception as exc:  # a model failure ends the requests of this group only
-                err = exc if isinstance(exc, AfmError) else internal_error(
-                    exc, [seq.request.request_id for seq in group.rows])
+                self._fail(group, exc)
+                continue
+            if group.shared and group.rows:
+                freed = left
+        self.batch.drop_empty()
+        return freed
+
+    def launch_forward(self) -> None:
+        """For every group: launch one forward pass feeding each row its pending tokens
+        (without waiting for it), and fill the next masks on the CPU while it runs."""
+        for group in self.batch.groups:
+            if not group.rows:
+                continue
+            try:
+                self._forward(group)
                 for seq in group.rows:
-                    self._finish(seq, FinishReason.ERROR, error=err)
-                group.rows = []
-        for g in self.groups:
-            if not g.rows and g.batched and g.shared:
-                self.spare_batch = g.cache  # its buffers serve the next batch
-        self.groups = [g for g in self.groups if g.rows]
-        self._prefill_some()
+                    if seq.logits is not None:
+                        self.fill_mask(seq)  # on the CPU while the forward pass runs
+            except Exception as exc:  # a model failure ends the requests of this group only
+                self._fail(group, exc)
+        self.batch.drop_empty()
 
-    def _fill_mask(self, seq: SequenceState) -> None:
-        """Compute the next-token mask on the CPU (overlaps the forward pass in flight)."""
-        if seq.matcher is None:
-            return
-        t0 = time.perf_counter()
-        if seq.mask is None:
-            seq.mask = allocate_bitmask(1, self.vocab_size)
-        row = seq.mask[0]
-        row[:] = 0
-        seq.matcher.fill_mask(row)
-        # EOS policy lives here, not in each engine: any end-of-turn id iff the grammar accepts.
-        set_tokens(row, self.eos_ids, seq.matcher.is_accepting())
-        if seq.closer is not None:
-            # Near max_tokens: the shortest completion takes over (decoding/closing.py).
-            closing = seq.closer.before_sample(seq.matcher, seq.tokens, seq.max_tokens)
-            if closing:
-                row[:] = 0
-                set_tokens(row, closing[:1], True)
-        seq.mask_all = bitmask_allows_all(row, self.vocab_size)
-        if not seq.request.stops_cut_grammar:
-            seq.mask_free = seq.mask_all or allows_most(row, self.vocab_size)
-        seq.timings.mask_s += time.perf_counter() - t0
+    def prefill_some(self) -> None:
+        """A bounded slice of pending prompt prefill (:meth:`Prefiller.prefill_some`)."""
+        self.prefiller.prefill_some()
 
-    def _decode_group(self, group: BatchGroup) -> None:
+    # -- inside the phases -------------------------------------------------------------------
+
+    def _sample_group(self, group: BatchGroup) -> int:
+        """Sample and emit one group's rows; return how many rows left it."""
         for seq in group.rows:
             if seq.cancel.is_set():
-                self._finish(seq, FinishReason.CANCELLED)
+                finish(seq, FinishReason.CANCELLED)
         # Rows with logits sample now; rows still feeding a long forced run wait their turn.
         ready = [r for r in group.rows if not r.done and r.logits is not None]
         runs = []
@@ -224,24 +236,21 @@ class Generator(Prefill):
         # one forward pass (a whole batch step) sooner, and a row a stop string ends leaves
         # the batch before that pass.
         for seq, run in runs:
-            self._emit_run(seq, run)
+            emit_run(seq, run)
         alive = [i for i, s in enumerate(group.rows) if not s.done and self._continues(s)]
         # Rows that ended (here, or by a stop string or cancel) leave the batch now.
-        if len(alive) != len(group.rows):
-            freed = len(group.rows) - len(alive)
-            keep = fill_holes(alive)
-            if keep and group.batched:
-                self.cache_ops.filter(group.cache, keep)
-            group.rows = [group.rows[i] for i in keep]
-            if self.on_slots_freed is not None and group.shared and group.rows:
-                self.on_slots_freed(freed)
-                self._join_short_tails()
-        going = group.rows
-        if going:
-            self._forward(group)
-            for seq in going:
-                if seq.logits is not None:
-                    self._fill_mask(seq)  # on the CPU while the forward pass runs
+        left = len(group.rows) - len(alive)
+        if left:
+            self.batch.leave(group, alive)
+        return left
+
+    def _fail(self, group: BatchGroup, exc: Exception) -> None:
+        """End every row of ``group`` with ``error`` (the group is dropped after the phase)."""
+        err = exc if isinstance(exc, AfmError) else internal_error(
+            exc, [seq.request.request_id for seq in group.rows])
+        for seq in group.rows:
+            finish(seq, FinishReason.ERROR, error=err)
+        group.rows = []
 
     def _advance(self, seq: SequenceState, token: int) -> list[int]:
         """Feed the sampled token to the matcher; return it plus the forced run."""
@@ -301,7 +310,7 @@ class Generator(Prefill):
         tails = [len(r.pending) for r in group.rows if not r.decode_start]
         feed_len = max([feed_len, *tails])
         feeds = [r.pending[:feed_len] for r in group.rows]
-        out = self._ragged_pass(group.cache, feeds)
+        out = self.ragged(group.cache, feeds)
         if self.overlap:
             mx.async_eval(out)
         else:
@@ -309,29 +318,8 @@ class Generator(Prefill):
         for i, (seq, fed) in enumerate(zip(group.rows, feeds, strict=True)):
             seq.pending = seq.pending[len(fed):]
             seq.logits = None if seq.pending else out[i:i + 1]
-            if not seq.decode_start:
-                self._tail_fed(seq)
-
-    def _ragged_pass(self, cache: list[Any], feeds: list[list[int]]) -> mx.array:
-        """One forward pass feeding row i ``feeds[i]``; ``(rows, V)`` logits at each row's last
-        real position.  A ragged step runs packed where the model allows (``packed.py``), else
-        shorter feeds are right-padded; either way the cache forgets padded positions after."""
-        longest = max(len(f) for f in feeds)
-        ragged = any(len(f) != longest for f in feeds)
-        if ragged and self.packed:
-            sizes = [len(f) for f in feeds]
-            packing = Packing.of(sizes)
-            self.cache_ops.prepare_packed(cache, packing, sizes)  # type: ignore[attr-defined]
-            out = packed_logits(self.model, self.head, feeds, cache, packing)
-            self.cache_ops.finalize(cache)
-            return out
-        if ragged:
-            self.cache_ops.prepare(cache, [longest - len(f) for f in feeds])
-        tokens = mx.array([f + [0] * (longest - len(f)) for f in feeds])
-        out = logits_at(self.model, self.head, tokens, cache, [len(f) - 1 for f in feeds])
-        if ragged:
-            self.cache_ops.finalize(cache)
-        return out
+            if not seq.decode_start:  # a row that joined with its prompt's tail: prefilled now
+                mark_prefilled(seq, time.perf_counter())
 
     def _feed_length(self, lengths: list[int]) -> int:
         """How many pending tokens each row feeds this step.
@@ -343,7 +331,7 @@ class Generator(Prefill):
         longest = max(lengths)
         if len(lengths) == 1 or longest == 1 or len(set(lengths)) == 1:
             return longest
-        if self.packed:  # a packed pass costs the tokens fed, not rows x longest
+        if self.ragged.packed:  # a packed pass costs the tokens fed, not rows x longest
             return min(longest, PACKED_FEED_MAX)
         fixed = self.fixed_cost_positions()
         best, best_rate = 1, 0.0
@@ -353,92 +341,28 @@ class Generator(Prefill):
                 best, best_rate = cand, rate
         return best
 
+    # -- setup and convenience ---------------------------------------------------------------
+
     def warm_up(self) -> None:
         """Allocate (and touch) a full batch cache now, so that the first burst of requests
         reuses it instead of paying for fresh memory before its first token."""
         # Only mlx-lm caches hold memory worth reusing (scripted test models hold none).
         closing_vocab_for(self.tokenizer)  # built once per tokenizer (~0.5 s), not on a request
-        if not isinstance(self.cache_ops, MLXCacheOps) or self.spare_batch is not None:
+        if not isinstance(self.cache_ops, MLXCacheOps) or self.batch.spare is not None:
             return
         cache = self.make_cache()
         if not self.cache_ops.batchable(cache):
             return
         self.model(mx.zeros((1, 1), dtype=mx.int32), cache=cache)
-        batch = self._new_batch([cache])
+        batch = self.batch.new_cache([cache])
         mx.eval([getattr(b, "state", ()) for b in batch])
-        self.spare_batch = batch
+        self.batch.spare = batch
 
     def fixed_cost_positions(self) -> float:
         """The fixed cost of a forward pass, in positions (measured once on the model)."""
         if self.fixed_positions is None:
             self.fixed_positions = calibrate_fixed_cost(self.model, self.head, self.make_cache)
         return self.fixed_positions
-
-    def _emit_run(self, seq: SequenceState, run: list[int]) -> None:
-        """Emit the text of a sampled token and its forced run; finish the row if it ended."""
-        # Without stops_cut_grammar, stop sequences end free text only: the first constrained
-        # token (sampled under a mask that is not free text, or forced, or closing) begins a
-        # tool call, and from there nothing is cut (inside a JSON string the mask is free
-        # again, so the state is kept rather than judged per token).
-        exempt = not seq.request.stops_cut_grammar and seq.matcher is not None
-        for i, t in enumerate(run):
-            text = seq.detok.add(t)
-            if seq.track is not None:
-                seq.track.text(text)
-            if exempt and (i > 0 or not seq.mask_free):
-                seq.stops_off = True
-            if seq.stops_off:
-                self._emit(seq, seq.stops.flush() + text)  # held text first, in order
-                continue
-            self._emit(seq, seq.stops.feed(text))
-            if seq.stops.stopped:
-                self._finish(seq, FinishReason.STOP)
-                return
-        if seq.closer is not None and seq.closer.closed:
-            self._finish(seq, FinishReason.LENGTH)  # closed early by the budget: still a cut
-        elif seq.eos:
-            self._finish(seq, FinishReason.STOP, grammar_complete=True)
-        elif seq.matcher is not None and seq.matcher.is_finished():
-            self._finish(seq, FinishReason.STOP, grammar_complete=True)
-        elif len(seq.tokens) >= seq.max_tokens:
-            self._finish(seq, FinishReason.LENGTH)
-
-    def _emit(self, seq: SequenceState, text: str, *, last: bool = False) -> None:
-        if not text:
-            return
-        seq.text.append(text)
-        if seq.track is None:
-            seq.sink(TextDelta(text))
-            return
-        # The tokens whose text this shows (all the rest, once a stop string cut the text).
-        final = last or seq.stops.stopped
-        seq.sink(TextDelta(text, seq.track.emitted(len(text), final=final)))
-
-    def _finish(self, seq: SequenceState, reason: FinishReason, *, error: AfmError | None = None,
-                grammar_complete: bool | None = None) -> None:
-        if seq.done:
-            return
-        seq.done = True
-        # An end other than an error flushes the held text (a partial stop-string match, a split
-        # character): it is output the client should see.
-        flushes = reason in (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED)
-        if flushes and not seq.stops.stopped:
-            tail = seq.detok.flush()
-            if seq.track is not None:
-                seq.track.tail(tail)
-            self._emit(seq, seq.stops.feed(tail))
-            if not seq.stops.stopped:
-                self._emit(seq, seq.stops.flush(), last=True)
-        if seq.decode_start:
-            seq.timings.decode_s = time.perf_counter() - seq.decode_start
-        if seq.matcher is not None and grammar_complete is None:
-            grammar_complete = seq.matcher.is_accepting()
-        seq.logits = None
-        seq.cache = None
-        seq.sink(Finished(reason=reason, usage=seq.usage, timings=seq.timings, text="".join(seq.text),
-                          error=error, grammar_complete=grammar_complete))
-
-    # -- convenience -------------------------------------------------------------------------
 
     def generate(self, request: GenerationRequest,
                  cancel: threading.Event | None = None) -> Iterator[Event]:

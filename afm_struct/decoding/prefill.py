@@ -1,62 +1,71 @@
-"""How prompts enter the batch: prefix reuse, prompts prefilled together, bounded slices.
+"""How prompts enter the decode batch: prefix reuse, prompts prefilled together, bounded slices.
 
-Mixed into :class:`~afm_struct.decoding.generator.Generator`, whose state these methods share:
-each step ends with a bounded amount of prefill (``busy_prefill_budget`` prompt tokens while
-streams decode), so a long prompt cannot stall running streams; a prompt starts from the
-longest cached prefix of a recent prompt; prompts waiting together prefill in one ragged
-forward pass (one read of the weights), after their shared prefix is computed once; a prompt
-that lacks only a few uncached tokens feeds them in the decode batch's own pass.
+A :class:`Prefiller` owns the admitted sequences that have not joined the decode batch yet and
+the prefix cache.  Each scheduler iteration it runs a bounded amount of prefill
+(``busy_prefill_budget`` prompt tokens while streams decode), so a long prompt cannot stall
+running streams; a prompt starts from the longest cached prefix of a recent prompt; prompts
+waiting together prefill in one ragged forward pass (one read of the weights), after their
+shared prefix is computed once; a prompt that lacks only a few uncached tokens joins the batch
+at once and feeds them in the batch's own pass (:meth:`Prefiller.join_short_tails`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import mlx.core as mx
 
 from ..errors import AfmError, internal_error
+from .decode_batch import DecodeBatch
+from .emit import finish
 from .forward import Head, logits_at
 from .outputs import FinishReason
-from .prefix_cache import common_prefix
-from .sequence import BatchGroup, SequenceState
-
-if TYPE_CHECKING:
-    from .batch_cache import CacheOps
-    from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, common_prefix
+from .ragged_pass import RaggedPass
+from .sequence import SequenceState
 
 PREFILL_CHUNK = 512
 
 
-class Prefill:
-    """The generator's prefill steps (see the module docstring)."""
+def mark_prefilled(seq: SequenceState, now: float) -> None:
+    """The whole prompt is in the cache: prefill time ends, and decoding starts, at ``now``."""
+    seq.prefilled = len(seq.request.prompt_ids)
+    seq.timings.prefill_s = now - seq.prefill_start
+    seq.decode_start = now
 
-    model: Any
-    head: Head | None
-    make_cache: Any
-    cache_ops: CacheOps
-    prefix_cache: PrefixCache
-    groups: list[BatchGroup]
-    prefilling: list[SequenceState]
-    max_batch: int
-    prefill_budget: int
-    busy_prefill_budget: int
-    batch_prefill: bool
-    join_tail: int
-    decoding: int
-    spare_batch: list[Any] | None
 
-    def _finish(self, seq: SequenceState, reason: FinishReason, *, error: AfmError | None = None,
-                grammar_complete: bool | None = None) -> None:
-        raise NotImplementedError
+class Prefiller:
+    """The sequences waiting for (or part way through) prefill, and the steps that move them
+    into the decode batch (see the module docstring)."""
 
-    def _fill_mask(self, seq: SequenceState) -> None:
-        raise NotImplementedError
+    def __init__(self, model: Any, head: Head | None, make_cache: Callable[[], list[Any]],
+                 batch: DecodeBatch, ragged: RaggedPass, fill_mask: Callable[[SequenceState], None],
+                 *, prefill_budget: int, busy_prefill_budget: int, prefix_cache_size: int,
+                 batch_prefill: bool, join_tail: int) -> None:
+        self.model = model
+        self.head = head
+        self.make_cache = make_cache
+        self.batch = batch
+        self.cache_ops = batch.cache_ops
+        self.ragged = ragged
+        # Prefill's last chunk fills the first mask while its logits are computed.
+        self.fill_mask = fill_mask
+        self.prefill_budget = prefill_budget
+        # While streams decode, an iteration prefills at most this many prompt tokens, so a
+        # long prompt delays running streams by a bounded amount per token they produce.
+        self.busy_prefill_budget = busy_prefill_budget
+        # Recent prompts' KV state: a new prompt prefills only what it does not share.
+        self.prefix_cache = PrefixCache(self.cache_ops, capacity=prefix_cache_size)
+        # Prompts waiting together prefill in one forward pass (one read of the weights).
+        self.batch_prefill = batch_prefill
+        # A prompt with at most this many uncached tokens feeds them in the decode pass.
+        self.join_tail = join_tail
+        # Admitted sequences not in the decode batch yet, in arrival order.
+        self.waiting: list[SequenceState] = []
 
-    def _ragged_pass(self, cache: list[Any], feeds: list[list[int]]) -> mx.array:
-        raise NotImplementedError
-
-    def _join_short_tails(self) -> None:
+    def join_short_tails(self) -> None:
         """Waiting prompts whose uncached tail is short join the decode batch at once and feed
         that tail in the batch's next forward pass, instead of a forward pass of their own.
 
@@ -66,8 +75,8 @@ class Prefill:
         """
         if self.join_tail <= 0:
             return
-        for seq in list(self.prefilling):
-            if self.decoding >= self.max_batch:
+        for seq in list(self.waiting):
+            if self.batch.full:
                 return
             if seq.prefill_start or seq.cancel.is_set():
                 continue
@@ -81,21 +90,16 @@ class Prefill:
                 continue  # nothing to generate: the prefill path finishes it
             self._start_prefill(seq)
             seq.pending = prompt[seq.prefilled:]
-            self.prefilling.remove(seq)
-            self._join(seq)
+            self.waiting.remove(seq)
+            self.batch.join(seq)
 
-    def _tail_fed(self, seq: SequenceState) -> None:
-        """A row that joined with its prompt's tail got its first logits."""
-        seq.prefilled = len(seq.request.prompt_ids)
-        now = time.perf_counter()
-        seq.timings.prefill_s = now - seq.prefill_start
-        seq.decode_start = now
-
-    def _prefill_some(self) -> None:
-        budget = self.busy_prefill_budget if self.groups else self.prefill_budget
-        for seq in [s for s in self.prefilling if s.cancel.is_set()]:
-            self.prefilling.remove(seq)
-            self._finish(seq, FinishReason.CANCELLED)
+    def prefill_some(self) -> None:
+        """A bounded slice of prefill: end cancelled waiters, compute a shared prefix once,
+        prefill prompts together, then chunk through the rest in arrival order."""
+        budget = self.busy_prefill_budget if self.batch.groups else self.prefill_budget
+        for seq in [s for s in self.waiting if s.cancel.is_set()]:
+            self.waiting.remove(seq)
+            finish(seq, FinishReason.CANCELLED)
         budget -= self._prefill_shared_prefix(budget)
         together = self._pick_together(budget)
         if together:
@@ -105,20 +109,20 @@ class Prefill:
                 err = exc if isinstance(exc, AfmError) else internal_error(
                     exc, [seq.request.request_id for seq in together])
                 for seq in together:
-                    if seq in self.prefilling:
-                        self.prefilling.remove(seq)
-                    self._finish(seq, FinishReason.ERROR, error=err)
-        for seq in list(self.prefilling):
+                    if seq in self.waiting:
+                        self.waiting.remove(seq)
+                    finish(seq, FinishReason.ERROR, error=err)
+        for seq in list(self.waiting):
             if budget <= 0:
                 break
-            if self.decoding >= self.max_batch and self.groups:
+            if self.batch.full and self.batch.groups:
                 break
             try:
                 budget -= self._prefill_chunk(seq, budget)
             except Exception as exc:
-                self.prefilling.remove(seq)
+                self.waiting.remove(seq)
                 err = exc if isinstance(exc, AfmError) else internal_error(exc, [seq.request.request_id])
-                self._finish(seq, FinishReason.ERROR, error=err)
+                finish(seq, FinishReason.ERROR, error=err)
 
     def _start_prefill(self, seq: SequenceState) -> None:
         """Start the clock and take the longest cached prefix of the prompt, if any."""
@@ -136,7 +140,7 @@ class Prefill:
         """
         if not self.batch_prefill or self.prefix_cache.capacity <= 0:
             return 0
-        waiting = [s for s in self.prefilling if not s.prefill_start]
+        waiting = [s for s in self.waiting if not s.prefill_start]
         if len(waiting) < 2 or not self.cache_ops.batchable(waiting[0].cache):  # type: ignore[arg-type]
             return 0
         fresh = [s.request.prompt_ids for s in waiting]
@@ -157,13 +161,13 @@ class Prefill:
         """Waiting prompts to prefill in one forward pass (reading the weights once for all).
 
         Only whole prompts not started yet, in arrival order, while their (uncached) tokens fit
-        the step's budget and the batch has room; fewer than two is not worth a batch.
+        the iteration's budget and the batch has room; fewer than two is not worth a batch.
         """
         if not self.batch_prefill:
             return []
-        room = self.max_batch - self.decoding if self.groups else self.max_batch
+        room = self.batch.max_rows - self.batch.size
         picked: list[SequenceState] = []
-        for seq in self.prefilling:
+        for seq in self.waiting:
             if len(picked) >= room or seq.prefill_start or not self.cache_ops.batchable(seq.cache):
                 break
             need = len(seq.request.prompt_ids) - self.prefix_cache.peek(seq.request.prompt_ids)
@@ -178,37 +182,25 @@ class Prefill:
         for seq in seqs:
             self._start_prefill(seq)
         feeds = [seq.request.prompt_ids[seq.prefilled:] for seq in seqs]
-        cache = self._new_batch([seq.cache for seq in seqs])  # type: ignore[misc]
-        out = self._ragged_pass(cache, feeds)
+        cache = self.batch.new_cache([seq.cache for seq in seqs])  # type: ignore[misc]
+        out = self.ragged(cache, feeds)
         mx.async_eval(out)
         for i, seq in enumerate(seqs):
             seq.logits = out[i:i + 1]
-            self._fill_mask(seq)
+            self.fill_mask(seq)
         mx.eval(out)
         now = time.perf_counter()
         for i, seq in enumerate(seqs):
             prompt = seq.request.prompt_ids
             self.prefix_cache.store(prompt, self.cache_ops.extract(cache, i))
-            seq.prefilled, seq.cache = len(prompt), None
-            seq.timings.prefill_s = now - seq.prefill_start
-            seq.decode_start = now
-            self.prefilling.remove(seq)
-        self._join_batch(seqs, cache)
+            mark_prefilled(seq, now)
+            seq.cache = None
+            self.waiting.remove(seq)
+        self.batch.join_rows(seqs, cache)
         for seq in seqs:
             if seq.matcher is not None and seq.matcher.is_finished():
-                self._finish(seq, FinishReason.STOP)
+                finish(seq, FinishReason.STOP)
         return sum(len(f) for f in feeds)
-
-    def _join_batch(self, seqs: list[SequenceState], cache: list[Any]) -> None:
-        """Rows prefilled together join the shared group (or become it)."""
-        for g in self.groups:
-            if g.shared:
-                if not g.batched:
-                    g.cache, g.batched = self._new_batch([g.cache]), True
-                self.cache_ops.extend(g.cache, cache)
-                g.rows.extend(seqs)
-                return
-        self.groups.append(BatchGroup(list(seqs), cache, shared=True, batched=True))
 
     def _prefill_chunk(self, seq: SequenceState, budget: int) -> int:
         """Process up to ``budget`` prompt tokens; on the last chunk the sequence joins a batch."""
@@ -225,43 +217,12 @@ class Prefill:
         # The last chunk: its final position gives the first token's logits.
         seq.logits = logits_at(self.model, self.head, mx.array([prompt[seq.prefilled:]]), seq.cache)
         mx.async_eval(seq.logits)
-        self._fill_mask(seq)
+        self.fill_mask(seq)
         mx.eval(seq.logits)
         self.prefix_cache.store(prompt, seq.cache)
-        seq.prefilled = len(prompt)
-        now = time.perf_counter()
-        seq.timings.prefill_s = now - seq.prefill_start
-        seq.decode_start = now
-        self.prefilling.remove(seq)
-        self._join(seq)
+        mark_prefilled(seq, time.perf_counter())
+        self.waiting.remove(seq)
+        self.batch.join(seq)
         if seq.matcher is not None and seq.matcher.is_finished():
-            self._finish(seq, FinishReason.STOP)
+            finish(seq, FinishReason.STOP)
         return remaining
-
-    def _new_batch(self, seq_caches: list[list[Any]]) -> list[Any]:
-        """A batch cache over sequence caches, with room for a full batch of rows: in the
-        buffers of the last batch that emptied if they fit, else new ones reserved at once
-        (growing row by row reallocated at every doubling: 40 ms to 1.9 s from 1 to 8 rows
-        here, most of it page faults on fresh memory)."""
-        spare, self.spare_batch = self.spare_batch, None
-        batch = self.cache_ops.refill(spare, seq_caches) if spare is not None else None
-        if batch is None:
-            batch = self.cache_ops.batch_of(seq_caches)
-            self.cache_ops.reserve_rows(batch, self.max_batch)
-        return batch
-
-    def _join(self, seq: SequenceState) -> None:
-        assert seq.cache is not None
-        if self.cache_ops.batchable(seq.cache):
-            for g in self.groups:
-                if g.shared:
-                    if not g.batched:
-                        g.cache, g.batched = self._new_batch([g.cache]), True
-                    self.cache_ops.append(g.cache, seq.cache)
-                    g.rows.append(seq)
-                    seq.cache = None
-                    return
-            self.groups.append(BatchGroup([seq], seq.cache, shared=True))
-            seq.cache = None
-        else:
-            self.groups.append(BatchGroup([seq], seq.cache, shared=False))

@@ -4,6 +4,12 @@
 request into a bounded queue or raises :class:`OverloadedError` at once, before any response
 starts.  Events come back on the returned :class:`Handle`, as a blocking iterator or, when a
 loop is given, through an ``asyncio.Queue`` fed with ``call_soon_threadsafe``.
+
+The thread drives the generator's phases (:mod:`.generator`) one iteration at a time: admit
+arrivals, join short prompt tails, sample and emit; when rows just left the shared batch group,
+admit again (holding briefly for replacements, :mod:`.join_wait`) and join tails again, so the
+replacements ride the forward pass launched next; then launch that pass and prefill a bounded
+slice.
 """
 
 from __future__ import annotations
@@ -86,7 +92,7 @@ class Scheduler:
         self.generator = generator
         self.limits = limits or SchedulerLimits()
         # The batch the generator decodes together is the scheduler's active set.
-        generator.max_batch = self.limits.max_active
+        generator.batch.max_rows = self.limits.max_active
         self._incoming: queue.Queue[Handle] = queue.Queue()
         self._waiting: list[Handle] = []
         self._lock = threading.Lock()
@@ -96,7 +102,6 @@ class Scheduler:
         self.join_wait = JoinWait(max_wait_s=self.limits.join_wait_ms / 1e3)
         # Requests that joined the pass right after the rows they replaced finished.
         self.refill_joins = 0
-        generator.on_slots_freed = self._slots_freed
 
     def start(self) -> None:
         """Start the stepping thread (idempotent)."""
@@ -147,8 +152,19 @@ class Scheduler:
         while not self._stop.is_set():
             self._admit(block=not self.generator.has_work)
             if self.generator.has_work:
-                self.generator.step()
+                self._iterate()
         self._drain()
+
+    def _iterate(self) -> None:
+        """One iteration of the generator's phases, admitting replacements where rows left."""
+        gen = self.generator
+        gen.join_short_tails()
+        freed = gen.sample_and_emit()
+        if freed:  # the shared group runs on with free rows: fill them before its next pass
+            self._refill(freed)
+            gen.join_short_tails()
+        gen.launch_forward()
+        gen.prefill_some()
 
     def _drain(self) -> None:
         """On stop, end every request with ``cancelled`` so no consumer waits forever."""
@@ -164,9 +180,9 @@ class Scheduler:
                 break
             self.generator.step()
 
-    def _slots_freed(self, freed: int) -> None:
-        """Rows just finished and the batch is about to launch its next pass: admit what
-        waits now, and hold the pass briefly for replacements when clients send them fast."""
+    def _refill(self, freed: int) -> None:
+        """``freed`` rows just left the batch, which is about to launch its next pass: admit
+        what waits now, and hold the pass briefly for replacements when clients send them fast."""
         started = self._admit(block=False)
         with self._lock:
             wait = self.join_wait.wait_s(time.perf_counter())

@@ -90,7 +90,7 @@ def make_constraints(tokenizer: Any) -> list[Any]:
 
 def check_batch_rows(gen: Generator) -> None:
     """Every batched group's cache holds one row per sequence, in every layer."""
-    for group in gen.groups:
+    for group in gen.batch.groups:
         if group.batched:
             for layer in group.cache:
                 lengths = getattr(layer, "lengths", None)
@@ -123,7 +123,7 @@ def run_traffic(rng: random.Random, make_gen: Any, requests: list[GenerationRequ
             victim.cancel.set()
             victim.cancelled_at_step = step
         assert step < 20_000, "the generator does not make progress"
-    assert not gen.groups and not gen.prefilling
+    assert not gen.batch.groups and not gen.prefiller.waiting
     for t in tracked:
         finished = [i for i, e in enumerate(t.events) if isinstance(e, Finished)]
         assert len(finished) == 1 and finished[0] == len(t.events) - 1, t.events[-3:]

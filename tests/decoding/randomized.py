@@ -2,15 +2,17 @@
 
 The machine draws a generator configuration (batch 1-12, prefill slice sizes, tail joins, prefix
 cache on or off, prompts prefilled together or not), then interleaves at random: arrivals of
-0-8 requests (admitted at once, or held until rows free their slots mid-step, as the
-scheduler's join wait admits them), steps, and cancels of any request (running, prefilling,
-not yet started, finished).
+0-8 requests (admitted at once, or held until rows free their slots, admitted between the
+generator's ``sample_and_emit`` and ``launch_forward`` phases as the scheduler's join wait
+admits them), iterations of the phases, and cancels of any request (running, prefilling, not
+yet started, finished).
 Requests come in the shapes that stress the caches: equal token lengths, shared prefixes, exact
 repeats (prefix-cache hits), prompts longer than a prefill slice; json_schema, json_object, a
 tool call (stops do not cut it) or free text; stop strings; max_tokens; budget-aware closing on
 or off; greedy or seeded sampling.
 
-After every rule it checks the structure (``check_structure``):
+After every rule, and between the phases of every iteration, it checks the structure
+(``check_structure``):
 
 * every batched group's cache holds one row per sequence, in every layer, and each row holds
   exactly ``prompt + tokens decided so far - tokens not yet fed`` positions (the scripted model:
@@ -48,6 +50,8 @@ from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest, ToolCallRequest, ToolDef
 from afm_struct.testing import ScriptedBatch, ScriptedCache
+
+from .phases import iterate
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -184,7 +188,8 @@ class TrafficMachine(RuleBasedStateMachine):
         self.prompts: list[tuple[int, ...]] = []
         self.gen: Generator | None = None
         # Arrivals held back, as the scheduler holds them: admitted when rows free their slots
-        # in the middle of a step (on_slots_freed, where the join wait admits replacements).
+        # in the middle of an iteration (after sample_and_emit, where the join wait admits
+        # replacements).
         self.held: list[Tracked] = []
         self.base = ""
         self.steps = 0
@@ -201,14 +206,20 @@ class TrafficMachine(RuleBasedStateMachine):
                        "busy_prefill_budget": busy, "join_tail": join_tail,
                        "prefix_cache_size": prefix, "batch_prefill": together}
         self.gen = self.make_generator()
-        self.gen.on_slots_freed = self.slots_freed
         self.base = " ".join(base_words)
 
     def slots_freed(self, freed: int) -> None:
-        """Called by the generator mid-step: held arrivals take the freed slots."""
+        """Rows left the shared group mid-iteration: held arrivals take the freed slots."""
         for t in self.held[:freed]:
             self.admit(t)
         del self.held[:freed]
+
+    def iterate(self) -> None:
+        """One iteration of the phases as the scheduler drives them, held arrivals refilling
+        freed rows, the structure checked between the phases."""
+        gen = self.gen
+        assert gen is not None
+        iterate(gen, self.slots_freed, between=lambda: check_structure(gen))
 
     def admit(self, t: Tracked) -> None:
         assert self.gen is not None
@@ -250,7 +261,7 @@ class TrafficMachine(RuleBasedStateMachine):
         for _ in range(n):
             if not self.gen.has_work:
                 return
-            self.gen.step()  # nothing may escape
+            self.iterate()  # nothing may escape
             self.steps += 1
             check_structure(self.gen)
 
@@ -297,7 +308,7 @@ class TrafficMachine(RuleBasedStateMachine):
             return
         self.admit_held()
         while self.gen.has_work:
-            self.gen.step()
+            self.iterate()
             self.steps += 1
             check_structure(self.gen)
             assert self.steps < self.step_limit, "the generator does not make progress"
@@ -356,14 +367,15 @@ def _row_lengths(layer: Any) -> list[int] | None:
 
 def check_structure(gen: Generator) -> None:
     """Rows, cache contents and ownership agree, whatever happened so far."""
-    caches = [id(g.cache) for g in gen.groups]
+    groups = gen.batch.groups
+    caches = [id(g.cache) for g in groups]
     assert len(set(caches)) == len(caches), "two groups share one cache"
-    if gen.spare_batch is not None:
-        assert id(gen.spare_batch) not in caches, "the spare batch is a live group's cache"
-    in_groups = {id(s) for g in gen.groups for s in g.rows}
-    assert not in_groups & {id(s) for s in gen.prefilling}, "a sequence prefills and decodes"
-    assert sum(1 for g in gen.groups if g.shared) <= 1, "more than one shared group"
-    for g in gen.groups:
+    if gen.batch.spare is not None:
+        assert id(gen.batch.spare) not in caches, "the spare batch is a live group's cache"
+    in_groups = {id(s) for g in groups for s in g.rows}
+    assert not in_groups & {id(s) for s in gen.prefiller.waiting}, "a sequence prefills and decodes"
+    assert sum(1 for g in groups if g.shared) <= 1, "more than one shared group"
+    for g in groups:
         assert g.rows, "an empty group stays"
         assert not any(s.done for s in g.rows), "a finished row stays in its group"
         if not g.batched:
@@ -385,7 +397,7 @@ def check_structure(gen: Generator) -> None:
             assert lengths == want, (lengths, want)
             if layer.keys is not None:
                 assert layer.keys.shape[0] >= len(lengths) and layer.keys.shape[2] >= max(lengths, default=0)
-    for seq in gen.prefilling:
+    for seq in gen.prefiller.waiting:
         if seq.cache is not None and not seq.done:
             _check_seq_cache(seq.cache, list(seq.request.prompt_ids[:seq.prefilled]))
 
@@ -408,8 +420,8 @@ def _check_fed(fed: list[int], expected: list[int], rid: str) -> None:
 
 def check_idle(gen: Generator) -> None:
     """Nothing left running, and the memory kept for the next batch is in a clean state."""
-    assert not gen.groups and not gen.prefilling and not gen.active and gen.decoding == 0
-    if gen.spare_batch is not None:
-        for layer in gen.spare_batch:
+    assert not gen.batch.groups and not gen.prefiller.waiting and not gen.active and gen.decoding == 0
+    if gen.batch.spare is not None:
+        for layer in gen.batch.spare:
             assert getattr(layer, "packing", None) is None
             assert getattr(layer, "_right_padding", None) is None

@@ -186,18 +186,18 @@ def test_real_model_packed_batch_equals_each_request_alone(embedded, monkeypatch
 
     solo = [final(list(Generator.from_loaded(embedded, join_tail=0).generate(r))).text
             for r in requests()]
-    from afm_struct.decoding import generator as generator_module
+    from afm_struct.decoding import ragged_pass as ragged_pass_module
 
     packed_steps = []
-    real_packed_logits = generator_module.packed_logits
+    real_packed_logits = ragged_pass_module.packed_logits
 
     def counting(*args, **kwargs):
         packed_steps.append(args[4].rows)
         return real_packed_logits(*args, **kwargs)
 
-    monkeypatch.setattr(generator_module, "packed_logits", counting)
+    monkeypatch.setattr(ragged_pass_module, "packed_logits", counting)
     gen = Generator.from_loaded(embedded)
-    assert gen.packed
+    assert gen.ragged.packed
     events, max_batch = collect(gen, requests(), join_every=2)
     assert max_batch >= 3
     assert any(rows >= 2 for rows in packed_steps)  # ragged steps did run packed

@@ -12,6 +12,8 @@ from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.decoding.scheduler import Scheduler, SchedulerLimits
 from afm_struct.testing import Script, scripted_loaded_model
 
+from .phases import iterate
+
 # -- the statistics -------------------------------------------------------------------------
 
 
@@ -71,7 +73,7 @@ def test_zero_maximum_is_off():
     assert not jw.enabled and jw.wait_s(now) == 0.0
 
 
-# -- the generator hook ---------------------------------------------------------------------
+# -- the refill point between the generator's phases ---------------------------------------
 
 
 def first_delta_step(tokenizer, *, hook: bool) -> tuple[int, int, int]:
@@ -91,18 +93,18 @@ def first_delta_step(tokenizer, *, hook: bool) -> tuple[int, int, int]:
         gen.step()
     gen.add(req("short"), events["A"].append)
     added = []
-    if hook:
-        def refill(freed: int) -> None:
-            if added:  # C itself finishing: nothing more to add
-                return
-            assert freed == 1
-            gen.add(req("short"), events["C"].append)
-            added.append(step)
-        gen.on_slots_freed = refill
+
+    def refill(freed: int) -> None:
+        if added:  # C itself finishing: nothing more to add
+            return
+        assert freed == 1
+        gen.add(req("short"), events["C"].append)
+        added.append(step)
+
     step, finish_step, first_c, calls = 0, None, None, 0
     while gen.has_work and step < 100:
         before = loaded.model.calls
-        gen.step()
+        iterate(gen, refill if hook else None)
         step += 1
         if finish_step is None and events["A"] and isinstance(events["A"][-1], Finished):
             finish_step, calls = step, loaded.model.calls - before
@@ -112,7 +114,7 @@ def first_delta_step(tokenizer, *, hook: bool) -> tuple[int, int, int]:
             first_c = step
     assert finish_step is not None and first_c is not None
     assert "".join(e.text for e in events["C"] if isinstance(e, TextDelta)) == "a b"
-    assert added in ([], [finish_step - 1])  # the hook ran inside the step A finished in
+    assert added == ([finish_step - 1] if hook else [])  # refilled in the iteration A finished in
     return finish_step, first_c, calls
 
 

@@ -94,7 +94,7 @@ def test_scripted_prefix_hits_keep_outputs(tokenizer) -> None:  # type: ignore[n
     # The first wave shares its system turn (computed once), the second starts from the first
     # wave's prompts.
     assert all(f.usage.cached_tokens >= 8 for f in got)
-    assert reuse.prefix_cache.hits == 4 and plain.prefix_cache.hits == 0
+    assert reuse.prefiller.prefix_cache.hits == 4 and plain.prefiller.prefix_cache.hits == 0
 
 
 @pytest.mark.parametrize("together", [True, False])
@@ -149,7 +149,7 @@ def test_real_model_outputs_do_not_change(embedded) -> None:  # type: ignore[no-
     fast_gen = Generator.from_loaded(embedded)
     fast = _run(fast_gen, waves())
     assert [f.text for f in fast] == [f.text for f in plain]
-    assert fast_gen.prefix_cache.hits >= 2
+    assert fast_gen.prefiller.prefix_cache.hits >= 2
     assert sum(f.usage.cached_tokens for f in fast) > 0
 
 
@@ -192,7 +192,7 @@ def test_a_prompt_missing_few_tokens_feeds_them_in_the_decode_pass(tokenizer) ->
     calls = loaded.model.calls
     gen.step()
     assert loaded.model.calls == calls + 1  # one pass: Alan's next token and Ada's prompt tail
-    assert gen.decoding == 2 and not gen.prefilling
+    assert gen.decoding == 2 and not gen.prefiller.waiting
     while gen.has_work:
         gen.step()
     assert repeat[-1].text == first[0].text

@@ -261,10 +261,10 @@ def test_generator_reuses_the_last_batch_cache(embedded):
             gen.step()
 
     wave()
-    spare = gen.spare_batch
+    spare = gen.batch.spare
     assert spare is not None
     wave()
-    assert gen.spare_batch is spare  # the second wave's batch was built in the same buffers
+    assert gen.batch.spare is spare  # the second wave's batch was built in the same buffers
 
 
 def test_warm_up_prepares_a_full_batch_cache(embedded, tokenizer):
@@ -273,10 +273,10 @@ def test_warm_up_prepares_a_full_batch_cache(embedded, tokenizer):
 
     gen = Generator.from_loaded(embedded, max_batch=6)
     gen.warm_up()
-    assert gen.spare_batch is not None and gen.spare_batch[0].keys.shape[0] == 6
+    assert gen.batch.spare is not None and gen.batch.spare[0].keys.shape[0] == 6
     scripted = Generator.from_loaded(scripted_loaded_model(tokenizer, "hi"))
     scripted.warm_up()  # scripted caches have no buffers to reuse: nothing to do
-    assert scripted.spare_batch is None
+    assert scripted.batch.spare is None
 
 
 def test_extend_copies_only_the_live_rows_of_a_batch_with_reserved_rows():

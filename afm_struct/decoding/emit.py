@@ -1,0 +1,84 @@
+"""How a sequence's decided tokens become its events: text deltas, then exactly one Finished.
+
+Plain functions over a :class:`~afm_struct.decoding.sequence.SequenceState`: the decode step
+emits each sampled run (:func:`emit_run`), and every phase that ends a sequence (a finished row,
+a cancel, a prefill error, a grammar already complete after its prompt) goes through
+:func:`finish`, which flushes held text and sends the one :class:`Finished`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import AfmError
+from .outputs import Finished, FinishReason, TextDelta
+from .sequence import SequenceState
+
+
+def emit_run(seq: SequenceState, run: list[int]) -> None:
+    """Emit the text of a sampled token and its forced run; finish the row if it ended."""
+    # Without stops_cut_grammar, stop sequences end free text only: the first constrained
+    # token (sampled under a mask that is not free text, or forced, or closing) begins a
+    # tool call, and from there nothing is cut (inside a JSON string the mask is free
+    # again, so the state is kept rather than judged per token).
+    exempt = not seq.request.stops_cut_grammar and seq.matcher is not None
+    for i, t in enumerate(run):
+        text = seq.detok.add(t)
+        if seq.track is not None:
+            seq.track.text(text)
+        if exempt and (i > 0 or not seq.mask_free):
+            seq.stops_off = True
+        if seq.stops_off:
+            emit_text(seq, seq.stops.flush() + text)  # held text first, in order
+            continue
+        emit_text(seq, seq.stops.feed(text))
+        if seq.stops.stopped:
+            finish(seq, FinishReason.STOP)
+            return
+    if seq.closer is not None and seq.closer.closed:
+        finish(seq, FinishReason.LENGTH)  # closed early by the budget: still a cut
+    elif seq.eos:
+        finish(seq, FinishReason.STOP, grammar_complete=True)
+    elif seq.matcher is not None and seq.matcher.is_finished():
+        finish(seq, FinishReason.STOP, grammar_complete=True)
+    elif len(seq.tokens) >= seq.max_tokens:
+        finish(seq, FinishReason.LENGTH)
+
+
+def emit_text(seq: SequenceState, text: str, *, last: bool = False) -> None:
+    """Send ``text`` (if any) as a delta, with the logprob entries it shows when asked."""
+    if not text:
+        return
+    seq.text.append(text)
+    if seq.track is None:
+        seq.sink(TextDelta(text))
+        return
+    # The tokens whose text this shows (all the rest, once a stop string cut the text).
+    final = last or seq.stops.stopped
+    seq.sink(TextDelta(text, seq.track.emitted(len(text), final=final)))
+
+
+def finish(seq: SequenceState, reason: FinishReason, *, error: AfmError | None = None,
+           grammar_complete: bool | None = None) -> None:
+    """End ``seq`` with its one :class:`Finished` (a second call does nothing)."""
+    if seq.done:
+        return
+    seq.done = True
+    # An end other than an error flushes the held text (a partial stop-string match, a split
+    # character): it is output the client should see.
+    flushes = reason in (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED)
+    if flushes and not seq.stops.stopped:
+        tail = seq.detok.flush()
+        if seq.track is not None:
+            seq.track.tail(tail)
+        emit_text(seq, seq.stops.feed(tail))
+        if not seq.stops.stopped:
+            emit_text(seq, seq.stops.flush(), last=True)
+    if seq.decode_start:
+        seq.timings.decode_s = time.perf_counter() - seq.decode_start
+    if seq.matcher is not None and grammar_complete is None:
+        grammar_complete = seq.matcher.is_accepting()
+    seq.logits = None
+    seq.cache = None
+    seq.sink(Finished(reason=reason, usage=seq.usage, timings=seq.timings, text="".join(seq.text),
+                      error=error, grammar_complete=grammar_complete))
