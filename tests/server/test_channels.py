@@ -7,11 +7,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.channels import ContentRouter, make_router
+from server.channels import ContentRouter, _append, make_router
 
 
 class _OldContentRouter:
-    """server/channels.py's ContentRouter before it used afm_struct.text (a44a9ca5), verbatim."""
+    """server/channels.py's ContentRouter before it used afm_struct.text (a81ca45), verbatim
+    (``_append`` is unchanged)."""
 
     def __init__(self, *, split_reasoning: bool = False, tags: tuple[str, str] = ("<think>", "</think>"),
                  start_in_reasoning: bool = False) -> None:
@@ -58,15 +59,6 @@ class _OldContentRouter:
             self._emit(out, "reasoning_content" if self._in_reasoning else "content", self._held)
             self._held = ""
         return out
-
-
-def _append(out: list[dict[str, Any]], key: str, text: str) -> None:
-    if not text:
-        return
-    if out and key in out[-1]:
-        out[-1][key] += text
-    else:
-        out.append({key: text})
 
 
 TAGS = [("<think>", "</think>"), ("<thinking>", "</thinking>"), ("[T]", "[/T]")]
