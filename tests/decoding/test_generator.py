@@ -130,3 +130,46 @@ def test_interleaved_sequences_do_not_mix(tokenizer):
     assert "".join(e.text for e in outs[1] if isinstance(e, TextDelta)) == "second one"
     assert outs[0][-1].reason == outs[1][-1].reason == "stop"
     assert steps <= 6  # the two decoded side by side, not one after the other
+
+
+def test_a_model_failure_ends_only_its_own_group(tokenizer):
+    """Sequences whose caches do not batch decode as groups of their own: a forward pass that
+    fails ends that group's request only; the other runs on as it does alone."""
+    from afm_struct.testing import ScriptedCacheOps, ScriptedModel
+
+    class Unbatchable(ScriptedCacheOps):
+        def batchable(self, seq_cache):
+            return False
+
+    class FailsOnBoom(ScriptedModel):
+        def _row_logits(self, c, tokens):
+            rows = super()._row_logits(c, tokens)
+            if c.prompt_len is not None and c.offset - c.prompt_len >= 3 and \
+                    "boom" in self.tokenizer.decode(c.fed[:c.prompt_len]):
+                raise RuntimeError("scripted failure")
+            return rows
+
+    def loaded():
+        lm = scripted_loaded_model(tokenizer, "one two three four five six")
+        lm.model = FailsOnBoom(tokenizer, Script("one two three four five six"))
+        lm.model.cache_ops = Unbatchable()
+        return lm
+
+    def request(word):
+        return GenerationRequest(tokenizer.encode_chat([{"role": "user", "content": word}]),
+                                 SamplingParams(temperature=0))
+
+    gen = Generator.from_loaded(loaded())
+    outs: dict[str, list] = {"boom": [], "fine": []}
+    for word, sink in outs.items():
+        gen.add(request(word), sink.append)
+    groups = 0
+    while gen.has_work:
+        gen.step()
+        groups = max(groups, len(gen.batch.groups))
+        assert not any(g.shared for g in gen.batch.groups)
+    assert groups == 2
+    assert outs["boom"][-1].reason == "error" and "generation failed" in outs["boom"][-1].error.message
+    alone = list(Generator.from_loaded(loaded()).generate(request("fine")))
+    assert outs["fine"][-1].reason == alone[-1].reason == "stop"
+    assert outs["fine"][-1].text == alone[-1].text == "one two three four five six"
