@@ -17,6 +17,7 @@ from typing import Any
 
 from ..decoding.outputs import FinishReason
 from ..text.reasoning import ReasoningSplitter
+from ..tool_calls import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
 
@@ -42,7 +43,14 @@ class ToolCallRouter:
         self.parser = CallParser(fmt, detect_calls=detect_calls, max_calls=max_calls)
         self.splitter = ReasoningSplitter(reasoning_tags, start_in_reasoning=start_in_reasoning)
         self.id_factory = id_factory
-        self.calls: list[dict[str, Any]] = []  # assembled calls (index order), for non-streaming use
+        # The calls so far, assembled from the fragments this router streams (the same
+        # assembler the server's non-streaming body and the client use).
+        self.assembled = ToolCallAssembler()
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """The calls made so far, whole (index order)."""
+        return self.assembled.calls
 
     def feed(self, text: str) -> list[Delta]:
         """Deltas made available by ``text``."""
@@ -76,11 +84,10 @@ class ToolCallRouter:
             elif isinstance(ev, CallStart):
                 call = {"index": ev.index, "id": self.id_factory(), "type": "function",
                         "function": {"name": ev.name, "arguments": ""}}
-                self.calls.append({"id": call["id"], "type": "function",
-                                   "function": {"name": ev.name, "arguments": ""}})
+                self.assembled.add({**call, "function": dict(call["function"])})
                 out.append({"tool_calls": [call]})
             elif isinstance(ev, ArgsEvent):
-                self.calls[ev.index]["function"]["arguments"] += ev.text
+                self.assembled.add({"index": ev.index, "function": {"arguments": ev.text}})
                 last = out[-1]["tool_calls"][-1] if out and "tool_calls" in out[-1] else None
                 if last is not None and last["index"] == ev.index:
                     last["function"]["arguments"] += ev.text  # same step: one fragment

@@ -52,7 +52,7 @@ def test_required_arguments_validate_streaming_and_assembled(embedded) -> None:
     router = plan.make_router()
     router.feed(text)
     router.finish()
-    assert [c["function"]["arguments"] for c in router.calls] == [call["arguments"]]
+    assert [c.arguments for c in router.calls] == [call["arguments"]]
 
 
 def test_named_function_is_called_with_valid_arguments(embedded) -> None:
