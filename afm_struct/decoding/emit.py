@@ -29,7 +29,12 @@ def emit_run(seq: SequenceState, run: list[int]) -> None:
         if exempt and (i > 0 or not seq.mask_free):
             seq.stops_off = True
         if seq.stops_off:
-            emit_text(seq, seq.stops.flush() + text)  # held text first, in order
+            held = seq.stops.flush()
+            if seq.stops.stopped:  # a stop the held free text still held (overlapping stops)
+                emit_text(seq, held)
+                finish(seq, FinishReason.STOP)
+                return
+            emit_text(seq, held + text)  # held text first, in order
             continue
         emit_text(seq, seq.stops.feed(text))
         if seq.stops.stopped:

@@ -178,6 +178,19 @@ def test_stop_strings_end_content_not_a_tool_call(tokenizer, stop) -> None:
         server.stop()
 
 
+def test_overlapping_stops_held_when_a_call_begins_still_cut_the_content(tokenizer) -> None:
+    """Stops ``ng.`` and ``ing.\n<tool_call>ZZ``: the longer one starts first, so the scanner
+    holds ``ing.\n<tool_call>`` until the call's forced tokens turn stops off; the held ``ng.``
+    then ends the turn (as the old matcher did at once), and no call text leaks into content."""
+    server = start_server(scripted_loaded_model(tokenizer, SCRIPTED_TURN), ServerSettings(reasoning="think"))
+    try:
+        result = Client(server.url).chat(USER, tools=[WEATHER, TIME], max_tokens=120,
+                                         stop=["ng.", "ing.\n<tool_call>ZZ"])
+        assert result.finish_reason == "stop" and result.content == "Checki" and not result.tool_calls
+    finally:
+        server.stop()
+
+
 @pytest.mark.model
 def test_stop_string_inside_arguments_on_the_real_model(live) -> None:
     """The soak's finding: stop ["Paris"] with a required strict call gave ``{"city": ""}`` and
