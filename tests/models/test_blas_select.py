@@ -54,5 +54,5 @@ def test_mlx_imported_first_stays_on_the_reference_blas_with_one_warning(tmp_pat
 
 
 def test_afm_struct_blas_none_keeps_the_reference_blas(tmp_path: Path) -> None:
-    done, target = _fresh("import afm_struct\n" + GEMM, tmp_path, AFM_STRUCT_BLAS="none")
+    _, target = _fresh("import afm_struct\n" + GEMM, tmp_path, AFM_STRUCT_BLAS="none")
     assert "mlx_cpu.libs/libblas" in target
