@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -105,10 +104,11 @@ def test_maxconn_fits_the_open_files_limit(monkeypatch) -> None:
     assert haproxy_maxconn() == 4096  # the soft limit is raised to the hard one first
 
 
-def _start(args: list[str]) -> tuple[subprocess.Popen[str], list[str]]:
-    """Run ``afm-struct cluster ARGS`` until it says it is serving; (process, its stderr lines)."""
+def _start(args: list[str], tmp: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """Run ``afm-struct cluster ARGS`` (temporary files under ``tmp``) until it says it is
+    serving; (process, its stderr lines)."""
     proc = subprocess.Popen([EXE, "cluster", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env={**os.environ, "TMPDIR": str(tmp)})
     assert proc.stderr is not None
     lines: list[str] = []
     deadline = time.monotonic() + 90
@@ -121,13 +121,13 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[str], list[str]]:
     return proc, lines
 
 
-def test_pinned_replica_ports_and_the_run_directory_goes_on_a_clean_exit() -> None:
+def test_pinned_replica_ports_and_the_run_directory_goes_on_a_clean_exit(tmp_path: Path) -> None:
     port, pinned = free_port(), (free_port(), free_port())
     proc, lines = _start(["--replica-ports", f"{pinned[0]},{pinned[1]}", "--port", str(port),
-                          "--model", "scripted:200", "--log-level", "warning"])
+                          "--model", "scripted:200", "--log-level", "warning"], tmp_path)
     try:
         run_dir = Path(re.search(r"config (\S+)/haproxy\.cfg", "".join(lines)).group(1))  # type: ignore[union-attr]
-        assert run_dir.is_dir() and (run_dir / "r1.log").is_file()
+        assert run_dir.parent == tmp_path and (run_dir / "r1.log").is_file()
         replicas = re.findall(r"replica (r\d): pid \d+, http://127\.0\.0\.1:(\d+)", "".join(lines))
         assert replicas == [("r1", str(pinned[0])), ("r2", str(pinned[1]))]  # --replicas follows the ports
         for p in pinned:
@@ -143,17 +143,14 @@ def test_pinned_replica_ports_and_the_run_directory_goes_on_a_clean_exit() -> No
     assert not run_dir.exists(), f"{run_dir} left behind: {os.listdir(run_dir)}"
 
 
-def test_a_failed_start_keeps_the_run_directory_with_the_logs() -> None:
+def test_a_failed_start_keeps_the_run_directory_with_the_logs(tmp_path: Path) -> None:
     done = subprocess.run([EXE, "cluster", "--replicas", "1", "--port", str(free_port()),
-                           "--model", "/nonexistent/model.gguf"], capture_output=True, text=True, timeout=120)
+                           "--model", "/nonexistent/model.gguf"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})  # its run directory goes there
     assert done.returncode == 1
-    kept = re.search(r"keeping (\S+) \(it failed\)", done.stderr)
-    assert kept, done.stderr
-    run_dir = Path(kept.group(1))
-    try:
-        assert (run_dir / "r1.log").is_file() and str(run_dir / "r1.log") in done.stderr
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    (run_dir,) = tmp_path.glob("afm-cluster-*")
+    assert f"keeping {run_dir} (it failed)" in done.stderr, done.stderr
+    assert (run_dir / "r1.log").is_file() and str(run_dir / "r1.log") in done.stderr
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -162,14 +159,15 @@ def test_a_failed_start_keeps_the_run_directory_with_the_logs() -> None:
     (["--port", "8102", "--replica-ports", "8101,8102"], "port 8102 (replica r2) is HAProxy's --port"),
     (["--replica-ports", "8101,70000"], "70000 (replica r2) is not a TCP port"),
 ])
-def test_bad_replica_ports_are_refused_before_anything_starts(argv, message, capsys) -> None:
+def test_bad_replica_ports_are_refused_before_anything_starts(argv, message, capsys, monkeypatch,
+                                                             tmp_path: Path) -> None:
     from afm_struct.cli import main
 
-    before = set(Path(tempfile.gettempdir()).glob("afm-cluster-*"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert main(["cluster", *argv]) == 1
     err = capsys.readouterr().err
     assert message in err and err.startswith("afm-struct: error: --replica-ports")
-    assert set(Path(tempfile.gettempdir()).glob("afm-cluster-*")) == before  # no run directory made
+    assert not list(tmp_path.glob("afm-cluster-*"))  # no run directory made
 
 
 def test_a_replica_port_in_use_is_refused(capsys) -> None:
