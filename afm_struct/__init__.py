@@ -1,7 +1,8 @@
 """afm-struct: grammar-constrained structured output for local LLMs on MLX.
 
 The public facade.  Names load lazily so that ``import afm_struct`` (and the CLI's start-up)
-does not import MLX before it has to.
+does not import MLX before it has to; what it does first is load an optimized BLAS, which must
+come before MLX to take effect (:mod:`afm_struct.models.blas_select`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .models.blas_select import select_optimized_blas
+
 __version__ = "0.1.0"
+
+select_optimized_blas()
 
 _EXPORTS = {
     "AfmError": "afm_struct.errors",

@@ -72,11 +72,19 @@ def _default_model() -> Any:
 
 
 def _schema_of(schema: Any) -> tuple[dict[str, Any], Any]:
-    """(JSON Schema, pydantic class or None) for a dict or a pydantic model class."""
+    """(JSON Schema, pydantic class or None) for a dict or a pydantic model class.
+
+    A pydantic model's objects are closed (:func:`close_objects`): pydantic writes nothing
+    about extra keys for its default ``extra="ignore"``, and read as open JSON Schema that let
+    the model invent keys the class then drops.  ``extra="allow"`` (written as
+    ``additionalProperties: true``) keeps that model's object open; a dict is taken as written.
+    """
+    from .grammar.closed_objects import close_objects
+
     if isinstance(schema, dict):
         return schema, None
     if hasattr(schema, "model_json_schema") and hasattr(schema, "model_validate"):
-        return schema.model_json_schema(), schema
+        return close_objects(schema.model_json_schema()), schema
     raise TypeError("schema must be a JSON Schema dict or a pydantic BaseModel class")
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from afm_struct.errors import AfmError, GenerationError, InvalidRequestError, NotFoundError, OverloadedError
 
@@ -65,13 +66,35 @@ async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(validation_error(exc.errors()))
 
 
-async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> str:
+    """The ``Allow`` value of ``request``'s path: every method some route serves there, and
+    OPTIONS.  Asked of the router method by method: Starlette's own 405 names only the first
+    route on the path (GET and its HEAD twin are two routes)."""
+    allowed = ["OPTIONS"]
+    for method in _METHODS:
+        probe = {"type": "http", "method": method, "path": request.scope["path"],
+                 "root_path": request.scope.get("root_path", ""), "headers": []}
+        if any(route.matches(probe)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(sorted(allowed))
+
+
+async def _on_http(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     err: AfmError
     if exc.status_code == 404:
         err = NotFoundError(f"no such route: {_request.method} {_request.url.path}")
     elif exc.status_code == 405:
-        err = MethodNotAllowedError(f"{_request.method} is not allowed on {_request.url.path}")
+        allow = allowed_methods(_request)
+        if _request.method == "OPTIONS":  # RFC 9110: OPTIONS on a resource says what it allows
+            return Response(status_code=204, headers={"Allow": allow})
+        response = error_response(MethodNotAllowedError(
+            f"{_request.method} is not allowed on {_request.url.path}; allowed: {allow}"))
+        response.headers["Allow"] = allow  # RFC 9110: a 405 carries Allow
+        return response
     else:
         err = InvalidRequestError(str(exc.detail))
         err.status = exc.status_code

@@ -17,11 +17,13 @@ from afm_struct import __version__
 from . import sse
 from .completions import ServerState, admit, collect, prepare, response_headers, sse_body
 from .profile import parse_profile_header
+from .request import check_model
 from .schemas import (
     CancellationResponse,
     ChatCompletionRequest,
     ChatCompletionResponse,
     ErrorEnvelope,
+    ModelCard,
     ModelList,
 )
 
@@ -92,17 +94,40 @@ async def cancel_completion(request_id: str, request: Request) -> JSONResponse:
     return JSONResponse(sse.cancellation_body(request_id, True))
 
 
-@router.get("/v1/models", response_model=ModelList)
+def get_route(path: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``@router.get(path)`` that also answers HEAD, as RFC 9110 asks of every GET resource
+    (load balancers probe with HEAD): the same handler, status and headers, and the server
+    sends no body.  The HEAD twin stays out of the OpenAPI document."""
+    def register(handler: Callable[..., Any]) -> Callable[..., Any]:
+        router.add_api_route(path, handler, methods=["HEAD"], include_in_schema=False, **kwargs)
+        return router.get(path, **kwargs)(handler)
+    return register
+
+
+def _model_card(name: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "afm-struct"}
+
+
+@get_route("/v1/models", response_model=ModelList)
 async def list_models(request: Request) -> dict[str, Any]:
     """The one loaded model, under each name it is served as (``--served-model-name``)."""
     state = _state(request)
     created = int(request.app.state.started_at)
-    return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
-                                        "owned_by": "afm-struct"}
+    return {"object": "list", "data": [_model_card(name, created)
                                        for name in state.settings.model_names(state.loaded.info.id)]}
 
 
-@router.get("/health")
+# ``:path``: a served name may hold slashes (a hub id); clients send them as %2F.
+@get_route("/v1/models/{model:path}", response_model=ModelCard, responses={404: {"model": ErrorEnvelope}})
+async def retrieve_model(model: str, request: Request) -> dict[str, Any]:
+    """One served name's model object, as OpenAI's ``GET /v1/models/{model}``; 404
+    ``model_not_found`` (``param: model``) for a name this server does not answer to."""
+    state = _state(request)
+    name = check_model(model, state.settings.model_names(state.loaded.info.id))
+    return _model_card(name, int(request.app.state.started_at))
+
+
+@get_route("/health")
 async def health(request: Request) -> dict[str, Any]:
     """Liveness and load; answers while generation runs on the scheduler thread."""
     state = _state(request)

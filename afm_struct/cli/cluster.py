@@ -1,10 +1,12 @@
 """``afm-struct cluster``: N ``afm-struct serve`` replicas behind HAProxy on one machine.
 
-The replicas listen on free loopback ports; HAProxy (``deploy/haproxy.cfg``, rendered into the
-run directory) listens on ``--port`` and balances them: leastconn for new generations, the
-replica that holds a stream for its cancel, 503s retried on another replica, health checks on
-``/health``.  A replica that dies is restarted on the same port (HAProxy takes it back once
-its health check passes); Ctrl-C or SIGTERM stops HAProxy, then every replica.
+The replicas listen on free loopback ports (or the ones ``--replica-ports`` pins); HAProxy
+(``deploy/haproxy.cfg``, rendered into the run directory) listens on ``--port`` and balances
+them: leastconn for new generations, the replica that holds a stream for its cancel, 503s
+retried on another replica, health checks on ``/health``.  A replica that dies is restarted on
+the same port (HAProxy takes it back once its health check passes); Ctrl-C or SIGTERM stops
+HAProxy, then every replica, and removes the run directory unless it was given (``--run-dir``)
+or something went wrong (its logs are kept).
 
 API keys given to the cluster (``--api-key``, ``--api-key-file``, ``AFM_STRUCT_API_KEYS``) are
 handed to the replicas in their environment, not on their command line (where ``ps`` would
@@ -29,12 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AfmError
+from .cluster_ports import check_replica_ports, free_port, parse_ports
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
 HAPROXY_HINT = ("install HAProxy 2.6+: `apt-get install -y haproxy` (Debian/Ubuntu) or "
                 "`brew install haproxy` (macOS), or give --haproxy PATH")
 # Options of the shared serve set that the cluster does not forward on the command line.
 _NOT_FORWARDED = ("api_keys", "api_key_file")
+DEFAULT_REPLICAS = 3
 # A replica that dies sooner than this after starting, this many times in a row, is left down:
 # restarting a replica that cannot start would only spin.
 _CRASH_WINDOW_S = 30.0
@@ -64,13 +68,6 @@ class ClusterError(AfmError):
 
     type = "cluster_error"
     code = "cluster_failed"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def serve_command() -> list[str]:
@@ -118,21 +115,30 @@ class Cluster:
     run_dir: Path | None = None
     restart: bool = True
     log: Any = None  # a callable taking one line; default: stderr
+    replica_ports: tuple[int, ...] | None = None  # pinned ports, one per replica (default: free ones)
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ClusterError("--replicas must be at least 1")
+        if self.replica_ports is not None:
+            try:
+                check_replica_ports(tuple(self.replica_ports), self.replicas, self.port)
+            except ValueError as exc:
+                raise ClusterError(str(exc)) from None
         self.haproxy = self.haproxy or shutil.which("haproxy")
         if self.haproxy is None:
             raise ClusterError(f"haproxy is not installed; {HAPROXY_HINT}")
         if not self.template.is_file():
             raise ClusterError(f"no HAProxy template at {self.template}; give --haproxy-config PATH")
+        # A directory made here is removed by a clean stop; one the caller gave is theirs.
+        self.owns_run_dir = self.run_dir is None
         self.run_dir = Path(self.run_dir or tempfile.mkdtemp(prefix="afm-cluster-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.run_dir / "haproxy.cfg"
         self.stats_socket = self.run_dir / "haproxy.sock"
-        self.members = [Replica(f"r{i + 1}", free_port(), self.run_dir / f"r{i + 1}.log")
-                        for i in range(self.replicas)]
+        ports = self.replica_ports or tuple(free_port() for _ in range(self.replicas))
+        self.members = [Replica(f"r{i + 1}", port, self.run_dir / f"r{i + 1}.log")
+                        for i, port in enumerate(ports)]
         self.balancer: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -216,7 +222,7 @@ class Cluster:
                                              stdin=subprocess.DEVNULL, start_new_session=True)
             self._wait_balancer(timeout_s=10.0)
         except BaseException:
-            self.stop()
+            self.stop(keep_run_dir=True)  # the error message points at the replicas' logs
             raise
         for r in self.members:
             self._say(f"replica {r.name}: pid {r.pid}, {r.url}, log {r.log_path}")
@@ -278,14 +284,17 @@ class Cluster:
             for r in self.members:
                 if r.given_up or r.process is None or r.process.poll() is None or self._stopping.is_set():
                     continue
+                if not self.restart:  # seen once: it stays down
+                    r.given_up = True
+                    self._say(f"replica {r.name} (pid {r.pid}) exited with code {r.process.returncode}; "
+                              f"--no-restart leaves it down (log {r.log_path})")
+                    continue
                 lived = time.monotonic() - r.started_at
                 r.quick_crashes = r.quick_crashes + 1 if lived < _CRASH_WINDOW_S else 0
                 if r.quick_crashes >= _MAX_QUICK_CRASHES:
                     r.given_up = True
                     self._say(f"replica {r.name} exited {_MAX_QUICK_CRASHES} times within "
                               f"{_CRASH_WINDOW_S:.0f}s of starting; leaving it down (log {r.log_path})")
-                    continue
-                if not self.restart:
                     continue
                 self._say(f"replica {r.name} (pid {r.pid}) exited with code {r.process.returncode}; "
                           "restarting it")
@@ -308,8 +317,12 @@ class Cluster:
         except ClusterError as exc:
             self._say(exc.message)
 
-    def stop(self, grace_s: float = 8.0) -> None:
-        """Stop HAProxy (no new connections), then the replicas: SIGTERM, SIGKILL after grace."""
+    def stop(self, grace_s: float = 8.0, *, keep_run_dir: bool = False) -> None:
+        """Stop HAProxy (no new connections), then the replicas: SIGTERM, SIGKILL after grace.
+
+        Then the run directory this cluster made is removed, unless ``keep_run_dir`` (a failure)
+        or a replica exited during the run: their logs are what a user needs then.
+        """
         self._stopping.set()
         with self._lock:
             procs = [p for p in (self.balancer, *(r.process for r in self.members)) if p is not None]
@@ -325,6 +338,19 @@ class Cluster:
                     proc.wait(timeout=5)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        self._remove_run_dir(keep_run_dir)
+
+    def _remove_run_dir(self, keep: bool) -> None:
+        assert self.run_dir is not None
+        if not self.owns_run_dir or not self.run_dir.exists():
+            return
+        crashed = [r.name for r in self.members if r.restarts or r.given_up]
+        if keep or crashed:
+            why = f"replica {', '.join(crashed)} exited during the run" if crashed else "it failed"
+            self._say(f"keeping {self.run_dir} ({why}): the config and the replicas' logs")
+            self.owns_run_dir = False  # said once; it is the user's now
+            return
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -368,7 +394,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Start N `afm-struct serve` replicas on free local ports and "
                                    "HAProxy in front of them; Ctrl-C or SIGTERM stops them all. "
                                    "Serve options are passed to every replica.")
-    p.add_argument("--replicas", type=int, default=2, help="number of replicas (default 2)")
+    p.add_argument("--replicas", type=int, default=None,
+                   help=f"number of replicas (default {DEFAULT_REPLICAS}, or as many as --replica-ports)")
+    p.add_argument("--replica-ports", type=parse_ports, default=None, metavar="P1,P2,...",
+                   help="the replicas' ports on 127.0.0.1, one per replica (default: free ports)")
     p.add_argument("--host", default=d.host, help=f"HAProxy's bind address (default {d.host}); "
                                                   "replicas always listen on 127.0.0.1")
     p.add_argument("--port", type=int, default=d.port, help=f"HAProxy's port (default {d.port})")
@@ -377,11 +406,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the config template (default deploy/haproxy.cfg)")
     p.add_argument("--run-dir", default=None, metavar="DIR",
                    help="where the rendered config, the stats socket and replica logs go "
-                        "(default: a new temporary directory)")
+                        "(default: a new temporary directory, removed on a clean exit)")
     p.add_argument("--no-restart", dest="restart", action="store_false",
                    help="leave a replica that dies down instead of restarting it")
     actions = add_serve_options(p, d)
     p.set_defaults(func=run, serve_actions=actions)
+
+
+def replica_count(args: argparse.Namespace) -> int:
+    """``--replicas``, else one per ``--replica-ports`` port, else :data:`DEFAULT_REPLICAS`."""
+    if args.replicas is not None:
+        return int(args.replicas)
+    return len(args.replica_ports) if args.replica_ports else DEFAULT_REPLICAS
 
 
 def run(args: argparse.Namespace) -> int:
@@ -393,20 +429,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"afm-struct: warning: serving on {args.host} without an API key: anyone who can reach "
               f"port {args.port} can use the model; set --api-key, --api-key-file or {ENV_VAR}",
               file=sys.stderr, flush=True)
-    cluster = Cluster(args.replicas, args.port, forwarded_args(args, args.serve_actions), host=args.host,
-                      api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
-                      run_dir=Path(args.run_dir) if args.run_dir else None, restart=args.restart)
+    cluster = Cluster(replica_count(args), args.port, forwarded_args(args, args.serve_actions),
+                      host=args.host, api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
+                      run_dir=Path(args.run_dir) if args.run_dir else None, restart=args.restart,
+                      replica_ports=args.replica_ports)
 
     def on_sigterm(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt  # one path out for Ctrl-C and SIGTERM
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    clean = False
     try:
         cluster.start()
         cluster.supervise()
     except KeyboardInterrupt:
         cluster._say("stopping HAProxy and the replicas")
+        clean = True
         return 0
     finally:
-        cluster.stop()
+        cluster.stop(keep_run_dir=not clean)
     return 0

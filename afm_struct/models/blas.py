@@ -1,54 +1,35 @@
 """Give MLX's CPU backend an optimized BLAS.
 
 The Linux ``mlx[cpu]`` wheel bundles the reference BLAS (~2 GFLOP/s fp32 GEMM on the reference
-machine).  Preloading OpenBLAS or MKL interposes ``cblas_sgemm`` and friends (~139 GFLOP/s).
-``LD_PRELOAD`` only takes effect at process start, so the CLI re-executes itself once with it
-set.  ``python -m afm_struct.models.blas`` prints the library to preload (for the Makefile).
+machine); OpenBLAS or MKL interposing ``cblas_sgemm`` and friends gives ~139 GFLOP/s.
+``import afm_struct`` loads one ahead of MLX (:mod:`.blas_select`); the CLI re-executes itself
+with ``LD_PRELOAD`` only when that could not be done.  ``python -m afm_struct.models.blas``
+prints the library to preload (for the Makefile).
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import sys
-from pathlib import Path
+
+from . import blas_select
+from .blas_select import FIX_HINT, find_optimized_blas, select_optimized_blas
+
+__all__ = ["FIX_HINT", "blas_in_use", "find_optimized_blas", "needs_preload",
+           "reexec_with_optimized_blas", "select_optimized_blas", "warn_if_reference_blas"]
 
 log = logging.getLogger("afm_struct")
 
 _MARKER = "AFM_STRUCT_BLAS_REEXEC"
-_CANDIDATES = (
-    "/usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0",
-    "/usr/lib/*-linux-gnu/libopenblas.so.0",
-    "/usr/lib/*-linux-gnu/openblas-openmp/libopenblas.so.0",
-    "/usr/lib64/libopenblas*.so.0",
-    "/usr/local/lib/libopenblas.so.0",
-)
-FIX_HINT = ("apt-get install libopenblas0-pthread  (or: pip install mkl), then restart; "
-            "or set AFM_STRUCT_BLAS=/path/to/libopenblas.so")
-
-
-def find_optimized_blas() -> Path | None:
-    """An optimized CBLAS shared library on this machine, if any (OpenBLAS, then MKL)."""
-    override = os.environ.get("AFM_STRUCT_BLAS")
-    if override:
-        return Path(override) if override != "none" and Path(override).is_file() else None
-    for pattern in _CANDIDATES:
-        for hit in sorted(glob.glob(pattern)):
-            return Path(hit)
-    for root in {sys.prefix, sys.base_prefix}:
-        for hit in sorted(glob.glob(os.path.join(root, "lib", "libmkl_rt.so*"))):
-            return Path(hit)
-    return None
 
 
 def blas_in_use() -> str:
     """Which BLAS the current process has mapped: 'openblas', 'mkl', 'reference' or 'system'."""
     if sys.platform == "darwin":
         return "accelerate"
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
+    maps = blas_select.process_maps()
+    if not maps:
         return "unknown"
     if "libopenblas" in maps:
         return "openblas"
@@ -60,8 +41,8 @@ def blas_in_use() -> str:
 
 
 def needs_preload() -> bool:
-    """True on Linux when the process runs without an optimized BLAS preloaded."""
-    if not sys.platform.startswith("linux") or os.environ.get(_MARKER):
+    """True on Linux when the process runs without an optimized BLAS preloaded or selected."""
+    if not sys.platform.startswith("linux") or os.environ.get(_MARKER) or blas_select.selected:
         return False
     preload = os.environ.get("LD_PRELOAD", "")
     return "openblas" not in preload and "mkl" not in preload
@@ -89,8 +70,9 @@ def reexec_with_optimized_blas() -> None:
 
 
 def warn_if_reference_blas() -> None:
-    """Log one warning with the fix when MLX runs on the reference BLAS."""
-    if blas_in_use() == "reference":
+    """Log one warning (once per process) with the fix when MLX runs on the reference BLAS."""
+    if not blas_select.warned and blas_in_use() == "reference":
+        blas_select.warned = True
         log.warning("MLX is using the reference BLAS (CPU matmuls ~50x slower); fix: %s", FIX_HINT)
 
 

@@ -133,7 +133,10 @@ def load_model(spec: str | None = None, *, weights: str = "auto",
         model, tokenizer, ctx = _load_mlx(spec, chosen, progress)
         ident, source = spec.rstrip("/").split("/")[-1], "mlx"
     model.eval()
-    from .blas import blas_in_use
+    from .blas import blas_in_use, warn_if_reference_blas
+
+    if device_name() == "cpu":
+        warn_if_reference_blas()
     from .row_padding import pad_small_batches, wanted
 
     if wanted(blas_in_use()):

@@ -40,6 +40,7 @@ from typing import Any
 
 from ..downgrade import is_downgraded
 from ..errors import SchemaError
+from ..grammar.closed_objects import close_objects
 from ..grammar.compiler import CompiledConstraint, compile_constraint
 from ..grammar.ladder import generic_schema
 from ..grammar.llguidance_backend import json_options
@@ -91,42 +92,6 @@ def with_options(schema: Any, options: dict[str, Any]) -> Any:
     if not isinstance(schema, dict):
         return schema
     return {**schema, "x-guidance": options}
-
-
-_OPEN_WORLD_KEYS = ("allOf", "unevaluatedProperties", "dependentSchemas", "dependencies", "if")
-
-
-def close_objects(schema: Any) -> Any:
-    """``schema`` with ``additionalProperties: false`` on objects that declare properties but say
-    nothing about extra ones (OpenAI's strict-mode reading of a tool schema, as xgrammar's
-    ``strict_mode``).  Every instance of the result is an instance of ``schema``; small models
-    otherwise invent keys without end.  Schemas that compose objects (``allOf``, ``if``,
-    dependencies, ``unevaluatedProperties``) are returned unchanged: closing could empty them.
-    """
-    if _mentions(schema, _OPEN_WORLD_KEYS):
-        return schema
-    return _close(schema)
-
-
-def _mentions(node: Any, keys: tuple[str, ...]) -> bool:
-    if isinstance(node, dict):
-        return any(k in node for k in keys) or any(_mentions(v, keys) for k, v in node.items()
-                                                   if k not in ("enum", "const", "default", "examples"))
-    if isinstance(node, list):
-        return any(_mentions(v, keys) for v in node)
-    return False
-
-
-def _close(node: Any) -> Any:
-    if isinstance(node, list):
-        return [_close(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: (v if k in ("enum", "const", "default", "examples") else _close(v)) for k, v in node.items()}
-    if isinstance(node.get("properties"), dict) and not any(
-            k in node for k in ("additionalProperties", "patternProperties")):
-        out["additionalProperties"] = False
-    return out
 
 
 def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,

@@ -5,10 +5,11 @@
 
 import json
 
+import afm_struct  # before mlx: on Linux it loads the fast BLAS, which must precede MLX
+
+# isort: split
 from mlx_lm import generate
 from mlx_lm.tokenizer_utils import TokenizerWrapper
-
-import afm_struct
 
 loaded = afm_struct.load_model()  # or any mlx-lm model dir / GGUF path
 schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},

@@ -31,11 +31,12 @@ USER = [{"role": "user", "content": "count"}]
 
 
 @pytest.fixture(scope="package")
-def cluster() -> Iterator[Cluster]:
-    """Three scripted replicas behind HAProxy, with an API key, supervised (restarts)."""
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three scripted replicas behind HAProxy, with an API key, supervised (restarts).  Its run
+    directory is pytest's: a test kills a replica, and the cluster keeps its directory then."""
     c = Cluster(3, free_port(), ["--model", f"scripted:{TOKENS_PER_S}", "--log-level", "warning",
                                  "--max-active", str(MAX_ACTIVE), "--max-queue", str(MAX_QUEUE)],
-                api_keys=(KEY,), log=lambda _line: None)
+                api_keys=(KEY,), log=lambda _line: None, run_dir=tmp_path_factory.mktemp("cluster"))
     c.start()
     c.supervise_in_background()
     yield c

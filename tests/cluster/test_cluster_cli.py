@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,3 +102,96 @@ def test_maxconn_fits_the_open_files_limit(monkeypatch) -> None:
     assert haproxy_maxconn() == (2048 - 256) // 2
     monkeypatch.setattr(resource, "getrlimit", lambda _r: (1024, 65536))
     assert haproxy_maxconn() == 4096  # the soft limit is raised to the hard one first
+
+
+def _start(args: list[str], tmp: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """Run ``afm-struct cluster ARGS`` (temporary files under ``tmp``) until it says it is
+    serving; (process, its stderr lines)."""
+    proc = subprocess.Popen([EXE, "cluster", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "TMPDIR": str(tmp)})
+    assert proc.stderr is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 90
+    while not any("serving on" in line for line in lines):
+        line = proc.stderr.readline()
+        if not line or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("".join(lines) + proc.stderr.read())
+        lines.append(line)
+    return proc, lines
+
+
+def test_pinned_replica_ports_and_the_run_directory_goes_on_a_clean_exit(tmp_path: Path) -> None:
+    port, pinned = free_port(), (free_port(), free_port())
+    proc, lines = _start(["--replica-ports", f"{pinned[0]},{pinned[1]}", "--port", str(port),
+                          "--model", "scripted:200", "--log-level", "warning"], tmp_path)
+    try:
+        run_dir = Path(re.search(r"config (\S+)/haproxy\.cfg", "".join(lines)).group(1))  # type: ignore[union-attr]
+        assert run_dir.parent == tmp_path and (run_dir / "r1.log").is_file()
+        replicas = re.findall(r"replica (r\d): pid \d+, http://127\.0\.0\.1:(\d+)", "".join(lines))
+        assert replicas == [("r1", str(pinned[0])), ("r2", str(pinned[1]))]  # --replicas follows the ports
+        for p in pinned:
+            assert httpx.get(f"http://127.0.0.1:{p}/health", timeout=10).status_code == 200
+        seen = {httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=30,
+                           json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2},
+                           ).headers["x-afm-replica"] for _ in range(6)}
+        assert seen <= {"r1", "r2"} and seen
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+    assert proc.returncode == 0, rest
+    assert not run_dir.exists(), f"{run_dir} left behind: {os.listdir(run_dir)}"
+
+
+def test_a_failed_start_keeps_the_run_directory_with_the_logs(tmp_path: Path) -> None:
+    done = subprocess.run([EXE, "cluster", "--replicas", "1", "--port", str(free_port()),
+                           "--model", "/nonexistent/model.gguf"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})  # its run directory goes there
+    assert done.returncode == 1
+    (run_dir,) = tmp_path.glob("afm-cluster-*")
+    assert f"keeping {run_dir} (it failed)" in done.stderr, done.stderr
+    assert (run_dir / "r1.log").is_file() and str(run_dir / "r1.log") in done.stderr
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--replicas", "3", "--replica-ports", "8101,8102"], "lists 2 ports for 3 replicas"),
+    (["--replica-ports", "8101,8101"], "port 8101 is given twice"),
+    (["--port", "8102", "--replica-ports", "8101,8102"], "port 8102 (replica r2) is HAProxy's --port"),
+    (["--replica-ports", "8101,70000"], "70000 (replica r2) is not a TCP port"),
+])
+def test_bad_replica_ports_are_refused_before_anything_starts(argv, message, capsys, monkeypatch,
+                                                             tmp_path: Path) -> None:
+    from afm_struct.cli import main
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["cluster", *argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("afm-struct: error: --replica-ports")
+    assert not list(tmp_path.glob("afm-cluster-*"))  # no run directory made
+
+
+def test_a_replica_port_in_use_is_refused(capsys) -> None:
+    from afm_struct.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        assert main(["cluster", "--replica-ports", f"{free_port()},{taken}"]) == 1
+    assert f"port {taken} (replica r2) is already in use" in capsys.readouterr().err
+
+
+def test_replica_ports_must_be_numbers() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["cluster", "--replica-ports", "8101,x"])
+
+
+def test_the_default_replica_count_is_what_the_docs_and_makefile_say(capsys) -> None:
+    root = Path(__file__).resolve().parents[2]
+    makefile = re.search(r"^REPLICAS \?= (\d+)$", (root / "Makefile").read_text(), re.M)
+    assert makefile and int(makefile.group(1)) == cluster_cli.DEFAULT_REPLICAS == 3
+    assert cluster_cli.replica_count(build_parser().parse_args(["cluster"])) == 3
+    assert cluster_cli.replica_count(build_parser().parse_args(["cluster", "--replica-ports", "1,2"])) == 2
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["cluster", "--help"])
+    assert "(default 3," in capsys.readouterr().out

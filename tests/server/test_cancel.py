@@ -182,15 +182,21 @@ def test_cancel_while_queued_behind_another_request(serve) -> None:
 
 
 def test_cancel_while_queued_ends_the_stream_promptly(serve) -> None:
-    live = serve(Script(" ".join(f"w{i}" for i in range(40)), delay_s=0.02), max_active=1, max_queue=2)
+    """A queued request's cancel ends its stream at once, not when a slot frees: the queued
+    stream is over (cancelled, no tokens) while the request holding the only slot still runs
+    (docs/protocol.md, Cancellation)."""
+    live = serve(Script(LONG, delay_s=0.02), max_active=1, max_queue=2)  # the runner: ~8 s
     with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
                       json={"messages": USER, "stream": True}, headers={"X-Request-ID": "runner2"}) as first:
         runner_lines = first.iter_lines()  # keep it: a dropped iterator closes the connection
         next(runner_lines)
         with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
-                          json={"messages": USER, "stream": True},
+                          json={"messages": USER, "stream": True, "stream_options": {"include_usage": True}},
                           headers={"X-Request-ID": "waiter2"}) as queued:
-            t0 = time.perf_counter()
             assert _cancel(live.url, "waiter2").status_code == 200
-            list(queued.iter_lines())
-            assert time.perf_counter() - t0 < 0.5
+            events = decode([line[6:] for line in queued.iter_lines() if line.startswith("data: ")])
+        # The runner is still in flight (a finished one would be a 404 here).
+        still_running = _cancel(live.url, "runner2")
+    assert events[-2]["choices"][0]["finish_reason"] == "cancelled"
+    assert events[-1]["usage"]["completion_tokens"] == 0
+    assert still_running.status_code == 200, still_running.text
