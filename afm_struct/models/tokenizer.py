@@ -164,18 +164,22 @@ class Tokenizer:
                 marked = self._render(messages, tools, True, marked_kwargs)
             except Exception as exc:
                 if delimit:
+                    _log.debug("the chat template rejects delimited request text", exc_info=exc)
                     continue
                 _log.warning("chat template failed once special-token text was marked", exc_info=exc)
                 raise _unreadable() from exc
             located = marker.locate(marked)
             if located.text == text:
                 return located
-            if not delimit:
-                if marker.leftovers(located.text, text):
-                    raise _unreadable()
-                _log.warning("the chat template renders the messages differently once their "
-                             "special-token text is marked; the prompt follows the marked rendering")
-                return located
+            if delimit:
+                _log.debug("the chat template renders delimited request text differently; "
+                           "marking special-token text only")
+                continue
+            if marker.leftovers(located.text, text):
+                raise _unreadable()
+            _log.warning("the chat template renders the messages differently once their "
+                         "special-token text is marked; the prompt follows the marked rendering")
+            return located
         return nothing  # not reached: the second pass returns or raises
 
 
