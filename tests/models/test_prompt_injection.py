@@ -81,7 +81,7 @@ def test_request_text_never_becomes_a_special_token(families: dict[str, Family],
 def test_ordinary_chats_keep_their_old_ids(families: dict[str, Family], name: str) -> None:
     family = families[name]
 
-    @settings(machine_settings(15, 1))
+    @settings(machine_settings(10, 1))
     @given(chats(family.strings, special=False))
     def check(chat) -> None:  # type: ignore[no-untyped-def]
         ids, rendered = prompt_of(family.tokenizer, chat.messages, chat.tools)
