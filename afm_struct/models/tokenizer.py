@@ -8,10 +8,12 @@ mlx-lm all accept, so one object serves the grammar engines, the generator and
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..errors import InvalidRequestError, ModelLoadError
+from .prompt_encoder import PromptEncoder
+from .user_text import Located, TextMarker
 
 _log = logging.getLogger(__name__)
 
@@ -22,6 +24,15 @@ DEFAULT_CHAT_TEMPLATE = (
     "{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 _STOP_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|end|>")
+# Template variables a request's chat_template_kwargs cannot set: the call's own arguments and the
+# special-token strings the template writes (``bos_token``...), which belong to the model.
+_RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "tokenize", "conversation",
+                              "bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                              "cls_token", "mask_token", "additional_special_tokens"})
+
+# ``render(None)`` → (messages, tools) as the request gave them; ``render(marker)`` → the same with
+# every request string passed through the marker (see :class:`~afm_struct.models.user_text.TextMarker`).
+ChatRender = Callable[[TextMarker | None], tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]
 
 
 class Tokenizer:
@@ -41,6 +52,7 @@ class Tokenizer:
         self.vocab_size = max(vocab_size or 0, len(hf))
         if not getattr(hf, "chat_template", None):
             hf.chat_template = DEFAULT_CHAT_TEMPLATE
+        self._encoder: PromptEncoder | None = None
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; special-token strings in it are matched as specials."""
@@ -54,6 +66,16 @@ class Tokenizer:
         return self.hf.decode(list(ids), skip_special_tokens=False,
                               clean_up_tokenization_spaces=False)
 
+    def _template_kwargs(self, template_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        reserved = _RESERVED_KWARGS | set(getattr(self.hf, "special_tokens_map", None) or ())
+        return {k: v for k, v in (template_kwargs or {}).items() if k not in reserved}
+
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                add_generation_prompt: bool, template_kwargs: dict[str, Any] | None) -> str:
+        return self.hf.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False,
+            **self._template_kwargs(template_kwargs))
+
     def apply_chat_template(self, messages: list[dict[str, Any]], *,
                             tools: list[dict[str, Any]] | None = None,
                             add_generation_prompt: bool = True,
@@ -61,14 +83,11 @@ class Tokenizer:
         """The prompt text for ``messages`` rendered by the model's template.
 
         ``template_kwargs`` are extra template variables (the request's ``chat_template_kwargs``,
-        e.g. Qwen3's ``enable_thinking``); they cannot override the arguments above.
+        e.g. Qwen3's ``enable_thinking``); they cannot override the arguments above nor the
+        special-token variables (``bos_token``, ``eos_token``...).
         """
-        extra = {k: v for k, v in (template_kwargs or {}).items()
-                 if k not in ("messages", "tools", "add_generation_prompt", "tokenize", "conversation")}
         try:
-            return self.hf.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False,
-                **extra)
+            return self._render(messages, tools, add_generation_prompt, template_kwargs)
         except Exception as exc:  # jinja errors: the template rejected these messages
             # A template's own raise_exception("...") is written for users: pass it on. Any other
             # failure (undefined attribute, a TypeError in the template) is jinja's words: log it.
@@ -82,12 +101,101 @@ class Tokenizer:
     def encode_chat(self, messages: list[dict[str, Any]], *,
                     tools: list[dict[str, Any]] | None = None,
                     template_kwargs: dict[str, Any] | None = None) -> list[int]:
-        """Prompt token ids for a chat, BOS added when the model wants one."""
-        text = self.apply_chat_template(messages, tools=tools, template_kwargs=template_kwargs)
-        ids = self.hf.encode(text, add_special_tokens=False)
+        """Prompt token ids for a chat, BOS added when the model wants one.
+
+        Every string of ``messages``, ``tools`` and ``template_kwargs`` is tokenized as plain text:
+        special tokens come only from the template (see :meth:`encode_rendered`).
+        """
+        chat = [_as_dict(m) for m in messages]
+        tools = [_as_dict(t) for t in tools] if tools is not None else None
+
+        def render(mark: TextMarker | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+            return (chat, tools) if mark is None else (mark.messages(chat), mark.tools(tools))
+
+        return self.encode_rendered(render, template_kwargs=template_kwargs)
+
+    def encode_rendered(self, render: ChatRender, *,
+                        template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """Prompt token ids for the chat ``render`` builds, request text read as plain text.
+
+        The chat is rendered as built (``render(None)``), then with the request's strings marked
+        (``render(marker)``); the marked rendering says where request text lies in the prompt, and
+        a special token found there is tokenized as the text it is.  A prompt in which no request
+        text spells a special token keeps exactly the ids it always had.
+        """
+        messages, tools = render(None)
+        kwargs = self._template_kwargs(template_kwargs)
+        text = self.apply_chat_template(messages, tools=tools, template_kwargs=kwargs)
+        encoder = self._prompt_encoder()
+        located = self._locate_request_text(render, text, kwargs, encoder)
+        ids = encoder.encode(located.text, located)
         if self.add_bos and self.bos_token_id is not None and (not ids or ids[0] != self.bos_token_id):
             ids = [self.bos_token_id, *ids]
         return ids
+
+    def _prompt_encoder(self) -> PromptEncoder:
+        if self._encoder is None:
+            backend = getattr(self.hf, "backend_tokenizer", None)
+            if backend is None:  # a slow tokenizer: no offsets, no plain-text reading of a span
+                raise ModelLoadError("this model's tokenizer has no fast (tokenizers) backend, which "
+                                     "prompts need; use a model directory with a tokenizer.json")
+            self._encoder = PromptEncoder(backend)
+        return self._encoder
+
+    def _locate_request_text(self, render: ChatRender, text: str, kwargs: dict[str, Any],
+                             encoder: PromptEncoder) -> Located:
+        """Where the request's text lies in ``text`` (the plain rendering).
+
+        First free text is delimited whole and special strings wrapped; a template that reacts to
+        the delimiters (``startswith``, ``length``, comparisons) renders differently, and then only
+        special strings are wrapped.  If the template reacts to those too, the prompt follows the
+        marked rendering (safe: the request's special strings stay text), and says so in the log.
+        """
+        nothing = Located(text, (), ())
+        if encoder.specials.pattern is None:
+            return nothing
+        for delimit in (True, False):
+            marker = TextMarker(encoder.specials, delimit=delimit)
+            messages, tools = render(marker)
+            marked_kwargs = marker.value(kwargs)
+            if marker.marks == 0:  # no request text to mark: the plain rendering is the prompt
+                return nothing
+            try:
+                marked = self._render(messages, tools, True, marked_kwargs)
+            except Exception as exc:
+                if delimit:
+                    _log.debug("the chat template rejects delimited request text", exc_info=exc)
+                    continue
+                _log.warning("chat template failed once special-token text was marked", exc_info=exc)
+                raise _unreadable() from exc
+            located = marker.locate(marked)
+            if located.text == text:
+                return located
+            if delimit:
+                _log.debug("the chat template renders delimited request text differently; "
+                           "marking special-token text only")
+                continue
+            if marker.leftovers(located.text, text):
+                raise _unreadable()
+            _log.warning("the chat template renders the messages differently once their "
+                         "special-token text is marked; the prompt follows the marked rendering")
+            return located
+        return nothing  # not reached: the second pass returns or raises
+
+
+def _unreadable() -> InvalidRequestError:
+    return InvalidRequestError(
+        "the messages contain special-token text (such as the model's turn markers) that this "
+        "model's chat template cannot render as plain text; remove it from the messages",
+        param="messages")
+
+
+def _as_dict(message: Any) -> Any:
+    """A message or tool as a plain dict (mappings and pydantic models), as the template sees it."""
+    if isinstance(message, Mapping):
+        return dict(message)
+    dump = getattr(message, "model_dump", None)
+    return dump(exclude_none=True) if callable(dump) else message
 
 
 def from_gguf(contents: Any) -> Tokenizer:

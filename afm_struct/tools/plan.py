@@ -28,7 +28,14 @@ from ..grammar.compiler import CompiledConstraint
 from ..grammar.spec import CompileOptions, ValidationOutcome
 from ..grammar.validation import validate_json
 from .definitions import Choice, ToolDef, parse_choice, parse_tools
-from .formats import ToolFormat, chat_template_of, detect_format, load_table, template_knows_tools
+from .formats import (
+    FormatTable,
+    ToolFormat,
+    chat_template_of,
+    detect_format,
+    load_table,
+    template_knows_tools,
+)
 from .grammar import Compile, compile_tool_grammar
 from .prompt import render_messages
 from .stream import ToolCallRouter
@@ -50,6 +57,10 @@ class ToolPlan:
     grammar: str | None = None
     rungs: dict[str, str] = field(default_factory=dict)  # strict tools: name → ladder rung
     guided: dict[str, str] = field(default_factory=dict)  # non-strict tools: name → ladder rung
+    # What ``messages`` / ``template_tools`` were rendered from, to render them again marked.
+    source_messages: list[dict[str, Any]] = field(default_factory=list)
+    knows_tools: bool = True
+    table: FormatTable | None = None
 
     @property
     def callable_tools(self) -> tuple[ToolDef, ...]:
@@ -68,11 +79,17 @@ class ToolPlan:
                               start_in_reasoning=start_in_reasoning)
 
     def encode_prompt(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> list[int]:
-        """Prompt token ids for this plan's messages (the tokenizer facade's ``encode_chat``)."""
-        if template_kwargs:
-            return tokenizer.encode_chat(self.messages, tools=self.template_tools,
-                                         template_kwargs=template_kwargs)
-        return tokenizer.encode_chat(self.messages, tools=self.template_tools)
+        """Prompt token ids for this plan's messages (the tokenizer facade's ``encode_rendered``:
+        request text, tool definitions included, is tokenized as plain text)."""
+        table = self.table or load_table()
+
+        def render(mark: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+            if mark is None:
+                return self.messages, self.template_tools
+            return render_messages(self.source_messages, self.tools, self.choice, self.format, table,
+                                   knows_tools=self.knows_tools, mark=mark)
+
+        return tokenizer.encode_rendered(render, template_kwargs=template_kwargs)
 
     def validate_call(self, name: str, arguments: str) -> ValidationOutcome:
         """Check one finished call against its tool's ``parameters`` (unknown name: not ok)."""
@@ -107,10 +124,11 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
     # openai parse helpers expect): repeating it wasted the budget (the 135M model called it
     # twice, and instructor refused the `length` finish).
     parallel = parallel_tool_calls is not False and choice.kind != "function"
-    rendered, template_tools = render_messages(list(messages or []), defs, choice, fmt, table,
-                                               knows_tools=knows_tools)
+    source = list(messages or [])
+    rendered, template_tools = render_messages(source, defs, choice, fmt, table, knows_tools=knows_tools)
     plan = ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel, constraint=None,
-                    downgraded=False, reason=None, messages=rendered, template_tools=template_tools)
+                    downgraded=False, reason=None, messages=rendered, template_tools=template_tools,
+                    source_messages=source, knows_tools=knows_tools, table=table)
     callable_tools = plan.callable_tools
     forced = choice.kind in ("required", "function")
     if not callable_tools or not (any(t.strict for t in callable_tools) or constrain_non_strict):
@@ -120,4 +138,5 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
     return ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel,
                     constraint=compiled.constraint, downgraded=compiled.downgraded,
                     reason=compiled.reason, messages=rendered, template_tools=template_tools,
-                    grammar=compiled.grammar, rungs=compiled.rungs, guided=compiled.guided)
+                    grammar=compiled.grammar, rungs=compiled.rungs, guided=compiled.guided,
+                    source_messages=source, knows_tools=knows_tools, table=table)

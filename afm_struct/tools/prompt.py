@@ -5,11 +5,17 @@ arguments as objects, which every tool template can serialize).  For a template 
 tools (the embedded SmolLM2), the definitions go into the system message in the default
 format's words, assistant calls are written back as that format's call text and ``tool``
 results become the format's result messages, so a multi-turn loop reads naturally.
+
+Given a ``mark`` (a :class:`~afm_struct.models.user_text.TextMarker`), :func:`render_messages` passes
+every string that came from the request through it before writing anything around it, so the
+format's own markup stays outside the marked text: only that markup and the template may write
+special tokens into the prompt.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from .definitions import Choice, ToolDef
@@ -74,25 +80,34 @@ def render_history(fmt: ToolFormat, messages: list[dict[str, Any]]) -> list[dict
     return [{k: v for k, v in m.items() if k != "_tool_results"} for m in out]
 
 
+def _with_argument_objects(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with its calls' JSON argument strings parsed into objects."""
+    if not message.get("tool_calls"):
+        return message
+    return {**message, "tool_calls": [
+        {**c, "function": {**(c.get("function") or {}),
+                           "arguments": _arguments_object((c.get("function") or {}).get("arguments"))}}
+        for c in message["tool_calls"]]}
+
+
 def render_messages(messages: list[dict[str, Any]], tools: tuple[ToolDef, ...], choice: Choice,
-                    fmt: ToolFormat, table: FormatTable, *, knows_tools: bool,
+                    fmt: ToolFormat, table: FormatTable, *, knows_tools: bool, mark: Any = None,
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """``(messages, tools for the template)`` for the chat template.
 
     ``tool_choice: none`` leaves the definitions out (no call is possible) but keeps the history.
+    ``mark``: a text marker every request string goes through (names, descriptions, schemas,
+    contents, arguments, results), before any markup of the format is written around it.
     """
+    messages = [_with_argument_objects(m) for m in messages]
+    if mark is not None:
+        messages = mark.messages(messages)
+        tools = tuple(replace(t, name=mark.text(t.name), description=mark.text(t.description),
+                              parameters=mark.value(t.parameters)) for t in tools)
+        choice = replace(choice, name=mark.text(choice.name) if choice.name else choice.name)
     if knows_tools:
-        out = []
-        for msg in messages:
-            if msg.get("tool_calls"):
-                msg = {**msg, "tool_calls": [
-                    {**c, "function": {**(c.get("function") or {}),
-                                       "arguments": _arguments_object((c.get("function") or {})
-                                                                      .get("arguments"))}}
-                    for c in msg["tool_calls"]]}
-            out.append(msg)
         offered = [t.to_openai() for t in tools] if tools and choice.kind != "none" else None
-        return out, offered
+        return messages, offered
     out = render_history(fmt, messages)
     if not tools or choice.kind == "none":
         return out, None
