@@ -99,7 +99,7 @@ def check_output(spec: dict[str, Any], result: Any) -> tuple[str | None, str | N
             elif not isinstance(value, dict):
                 raise ValueError(f"expected an object, got {type(value).__name__}")
     except (ValueError, jsonschema.ValidationError) as exc:
-        why = f"{kind}: {type(exc).__name__}: {str(exc)[:160]}"
+        why = f"{kind}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
         return (None, why) if cut else (why, None)
     return None, None
 
@@ -278,11 +278,14 @@ async def soak(url: str, minutes: float, concurrency: int, seed: int, burst_ever
                     rows.append(await ordinary(draw_request(rng)))
                 await asyncio.sleep(rng.choice([0, 0, 0.05, 0.3, 1.0]))
 
+        workers_done = asyncio.Event()
+
         async def bursts() -> None:
             rng = random.Random(seed - 1)
             while True:
-                await asyncio.sleep(burst_every_s)
-                if time.perf_counter() >= deadline or len(rows) >= max_requests:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(workers_done.wait(), burst_every_s)
+                if workers_done.is_set() or time.perf_counter() >= deadline or len(rows) >= max_requests:
                     return
                 size = burst_size or capacity + 8
                 burst = await asyncio.gather(*(ordinary({**draw_request(rng), "action": "read"})
@@ -301,12 +304,13 @@ async def soak(url: str, minutes: float, concurrency: int, seed: int, burst_ever
                 if "warm" not in rss and doc is not None and time.perf_counter() >= warm_at:
                     rss["warm"] = doc.get("rss_bytes")
 
-        tasks = [asyncio.create_task(t) for t in (bursts(), memory())]
+        burst_task, memory_task = asyncio.create_task(bursts()), asyncio.create_task(memory())
         await asyncio.gather(*(worker(n) for n in range(concurrency)))
+        workers_done.set()
+        await burst_task  # a burst under way is counted, not dropped (each request is bounded)
         wall = time.perf_counter() - start
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        memory_task.cancel()
+        await asyncio.gather(memory_task, return_exceptions=True)
         await asyncio.sleep(1.0)  # cancelled and disconnected rows free their slots
         last = await health() or {}
         rss["end"] = last.get("rss_bytes")

@@ -129,6 +129,7 @@ def summarize(rows: list[dict[str, Any]], *, url: str, minutes: float, concurren
                         "flagged": sum(r["result"] == "answered_flagged" for r in hostile_cut)}},
         "downgraded": sum(bool(r.get("downgraded")) for r in ordinary),
         "by_kind": dict(Counter(r["kind"] for r in ordinary)),
+        "burst_requests": sum(bool(r.get("burst")) for r in ordinary),
         # A cancel that lands while the stream's last step runs may lose the race: the server
         # acknowledged it, but the stream had already finished its own way.
         "cancels": {"sent": len(cancels),

@@ -10,6 +10,7 @@ every request.  Whatever the soak reports is then known in advance.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -65,8 +66,8 @@ def _sse(rid: str, message: dict[str, Any] | None, finish: str | None) -> Iterat
     yield "data: [DONE]\n\n"
 
 
-def stub_app(healthy: bool, poison_s: float = 0.6) -> FastAPI:
-    """The stub as an ASGI app (see the module docstring)."""
+def stub_app(healthy: bool, poison_s: float = 0.6, delay_s: float = 0.0) -> FastAPI:
+    """The stub as an ASGI app (see the module docstring); every completion waits ``delay_s``."""
     app = FastAPI()
     state = {"posts": 0, "poisoned_until": 0.0}
 
@@ -82,6 +83,7 @@ def stub_app(healthy: bool, poison_s: float = 0.6) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         raw = await request.body()
+        await asyncio.sleep(delay_s)
         state["posts"] += 1
         n = state["posts"]
         body = json.loads(raw)
@@ -112,9 +114,10 @@ def stub_app(healthy: bool, poison_s: float = 0.6) -> FastAPI:
 
 
 @contextmanager
-def running_stub(healthy: bool) -> Iterator[str]:
+def running_stub(healthy: bool, delay_s: float = 0.0) -> Iterator[str]:
     """Serve the stub on an ephemeral loopback port; yield its URL."""
-    server = uvicorn.Server(uvicorn.Config(stub_app(healthy), host="127.0.0.1", port=0, log_level="warning"))
+    app = stub_app(healthy, delay_s=delay_s)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -54,6 +54,7 @@ def test_check_output_tells_invalid_from_cut():
     closed = ChatResult(content='{"name": "Ad"}', finish_reason="length")  # parses, misses keys
     invalid, at_length = check_output(spec, closed)
     assert invalid is None and "ValidationError" in at_length and not unparseable(at_length)
+    assert "\n" not in at_length  # jsonschema's message is many lines; the report keeps the first
     closed_ok = ChatResult(content=ok.content, finish_reason="length")
     assert check_output(spec, closed_ok) == (None, None)
     tool = {"kind": "tool", "schema_index": 0, "params": {}}
@@ -363,3 +364,13 @@ def test_raw_hostile_kinds_are_classified_by_what_the_socket_says(case):
         assert row["error"] == "invalid_request_error:request_timeout"
     if case == "held":
         assert 0.4 < row["answered_after_s"] < 3
+
+
+def test_a_burst_in_flight_when_the_workers_finish_is_counted_not_dropped():
+    """Every completion takes 1.5 s: the burst sent at 1.1 s is still running when the workers
+    stop (deadline 1.2 s); its requests are results, not lost (they once were cancelled)."""
+    with running_stub(healthy=True, delay_s=1.5) as url:
+        report = asyncio.run(soak(url, minutes=0.02, concurrency=2, seed=1, burst_every_s=1.1, burst_size=5,
+                                  request_timeout_s=20, health_every_s=0.5))
+    assert report["burst_requests"] == 5
+    assert report["errors"] == 0 and report["outcomes"]["completed"] >= 5
