@@ -117,7 +117,8 @@ def stub_app(healthy: bool, poison_s: float = 0.6, delay_s: float = 0.0) -> Fast
 def running_stub(healthy: bool, delay_s: float = 0.0) -> Iterator[str]:
     """Serve the stub on an ephemeral loopback port; yield its URL."""
     app = stub_app(healthy, delay_s=delay_s)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

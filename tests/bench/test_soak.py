@@ -374,3 +374,19 @@ def test_a_burst_in_flight_when_the_workers_finish_is_counted_not_dropped():
                                   request_timeout_s=20, health_every_s=0.5))
     assert report["burst_requests"] == 5
     assert report["errors"] == 0 and report["outcomes"]["completed"] >= 5
+
+
+def test_a_server_that_never_answers_gives_timeouts_not_a_hung_soak():
+    """Completions that would take a minute, a 1 s request timeout: every request is a bounded
+    failure, counted (ordinary ones as harmed), and the soak returns its report."""
+    with running_stub(healthy=True, delay_s=60) as url:
+        report = asyncio.run(soak(url, minutes=0.03, concurrency=3, seed=2, burst_every_s=600,
+                                  burst_size=None, request_timeout_s=1.0, health_every_s=0.5,
+                                  hostility=Hostility(0.4, ("pattern_schema", "stalled_body"), context=8192,
+                                                      stall_limit_s=0.5, huge_prompt_bytes=10_000)))
+    ordinary = report["ordinary_requests"]
+    assert ordinary > 0 and report["harmed"]["count"] == ordinary
+    assert all("Timeout" in e or "timeout" in e for e in report["harmed"]["by_error"]), report["harmed"]
+    results = report["hostile"]["results"]
+    assert report["hostile"]["sent"] > 0 and set(results) <= {"timeout", "held"}, results
+    assert report["verdict"]["ordinary_harmed_0"] is False and report["health"]["failures"] == 0
