@@ -295,7 +295,10 @@ def test_short_hostile_soak_against_a_scripted_server(tokenizer):
     assert report["outcomes"].get("completed", 0) > 0
     assert hostile["target"]["context_tokens"] == 2048
     assert set(hostile["control_token_probe"]["tokens_per_marker"]) == set(MARKERS)
-    assert all(c is not None and c >= 1 for c in hostile["control_token_probe"]["tokens_per_marker"].values())
+    # typed as text, no marker is one control token (issue 26 item 2; before it, ChatML's were)
+    probe = hostile["control_token_probe"]
+    assert all(c is not None and c > 1.5 for c in probe["tokens_per_marker"].values())
+    assert probe["forged"] == []
     assert report["in_flight_after"] == 0
     assert set(report["verdict"]) == {"ordinary_harmed_0", "http_5xx_0", "length_invalid_unflagged_0",
                                       "rss_end_within_5pct_of_warm", "hostile_all_acceptable"}
