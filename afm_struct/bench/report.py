@@ -1,7 +1,7 @@
 """``afm-struct bench report RESULTS... --out DIR``: one Markdown report with PNG plots.
 
-Reads the JSON files written by ``bench masks``, ``bench decode``, ``bench extract`` and
-``bench serve`` (the kind is told by the keys, so files can be passed in any order or as
+Reads the JSON files written by ``bench masks``, ``bench decode``, ``bench extract``,
+``bench serve`` and ``bench soak`` (the kind is told by the keys, so files can be passed in any order or as
 folders), and writes ``DIR/report.md`` plus one PNG per plot.  A kind with no files simply has
 no section; an unknown file is skipped with a warning, and a section that cannot be drawn from a
 malformed file says so instead of failing the whole report.
@@ -19,18 +19,21 @@ from typing import Any
 
 log = logging.getLogger("afm_struct.bench")
 
-KINDS = ("masks", "decode", "extract", "serve")
+KINDS = ("masks", "decode", "extract", "serve", "soak")
 DECODE_MODES = ("free", "constrained", "constrained_ff")
 TITLES = {"masks": "Grammar compile and mask times", "decode": "Decoding speed and validity",
-          "extract": "Extraction accuracy: free vs constrained", "serve": "Latency under load"}
+          "extract": "Extraction accuracy: free vs constrained", "serve": "Latency under load",
+          "soak": "Soak: mixed (and hostile) traffic over time"}
 
 Result = tuple[str, dict[str, Any]]  # (label, document)
 
 
 def detect_kind(doc: Any) -> str | None:
-    """``masks``, ``decode``, ``extract``, ``serve`` or None, from the document's keys."""
+    """``masks``, ``decode``, ``extract``, ``serve``, ``soak`` or None, from the document's keys."""
     if not isinstance(doc, dict):
         return None
+    if {"outcomes", "cancels", "rss_bytes"} <= doc.keys():
+        return "soak"
     if doc.get("benchmark") == "extract" or ("per_task" in doc and "summary" in doc):
         return "extract"
     runs = doc.get("runs")
@@ -58,7 +61,7 @@ def collect(paths: list[str]) -> dict[str, list[Result]]:
             continue
         kind = detect_kind(doc)
         if kind is None:
-            log.warning("skipping %s: not a masks, decode, extract or serve result", path)
+            log.warning("skipping %s: not a masks, decode, extract, serve or soak result", path)
             continue
         label = doc.get("backend", path.stem) if kind == "masks" else path.stem
         found[kind].append((label, doc))
@@ -313,8 +316,46 @@ def section_serve(results: list[Result], out: Path) -> list[str]:
     return [*lines, "", "![latency under load](serve_latency.png)"]
 
 
+def plot_rss(path: Path, results: list[Result]) -> None:
+    """The server's resident memory over a soak, one line per run, warm-up value dashed."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for label, doc in results:
+        points = [(t / 60, b / 2**20) for t, b in doc.get("rss_samples") or [] if b]
+        if not points:
+            continue
+        line = ax.plot(*zip(*points, strict=True), marker=".", label=label)[0]
+        warm = (doc.get("rss_bytes") or {}).get("warm")
+        if warm:
+            ax.axhline(warm / 2**20, linestyle="--", color=line.get_color(), alpha=0.6)
+            ax.axhline(warm * 1.05 / 2**20, linestyle=":", color=line.get_color(), alpha=0.6)
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("RSS (MiB)")
+    ax.set_title("Server resident memory (dashed: after warm-up; dotted: +5%)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def section_soak(results: list[Result], out: Path) -> list[str]:
+    """Per run: the soak's own tables (verdict, hostile kinds, harmed requests); RSS over time."""
+    from .soak_summary import markdown
+
+    lines: list[str] = []
+    for label, doc in results:
+        lines += [f"**{label}**", "", markdown(doc), ""]
+    if any(doc.get("rss_samples") for _, doc in results):
+        plot_rss(out / "soak_rss.png", results)
+        lines.append("![RSS over the soak](soak_rss.png)")
+    return lines
+
+
 SECTIONS: dict[str, Callable[[list[Result], Path], list[str]]] = {
-    "masks": section_masks, "decode": section_decode, "extract": section_extract, "serve": section_serve}
+    "masks": section_masks, "decode": section_decode, "extract": section_extract, "serve": section_serve,
+    "soak": section_soak}
 
 
 def write_report(paths: list[str], out: Path) -> Path:

@@ -78,7 +78,8 @@ def test_detect_kind() -> None:
 
 def test_collect_skips_unknown(results: Path, caplog: pytest.LogCaptureFixture) -> None:
     found = collect([str(results)])
-    assert {k: len(v) for k, v in found.items()} == {"masks": 2, "decode": 1, "extract": 1, "serve": 1}
+    counts = {k: len(v) for k, v in found.items()}
+    assert counts == {"masks": 2, "decode": 1, "extract": 1, "serve": 1, "soak": 0}
     assert [label for label, _ in found["masks"]] == ["llguidance", "outlines"]
     assert sum("skipping" in r.message for r in caplog.records) == 3
     (results / "masks_llg_again.json").write_text(json.dumps(_masks("llguidance", False)))
@@ -123,3 +124,44 @@ def test_cli_report(results: Path, tmp_path: Path) -> None:
     missing = subprocess.run([*cli, str(tmp_path / "nope.json"), "--out", str(out)], capture_output=True,
                              text=True, timeout=120)
     assert missing.returncode == 2
+
+
+def _soak_hostile() -> dict:
+    from afm_struct.bench.soak import Hostility
+    from afm_struct.bench.soak_summary import summarize
+
+    rows = [{"kind": "free", "action": "read", "stream": True, "rid": "soak-1", "hostile": False,
+             "status": 200, "outcome": "error", "error": "stream_error:generation_failed",
+             "t0": 1.0, "t1": 2.0},
+            {"kind": "json_schema", "action": "read", "stream": False, "rid": "soak-2", "hostile": False,
+             "status": 200, "outcome": "completed", "finish": "length", "invalid": None,
+             "length_invalid": "json_schema: JSONDecodeError: x", "downgraded": False, "t0": 0.0, "t1": 3.0},
+            {"kind": "pattern_schema", "variant": "a{1000000}", "rid": "hostile-1", "hostile": True,
+             "status": 500, "result": "5xx", "error": "server_error:generation_failed", "t0": 0.5, "t1": 1.9}]
+    samples = [(0.0, 100 << 20, 0.01, None), (60.0, 200 << 20, 0.01, None), (120.0, 230 << 20, 0.02, None)]
+    return summarize(rows, url="u", minutes=2.0, concurrency=8, seed=0, wall=120.0,
+                     rss={"start": 100 << 20, "warm": 200 << 20, "end": 230 << 20}, samples=samples,
+                     in_flight_after=0, hostility=Hostility(0.3, ("pattern_schema",)), hostile_info={},
+                     limits={})
+
+
+def test_report_renders_soak_runs_old_and_hostile(tmp_path: Path) -> None:
+    old = {"url": "u", "minutes": 30.0, "concurrency": 8, "seed": 17, "wall_s": 1800.0, "requests": 10,
+           "outcomes": {"completed": 10}, "errors_by_kind": {}, "errors": 0, "invalid": 0,
+           "invalid_examples": [], "cut_unparseable": 2, "by_kind": {"free": 10},
+           "cancels": {"sent": 0, "honoured": 0, "raced_finish": 0, "acknowledged": 0},
+           "ttft_ms": {"p50": 10.0, "p95": 20.0, "p99": 30.0},
+           "rss_bytes": {"start": 1, "warm": 100, "end": 104}, "rss_growth_from_warm": 0.04,
+           "in_flight_after": 0}
+    new = _soak_hostile()
+    assert detect_kind(old) == detect_kind(new) == "soak"
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "hostile.json").write_text(json.dumps(new))
+    paths = [str(tmp_path / "old.json"), str(tmp_path / "hostile.json")]
+    text = write_report(paths, tmp_path / "out").read_text()
+    assert "bench soak" in text and "could not render" not in text
+    assert "| RSS end / warm | 1.040 (+4.0%) |" in text  # the old file, from its growth
+    assert "| RSS end / warm | 1.150 (+15.0%) |" in text
+    assert "ordinary_harmed_0 FAIL" in text and "| pattern_schema | 1 |" in text
+    assert "| soak-1 | free | stream_error:generation_failed | 1.0-2.0 | 1 (1) |" in text
+    assert (tmp_path / "out" / "soak_rss.png").read_bytes().startswith(PNG_MAGIC)
