@@ -50,6 +50,28 @@ def test_validation_errors_are_400_not_422(serve, body, param) -> None:
     assert err["param"] is not None and err["param"].startswith(param)
 
 
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "", "schema": {}}}},
+     "response_format.json_schema.name"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+     "response_format.json_schema.name"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+     "messages.0.content.0.text"),
+    ({"stop": 5}, "stop"),
+    ({"tool_choice": {"type": "function"}}, "tool_choice.function"),
+    ({"tools": [{"type": "function", "function": {"name": "two words"}}]}, "tools.0.function.name"),
+])
+def test_validation_error_param_is_the_request_path(serve, extra, param) -> None:
+    """pydantic's loc names union branches and tags (``json_schema.json_schema.name``); the
+    error names the path in the request."""
+    live = serve()
+    err = _envelope(_post(live.url, json={"messages": USER, **extra}), 400)
+    assert err["param"] == param, err
+    assert err["message"].startswith(param + ":"), err
+
+
 def test_unknown_fields_are_ignored(serve) -> None:
     live = serve()
     r = _post(live.url, json={"messages": USER, "frobnicate": True, "user": "u", "logit_bias": {}})
