@@ -41,6 +41,7 @@ from .profile import (
 from .request import (
     check_model,
     check_n,
+    check_values,
     logprobs_wanted,
     sampling_params,
     template_messages,
@@ -103,6 +104,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
                   profile_key: str | None) -> Prepared:
     """Validate, compile the constraint and tokenize (400/404 errors raised here)."""
     started = time.perf_counter()
+    check_values(body)
     check_n(body.n)
     model_name = check_model(body.model, state.settings.model_names(state.loaded.info.id))
     messages = template_messages(body.messages)
