@@ -7,66 +7,21 @@ parts, logprobs); they raise typed 400/404 errors that carry the offending param
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any
 
 from afm_struct.decoding.logprobs import MAX_TOP_LOGPROBS
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.errors import InvalidRequestError, NotFoundError
+from afm_struct.text.values import check_values as check_json_values
 
 from .schemas import ChatCompletionRequest, ChatMessage
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
 
 def check_values(body: ChatCompletionRequest) -> None:
-    """400 ``invalid_value`` for a value no part of the engine can take, wherever it is.
-
-    JSON's ``\\uXXXX`` escapes can spell a lone UTF-16 surrogate (``"a\\ud800"``), which is not
-    Unicode text: no tokenizer, template or grammar engine can encode it.  Python's JSON reader
-    also takes ``NaN``, ``Infinity`` and numbers too large for a float (``1e400``), which JSON
-    does not have.  Both are refused once, here, for every string, key and number of the
-    request, with ``param`` = the request path of the value (of the object, for a key).
-    """
-    problem = _find_bad_value(body.model_dump(by_alias=True, exclude_unset=True), "")
-    if problem is not None:
-        path, what = problem
-        raise InvalidRequestError(f"{path or 'the body'}: {what}", param=path or None,
-                                  code="invalid_value")
-
-
-def _find_bad_value(value: Any, path: str) -> tuple[str, str] | None:
-    """(request path, what is wrong) of the first lone surrogate or non-finite number (in
-    document order; iterative, so a deeply nested schema cannot exhaust the stack)."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        node, where = stack.pop()
-        if isinstance(node, str):
-            bad = _SURROGATE.search(node)
-            if bad is not None:
-                return where, _surrogate_message(bad, "the text")
-        elif isinstance(node, float):
-            if not math.isfinite(node):
-                return where, (f"{node} is not a JSON number (NaN, Infinity or a number too large "
-                               "for a double); send a finite number")
-        elif isinstance(node, dict):
-            for key in node:
-                bad = _SURROGATE.search(key) if isinstance(key, str) else None
-                if bad is not None:
-                    return where, _surrogate_message(bad, "a key")
-            stack.extend((item, f"{where}.{key}" if where else str(key))
-                         for key, item in reversed(node.items()))
-        elif isinstance(node, list | tuple):
-            stack.extend((node[i], f"{where}.{i}" if where else str(i))
-                         for i in range(len(node) - 1, -1, -1))
-    return None
-
-
-def _surrogate_message(bad: re.Match[str], subject: str) -> str:
-    return (f"{subject} has a lone UTF-16 surrogate (U+{ord(bad.group()):04X}) at character "
-            f"{bad.start()}, which is not Unicode text; escape a character outside the BMP as a "
-            "surrogate pair (\\ud83d\\ude00) or send it as UTF-8")
+    """400 ``invalid_value`` for a value no part of the engine can take (a lone UTF-16
+    surrogate, a non-finite number), wherever it is in the request, with ``param`` = its path
+    (:func:`afm_struct.text.values.check_values`; every string, key and number, once)."""
+    check_json_values(body.model_dump(by_alias=True, exclude_unset=True))
 
 
 def check_model(requested: str | None, served: tuple[str, ...]) -> str:
