@@ -65,6 +65,15 @@ def test_extract_refuses_a_lone_surrogate_with_a_clear_error(tokenizer, messages
     assert err.value.param == param and "surrogate" in err.value.message
 
 
+@pytest.mark.parametrize("seed", [-1, 2 ** 64])
+def test_extract_refuses_a_seed_outside_64_bits_with_a_clear_error(tokenizer, seed):
+    """Before: mlx's raw TypeError ("key(): incompatible function arguments")."""
+    lm = scripted_loaded_model(tokenizer, '{"name": "Ada", "age": 36}')
+    with pytest.raises(InvalidRequestError) as err:
+        afm_struct.extract("Ada is 36.", Person, model=lm, temperature=0.7, seed=seed)
+    assert err.value.param == "seed" and "2**64" in err.value.message
+
+
 def test_extract_rejects_a_non_schema():
     with pytest.raises(TypeError):
         afm_struct.extract("x", 42, model=object())

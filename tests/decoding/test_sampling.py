@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import mlx.core as mx
+import numpy as np
 import pytest
 
 from afm_struct.decoding.sampling import (
@@ -63,13 +64,30 @@ def test_repetition_penalty_lowers_seen_tokens():
     assert out[0].tolist() == [1.0, 1.0, 0.0, -2.0, 3.0]
 
 
-@pytest.mark.parametrize("field,value", [("temperature", -1), ("top_p", 0), ("top_k", -2),
-                                         ("min_p", 1.5), ("max_tokens", 0)])
+@pytest.mark.parametrize("field,value", [
+    ("temperature", -1), ("top_p", 0), ("top_k", -2), ("min_p", 1.5), ("max_tokens", 0),
+    # seeds outside mx.random.key's 64 bits were its raw TypeError at admission (a 500)
+    ("seed", -1), ("seed", 2 ** 64), ("seed", 1.5), ("seed", "7"), ("seed", True),
+    ("temperature", math.nan), ("temperature", math.inf), ("top_p", math.nan),
+    ("repetition_penalty", math.inf), ("repetition_penalty", math.nan), ("min_p", math.nan),
+    ("top_k", 1.5), ("max_tokens", 2.0), ("temperature", "hot"), ("repetition_context", 0),
+    ("stop", "x"), ("stop", (1,)),
+])
 def test_invalid_parameters_are_request_errors(field, value):
     with pytest.raises(InvalidRequestError) as err:
         SamplingParams(**{field: value})
     assert err.value.param == field
-    assert err.value.status == 400
+    assert err.value.status == 400 and err.value.code == "invalid_value"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2 ** 63, 2 ** 64 - 1, np.uint64(2 ** 64 - 1), None])
+def test_every_64_bit_seed_samples(seed):
+    first = make_sampler(SamplingParams(temperature=1.0, seed=seed))
+    draws = [int(first(LOGITS).item()) for _ in range(8)]
+    assert all(0 <= d < 5 for d in draws)
+    if seed is not None:  # the same seed, the same draws
+        again = make_sampler(SamplingParams(temperature=1.0, seed=seed))
+        assert [int(again(LOGITS).item()) for _ in range(8)] == draws
 
 
 def test_find_loop_detects_degenerate_cycles_only():

@@ -191,3 +191,22 @@ def test_a_surrogate_or_non_finite_number_anywhere_is_a_400_at_its_path(live, da
         param = path
     err = error_of(post_raw(live.url, body, stream=data.draw(st.booleans())))
     assert err["param"] == dotted(param), (kind, err)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"seed": -1}, "seed"), ({"seed": 2 ** 64}, "seed"), ({"seed": 10 ** 30}, "seed"),
+    ({"top_k": 1.5}, "top_k"), ({"temperature": 1e400}, "temperature"),
+])
+def test_sampling_values_outside_their_range_are_400_before_any_stream(live, extra, param, stream) -> None:
+    """A seed outside mx.random.key's 64 bits was a 500 ("admission failed") and, streamed, a
+    200 whose stream ended in an error chunk."""
+    err = error_of(post_raw(live.url, {"messages": [{"role": "user", "content": "x"}], **extra},
+                            stream=stream))
+    assert err["param"] == param, err
+
+
+@pytest.mark.parametrize("seed", [0, 2 ** 64 - 1])
+def test_the_whole_64_bit_seed_range_is_served(live, seed) -> None:
+    body = {"messages": [{"role": "user", "content": "x"}], "seed": seed, "temperature": 1.0}
+    assert post_raw(live.url, body).status_code == 200
