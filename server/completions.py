@@ -136,6 +136,9 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
                                    logits_processors=[counter], request_id=request_id,
                                    close_on_length=close, logprobs=logprobs,
                                    stops_cut_grammar=tool_plan is None,
+                                   # an explicit max_tokens is not lowered: 400 if it cannot fit
+                                   fit_to_context=body.max_completion_tokens is None
+                                   and body.max_tokens is None,
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning if constraint is not None else None)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
