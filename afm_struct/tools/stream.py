@@ -6,7 +6,10 @@ have been opened by the prompt), then runs the answer through the format's
 :class:`~afm_struct.tools.parser.CallParser`.  Each call gets an ``index`` and an id
 ``call_<hex>``; its first delta carries ``id``, ``type: "function"`` and the whole name, then
 ``function.arguments`` fragments follow as they are generated.  A turn with calls finishes
-with ``tool_calls``.  Pure state machine: no I/O, no MLX.
+with ``tool_calls``.  Tool markup never reaches the client as content: the format's tags that
+the parser leaves in the text (a model echoing ``<tool_response>…</tool_response>`` after a tool
+result, a stray ``</tool_call>``, an opener not followed by a call) are removed by a
+:class:`MarkupStripper`.  Pure state machine: no I/O, no MLX.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..decoding.outputs import FinishReason
+from ..text.markers import Marker, MarkerScanner
 from ..text.reasoning import ReasoningSplitter
 from ..tool_calls import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
+from .scanner import WS
 
 Delta = dict[str, Any]
 
@@ -42,6 +47,7 @@ class ToolCallRouter:
         self.format = fmt
         self.parser = CallParser(fmt, detect_calls=detect_calls, max_calls=max_calls)
         self.splitter = ReasoningSplitter(reasoning_tags, start_in_reasoning=start_in_reasoning)
+        self.markup = MarkupStripper(fmt.markup)
         self.id_factory = id_factory
         # The calls so far, assembled from the fragments this router streams (the same
         # assembler the server's non-streaming body and the client use).
@@ -75,13 +81,15 @@ class ToolCallRouter:
                 self._events(out, self.parser.feed(text))
         if final:
             self._events(out, self.parser.finish())
+            _append_text(out, "content", self.markup.feed("", final=True))
         return out
 
     def _events(self, out: list[Delta], events: list[Event]) -> None:
         for ev in events:
             if isinstance(ev, TextEvent):
-                _append_text(out, "content", ev.text)
+                _append_text(out, "content", self.markup.feed(ev.text))
             elif isinstance(ev, CallStart):
+                _append_text(out, "content", self.markup.feed("", final=True))  # in order
                 call = {"index": ev.index, "id": self.id_factory(), "type": "function",
                         "function": {"name": ev.name, "arguments": ""}}
                 self.assembled.add({**call, "function": dict(call["function"])})
@@ -105,3 +113,40 @@ def _append_text(out: list[Delta], key: str, text: str) -> None:
         out[-1][key] += text
     else:
         out.append({key: text})
+
+
+class MarkupStripper:
+    """Content text with a tool format's tags removed, as it streams.
+
+    A partial tag at the end of a piece is held back until it is decided (``final`` gives it
+    out as text).  Whitespace next to a removed tag is the markup's layout: what follows a tag
+    is dropped up to the next text, what precedes one is kept only if text follows.
+    """
+
+    def __init__(self, tags: tuple[str, ...]) -> None:
+        self._scan = MarkerScanner(tags)
+        self._space = ""  # whitespace at the end of the text given out so far, held back
+        self._after_tag = False  # since the last text, a tag was removed
+
+    def feed(self, text: str, *, final: bool = False) -> str:
+        """The content of ``text`` (``final``: the end, or a call starts: nothing is held)."""
+        out: list[str] = []
+        for piece in self._scan.feed(text, final=final):
+            if isinstance(piece, Marker):
+                self._after_tag = True
+                continue
+            if self._after_tag:
+                piece = piece.lstrip(WS)
+                if not piece:
+                    continue
+            body = piece.rstrip(WS)
+            if not body:
+                self._space += piece
+                continue
+            out.append(self._space + body)
+            self._space, self._after_tag = piece[len(body):], False
+        if final:
+            if not self._after_tag:
+                out.append(self._space)
+            self._space, self._after_tag = "", False
+        return "".join(out)
