@@ -250,7 +250,8 @@ class Run:
                 text = plan.sanitize(raw)
                 if text:
                     yield {"content": text}, within(deferred_entries, raw, text) if routing else None
-            reason = FinishReason.CANCELLED if cancelled else router.finish_reason(event.reason)
+            reason = (FinishReason.CANCELLED if cancelled
+                      else router.finish_reason(event.reason, whole=event.whole))
             self.outcome = Outcome(reason, event)
         if self.outcome is None:  # defensive: the event stream ended without a Finished
             self.outcome = _failed(self, GenerationError("the server is shutting down"))

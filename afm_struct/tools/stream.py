@@ -48,6 +48,7 @@ class ToolCallRouter:
         self.parser = CallParser(fmt, detect_calls=detect_calls, max_calls=max_calls)
         self.splitter = ReasoningSplitter(reasoning_tags, start_in_reasoning=start_in_reasoning)
         self.markup = MarkupStripper(fmt.markup)
+        self._call_last = False  # the last thing routed was a whole call (no text after it)
         self.id_factory = id_factory
         # The calls so far, assembled from the fragments this router streams (the same
         # assembler the server's non-streaming body and the client use).
@@ -66,9 +67,16 @@ class ToolCallRouter:
         """Deltas held back until the end (partial markers, a call cut short)."""
         return self._route(self.splitter.feed("", final=True), final=True)
 
-    def finish_reason(self, reason: FinishReason) -> FinishReason:
-        """``tool_calls`` when the turn made calls and stopped normally; else ``reason``."""
-        return FinishReason.TOOL_CALLS if self.calls and reason == FinishReason.STOP else reason
+    def finish_reason(self, reason: FinishReason, *, whole: bool = False) -> FinishReason:
+        """``tool_calls`` when the turn made calls and stopped normally, or when the budget
+        ended it right after a whole call (``whole``: the model's text was complete there, and
+        the next call it began could not fit: the calls made are the answer, as if it had
+        stopped); else ``reason``."""
+        if not self.calls:
+            return reason
+        if reason == FinishReason.STOP or (reason == FinishReason.LENGTH and whole and self._call_last):
+            return FinishReason.TOOL_CALLS
+        return reason
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -81,15 +89,16 @@ class ToolCallRouter:
                 self._events(out, self.parser.feed(text))
         if final:
             self._events(out, self.parser.finish())
-            _append_text(out, "content", self.markup.feed("", final=True))
+            self._content(out, self.markup.feed("", final=True))
         return out
 
     def _events(self, out: list[Delta], events: list[Event]) -> None:
         for ev in events:
             if isinstance(ev, TextEvent):
-                _append_text(out, "content", self.markup.feed(ev.text))
+                self._content(out, self.markup.feed(ev.text))
             elif isinstance(ev, CallStart):
-                _append_text(out, "content", self.markup.feed("", final=True))  # in order
+                self._content(out, self.markup.feed("", final=True))  # held text first, in order
+                self._call_last = False
                 call = {"index": ev.index, "id": self.id_factory(), "type": "function",
                         "function": {"name": ev.name, "arguments": ""}}
                 self.assembled.add({**call, "function": dict(call["function"])})
@@ -103,7 +112,12 @@ class ToolCallRouter:
                     out.append({"tool_calls": [{"index": ev.index,
                                                 "function": {"arguments": ev.text}}]})
             elif isinstance(ev, CallEnd):
-                pass  # the client parses arguments when the turn finishes
+                self._call_last = True  # the client parses arguments when the turn finishes
+
+    def _content(self, out: list[Delta], text: str) -> None:
+        _append_text(out, "content", text)
+        if text.strip():
+            self._call_last = False
 
 
 def _append_text(out: list[Delta], key: str, text: str) -> None:
