@@ -72,12 +72,37 @@ def test_repetition_penalty_lowers_seen_tokens():
     ("repetition_penalty", math.inf), ("repetition_penalty", math.nan), ("min_p", math.nan),
     ("top_k", 1.5), ("max_tokens", 2.0), ("temperature", "hot"), ("repetition_context", 0),
     ("stop", "x"), ("stop", (1,)),
+    # penalties that scale float32 logits to inf or 0/0
+    ("repetition_penalty", 1e-300), ("repetition_penalty", 1e300), ("repetition_penalty", 101),
 ])
 def test_invalid_parameters_are_request_errors(field, value):
     with pytest.raises(InvalidRequestError) as err:
         SamplingParams(**{field: value})
     assert err.value.param == field
     assert err.value.status == 400 and err.value.code == "invalid_value"
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-45, 1e-38, 1e-7])
+def test_a_tiny_temperature_samples_the_argmax(temperature):
+    """Before: logits / 1e-300 were inf and NaN in float32, and the draw picked token 4 (the
+    least likely) or a random one."""
+    s = make_sampler(SamplingParams(temperature=temperature, seed=1))
+    assert all(math.isfinite(v) for v in s.distribution(LOGITS)[0].tolist())
+    assert {int(s(LOGITS).item()) for _ in range(20)} == {4}
+
+
+@pytest.mark.parametrize("p", [1e-300, 1e-46, 1e-9])
+def test_a_tiny_top_p_keeps_the_most_likely_token(p):
+    """Before: a p below float32's smallest number kept no token, and every draw was token 0."""
+    assert kept(apply_top_p(LOGITS, p)) == [4]
+    s = make_sampler(SamplingParams(temperature=1.0, top_p=p, seed=3))
+    assert {int(s(LOGITS).item()) for _ in range(20)} == {4}
+
+
+@pytest.mark.parametrize("penalty", [0.01, 0.5, 2.0, 100.0])
+def test_a_penalty_in_range_keeps_logits_finite(penalty):
+    out = make_repetition_penalty(penalty)([0, 1, 3, 4], mx.array(LOGITS))
+    assert all(math.isfinite(v) for v in out[0].tolist())
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2 ** 63, 2 ** 64 - 1, np.uint64(2 ** 64 - 1), None])

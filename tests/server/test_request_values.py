@@ -210,3 +210,14 @@ def test_sampling_values_outside_their_range_are_400_before_any_stream(live, ext
 def test_the_whole_64_bit_seed_range_is_served(live, seed) -> None:
     body = {"messages": [{"role": "user", "content": "x"}], "seed": seed, "temperature": 1.0}
     assert post_raw(live.url, body).status_code == 200
+
+
+@pytest.mark.parametrize("extra", [{"top_p": 1e-300, "temperature": 1.0}, {"temperature": 1e-300},
+                                   {"temperature": 1e-45, "seed": 5}])
+def test_extreme_but_valid_sampling_values_follow_the_model(live, extra) -> None:
+    """A temperature or top_p below float32's range is the argmax (the scripted model's text);
+    before, logits became inf / NaN or no token survived, and the draws were garbage."""
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 16, **extra}
+    r = post_raw(live.url, body)
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["choices"][0]["message"]["content"] == "Hello there, world!"
