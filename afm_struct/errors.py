@@ -69,6 +69,13 @@ class SchemaError(InvalidRequestError):
     def __init__(self, message: str, *, path: str = "$", param: str | None = None) -> None:
         super().__init__(f"{message} (at {path})", param=param)
         self.path = path
+        self.detail = message
+
+    def at(self, param: str, prefix: str = "$") -> SchemaError:
+        """This error for a schema that sits at ``param`` in the request, ``prefix`` being that
+        place as a JSON path (``$.tools[0].function.parameters``): the engine checks a schema
+        without knowing where the request carried it."""
+        return SchemaError(self.detail, path=prefix + self.path[1:], param=param)
 
 
 class UnknownToolError(InvalidRequestError):

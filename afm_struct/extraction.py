@@ -104,10 +104,12 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
     from .decoding.sampling import SamplingParams
     from .grammar.compiler import compile_constraint
     from .grammar.spec import JsonSchemaRequest, Mode
+    from .text.values import check_values
 
     loaded = model if model is not None else _default_model()
     json_schema, pydantic_cls = _schema_of(schema)
     chat = [{"role": "user", "content": messages}] if isinstance(messages, str) else messages
+    check_values(chat, "messages")  # a lone surrogate is a TypeError in the tokenizer
     constraint = compile_constraint(loaded.tokenizer, JsonSchemaRequest(json_schema))
     request = GenerationRequest(
         loaded.tokenizer.encode_chat(chat),

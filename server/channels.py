@@ -31,8 +31,9 @@ class DeltaRouter(Protocol):
     def finish(self) -> list[Delta]:
         """Deltas held back until the end of generation."""
 
-    def finish_reason(self, reason: FinishReason) -> FinishReason:
-        """The wire finish_reason for the generator's ``reason`` (e.g. ``tool_calls``)."""
+    def finish_reason(self, reason: FinishReason, *, whole: bool = False) -> FinishReason:
+        """The wire finish_reason for the generator's ``reason`` (e.g. ``tool_calls``);
+        ``whole``: a ``length`` end left the model's text whole (``Finished.whole``)."""
 
 
 def _append(out: list[Delta], key: str, text: str) -> None:
@@ -63,8 +64,9 @@ class ContentRouter:
         """See :meth:`DeltaRouter.finish`: a held partial tag is ordinary text after all."""
         return _deltas(self.splitter.feed("", final=True))
 
-    def finish_reason(self, reason: FinishReason) -> FinishReason:
-        """See :meth:`DeltaRouter.finish_reason`: text never changes the reason."""
+    def finish_reason(self, reason: FinishReason, *, whole: bool = False) -> FinishReason:
+        """See :meth:`DeltaRouter.finish_reason`: text never changes the reason (a whole JSON
+        value cut by the budget is still cut: the model meant more)."""
         return reason
 
 

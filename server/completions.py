@@ -41,6 +41,7 @@ from .profile import (
 from .request import (
     check_model,
     check_n,
+    check_values,
     logprobs_wanted,
     sampling_params,
     template_messages,
@@ -103,6 +104,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
                   profile_key: str | None) -> Prepared:
     """Validate, compile the constraint and tokenize (400/404 errors raised here)."""
     started = time.perf_counter()
+    check_values(body)
     check_n(body.n)
     model_name = check_model(body.model, state.settings.model_names(state.loaded.info.id))
     messages = template_messages(body.messages)
@@ -134,6 +136,9 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
                                    logits_processors=[counter], request_id=request_id,
                                    close_on_length=close, logprobs=logprobs,
                                    stops_cut_grammar=tool_plan is None,
+                                   # an explicit max_tokens is not lowered: 400 if it cannot fit
+                                   fit_to_context=body.max_completion_tokens is None
+                                   and body.max_tokens is None,
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning if constraint is not None else None)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
@@ -245,7 +250,8 @@ class Run:
                 text = plan.sanitize(raw)
                 if text:
                     yield {"content": text}, within(deferred_entries, raw, text) if routing else None
-            reason = FinishReason.CANCELLED if cancelled else router.finish_reason(event.reason)
+            reason = (FinishReason.CANCELLED if cancelled
+                      else router.finish_reason(event.reason, whole=event.whole))
             self.outcome = Outcome(reason, event)
         if self.outcome is None:  # defensive: the event stream ended without a Finished
             self.outcome = _failed(self, GenerationError("the server is shutting down"))

@@ -27,24 +27,66 @@ class MethodNotAllowedError(InvalidRequestError):
     code = "method_not_allowed"
 
 
-def validation_error(errors: Sequence[Any]) -> InvalidRequestError:
-    """Map pydantic/FastAPI validation errors (plain dicts) to one 400 error naming the field."""
+def validation_error(errors: Sequence[Any], body: Any = None) -> InvalidRequestError:
+    """Map pydantic/FastAPI validation errors (plain dicts) to one 400 error naming the field.
+
+    ``param`` is the request path of the bad value, read against ``body`` (the parsed request):
+    pydantic's ``loc`` also names union branches and discriminator tags
+    (``response_format.json_schema.json_schema.name``), which are not in the request.
+    """
     if not errors:
         return InvalidRequestError("the request body is invalid")
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     if first.get("type") == "json_invalid":
+        loc = [p for p in first.get("loc", ()) if p != "body"]
         ctx = first.get("ctx") or {}
         where = f" at position {loc[0]}" if loc else ""
         return InvalidRequestError(
             f"the body is not valid JSON{where}: {ctx.get('error', first.get('msg', ''))}",
             code="invalid_json")
-    # Drop pydantic's union-branch names (e.g. "str", "list[...]") so param is the field path.
-    param = ".".join(p for p in loc if not (p[:1].isalpha() and ("[" in p or p in ("str", "int"))))
+    # A union reports one error per branch: the one that got deepest into the request is the
+    # one about what the client meant ({"type": "function"} lacks "function", not a string).
+    paths = [_path_of(e, body) for e in errors]
+    best = max(range(len(errors)), key=lambda i: len(paths[i]))
+    chosen, param = errors[best], ".".join(str(p) for p in paths[best])
+    missing = chosen.get("type") == "missing"
+    msg = chosen.get("msg", "invalid")
+    if chosen.get("type") == "string_unicode":  # a lone UTF-16 surrogate ("\\ud800")
+        msg = "a lone UTF-16 surrogate is not Unicode text; send valid UTF-8 or surrogate pairs"
     more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    code = "missing_required_parameter" if first.get("type") == "missing" else "invalid_value"
-    return InvalidRequestError(f"{param or 'body'}: {first.get('msg', 'invalid')}{more}",
-                               param=param or None, code=code)
+    code = "missing_required_parameter" if missing else "invalid_value"
+    return InvalidRequestError(f"{param or 'body'}: {msg}{more}", param=param or None, code=code)
+
+
+def _path_of(error: Any, body: Any) -> list[Any]:
+    loc = [p for p in error.get("loc", ()) if p != "body"]
+    if body is None:
+        return _without_branch_names(loc)
+    return _request_path(loc, body, missing=error.get("type") == "missing")
+
+
+def _request_path(loc: Sequence[Any], body: Any, *, missing: bool) -> list[Any]:
+    """The part of ``loc`` that walks ``body``: the steps that are not in it are union branches
+    and tags pydantic adds (a missing field, the last step, is kept: it is what to send)."""
+    node, path = body, []
+    for i, step in enumerate(loc):
+        if isinstance(node, dict) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            node = node[step]
+        elif missing and i == len(loc) - 1 and isinstance(node, dict):
+            pass
+        else:
+            continue
+        path.append(step)
+    return path
+
+
+def _without_branch_names(loc: Sequence[Any]) -> list[Any]:
+    """``loc`` without pydantic's union-branch names (e.g. "str", "list[...]"), when the body
+    is not at hand."""
+    return [p for p in loc
+            if not (isinstance(p, str) and p[:1].isalpha() and ("[" in p or p in ("str", "int")))]
 
 
 def error_response(err: AfmError) -> JSONResponse:
@@ -63,7 +105,7 @@ async def _on_afm_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response(validation_error(exc.errors()))
+    return error_response(validation_error(exc.errors(), exc.body))
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")

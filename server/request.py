@@ -1,8 +1,8 @@
 """Pydantic request → engine values: chat messages and sampling parameters.
 
-Admission checks that need no model live here (n, model name, content parts, logprobs); they
-raise typed 400/404 errors that carry the offending parameter.  Tools and ``tool_choice`` are
-checked where they are parsed, :mod:`afm_struct.tools.definitions`.
+Admission checks that need no model live here (values no engine can take, n, model name, content
+parts, logprobs); they raise typed 400/404 errors that carry the offending parameter.  Tools and
+``tool_choice`` are checked where they are parsed, :mod:`afm_struct.tools.definitions`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,16 @@ from typing import Any
 from afm_struct.decoding.logprobs import MAX_TOP_LOGPROBS
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.errors import InvalidRequestError, NotFoundError
+from afm_struct.text.values import check_values as check_json_values
 
 from .schemas import ChatCompletionRequest, ChatMessage
+
+
+def check_values(body: ChatCompletionRequest) -> None:
+    """400 ``invalid_value`` for a value no part of the engine can take (a lone UTF-16
+    surrogate, a non-finite number), wherever it is in the request, with ``param`` = its path
+    (:func:`afm_struct.text.values.check_values`; every string, key and number, once)."""
+    check_json_values(body.model_dump(by_alias=True, exclude_unset=True))
 
 
 def check_model(requested: str | None, served: tuple[str, ...]) -> str:

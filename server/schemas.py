@@ -123,6 +123,9 @@ class StreamOptions(BaseModel):
 class ChatCompletionRequest(BaseModel):
     """``POST /v1/chat/completions``."""
 
+    # NaN and Infinity are not JSON numbers (Python's reader takes them, and 1e400 as inf).
+    model_config = ConfigDict(allow_inf_nan=False)
+
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     model: str | None = None
     stream: bool = False

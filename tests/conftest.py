@@ -11,6 +11,9 @@ import pytest
 from afm_struct.models import LoadedModel, load_model, load_tokenizer
 from afm_struct.models.tokenizer import Tokenizer
 
+# Every 4xx from a live server names a place in its request (checked after each test).
+from .error_params import error_params_name_request_paths, record_error_responses  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def tokenizer() -> Tokenizer:

@@ -61,4 +61,4 @@ def test_bad_messages_file(tmp_path):
 def test_prompt_too_long_for_context(tmp_path):
     out = cli("generate", "word " * 9000, "--max-tokens", "5")
     assert out.returncode == 1
-    assert "context is 8192" in out.stderr and "Traceback" not in out.stderr
+    assert "maximum context length is 8192 tokens" in out.stderr and "Traceback" not in out.stderr

@@ -9,6 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 import afm_struct
+from afm_struct.errors import InvalidRequestError
 from afm_struct.testing import scripted_loaded_model
 
 
@@ -50,6 +51,27 @@ def test_extract_cut_short_raises_with_the_result(tokenizer):
     assert err.value.result.finish_reason == "length"
     assert "max_tokens (3)" in err.value.message
     assert err.value.result.value is None
+
+
+@pytest.mark.parametrize(("messages", "param"), [
+    ("Ada is 36.\ud800", "messages.0.content"),
+    ([{"role": "system", "content": "x"}, {"role": "user", "content": "\udfffAda"}], "messages.1.content"),
+])
+def test_extract_refuses_a_lone_surrogate_with_a_clear_error(tokenizer, messages, param):
+    """Before: the tokenizer's TypeError ("TextEncodeInput must be Union[...]")."""
+    lm = scripted_loaded_model(tokenizer, '{"name": "Ada", "age": 36}')
+    with pytest.raises(InvalidRequestError) as err:
+        afm_struct.extract(messages, Person, model=lm)
+    assert err.value.param == param and "surrogate" in err.value.message
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 64])
+def test_extract_refuses_a_seed_outside_64_bits_with_a_clear_error(tokenizer, seed):
+    """Before: mlx's raw TypeError ("key(): incompatible function arguments")."""
+    lm = scripted_loaded_model(tokenizer, '{"name": "Ada", "age": 36}')
+    with pytest.raises(InvalidRequestError) as err:
+        afm_struct.extract("Ada is 36.", Person, model=lm, temperature=0.7, seed=seed)
+    assert err.value.param == "seed" and "2**64" in err.value.message
 
 
 def test_extract_rejects_a_non_schema():

@@ -41,13 +41,20 @@ def emit_run(seq: SequenceState, run: list[int]) -> None:
             finish(seq, FinishReason.STOP)
             return
     if seq.closer is not None and seq.closer.closed:
-        finish(seq, FinishReason.LENGTH)  # closed early by the budget: still a cut
+        # Closed early by the budget: still a cut.  An empty completion (nothing fed) means the
+        # model's text was already whole and the token it chose began an item that could not
+        # fit (a next tool call): ``whole`` lets the tool router end the turn with tool_calls.
+        finish(seq, FinishReason.LENGTH, whole=not run and _accepting(seq))
     elif seq.eos:
         finish(seq, FinishReason.STOP, grammar_complete=True)
     elif seq.matcher is not None and seq.matcher.is_finished():
         finish(seq, FinishReason.STOP, grammar_complete=True)
     elif len(seq.tokens) >= seq.max_tokens:
-        finish(seq, FinishReason.LENGTH)
+        finish(seq, FinishReason.LENGTH, whole=_accepting(seq))
+
+
+def _accepting(seq: SequenceState) -> bool:
+    return seq.matcher is not None and seq.matcher.is_accepting()
 
 
 def emit_text(seq: SequenceState, text: str, *, last: bool = False) -> None:
@@ -64,7 +71,7 @@ def emit_text(seq: SequenceState, text: str, *, last: bool = False) -> None:
 
 
 def finish(seq: SequenceState, reason: FinishReason, *, error: AfmError | None = None,
-           grammar_complete: bool | None = None) -> None:
+           grammar_complete: bool | None = None, whole: bool = False) -> None:
     """End ``seq`` with its one :class:`Finished` (a second call does nothing)."""
     if seq.done:
         return
@@ -86,4 +93,4 @@ def finish(seq: SequenceState, reason: FinishReason, *, error: AfmError | None =
     seq.logits = None
     seq.cache = None
     seq.sink(Finished(reason=reason, usage=seq.usage, timings=seq.timings, text="".join(seq.text),
-                      error=error, grammar_complete=grammar_complete))
+                      error=error, grammar_complete=grammar_complete, whole=whole))

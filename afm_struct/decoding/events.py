@@ -57,3 +57,8 @@ class GenerationRequest:
     # TextDelta events then carry the entries of the tokens whose text they show.
     logprobs: int | None = None
     request_id: str = ""
+    # True: params.max_tokens is a ceiling the context left after the prompt may lower (a
+    # default); False: the caller asked for that many tokens, and a prompt that leaves fewer
+    # is a ContextOverflowError, never a silently smaller budget (the server, when the request
+    # sets max_tokens: as OpenAI and vLLM answer).
+    fit_to_context: bool = True

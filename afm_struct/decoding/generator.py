@@ -111,16 +111,24 @@ class Generator:
     # -- admission ---------------------------------------------------------------------------
 
     def max_tokens_for(self, request: GenerationRequest) -> int:
-        """The effective max_tokens of ``request`` (capped by the context left after its prompt);
-        raise :class:`ContextOverflowError` when the prompt is empty or fills the context."""
+        """The effective max_tokens of ``request``: ``params.max_tokens``, lowered to the context
+        left after the prompt when ``request.fit_to_context``.  Raise :class:`ContextOverflowError`
+        (with the numbers, in OpenAI's words) when the prompt is empty or fills the context, or
+        leaves less than a budget the caller asked for."""
         n = len(request.prompt_ids)
         if n == 0:
             raise ContextOverflowError("the prompt is empty", param="messages")
-        if n >= self.context_length:
+        context, asked = self.context_length, request.params.max_tokens
+        if n >= context:
             raise ContextOverflowError(
-                f"the prompt has {n} tokens but the model's context is {self.context_length}; "
-                "shorten the messages", param="messages")
-        return min(request.params.max_tokens, self.context_length - n)
+                f"This model's maximum context length is {context} tokens. However, your messages "
+                f"resulted in {n} tokens. Please reduce the length of the messages.", param="messages")
+        if n + asked > context and not request.fit_to_context:
+            raise ContextOverflowError(
+                f"This model's maximum context length is {context} tokens. However, you requested "
+                f"{n + asked} tokens ({n} in the messages, {asked} in the completion). Please reduce "
+                "the length of the messages or completion.", param="messages")
+        return min(asked, context - n)
 
     def add(self, request: GenerationRequest, sink: Callable[[Event], None],
             cancel: threading.Event | None = None) -> None:

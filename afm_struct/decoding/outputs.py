@@ -114,6 +114,10 @@ class Finished:
     text: str
     error: AfmError | None = None
     grammar_complete: bool | None = None
+    # LENGTH only: the budget ended the turn where the model's own text is a whole instance of
+    # the grammar (it accepts there, and nothing was completed for it): after a tool call whose
+    # successor could not fit, say.  A tool router ends such a turn with tool_calls.
+    whole: bool = False
 
 
 Event = TextDelta | Finished

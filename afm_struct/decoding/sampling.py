@@ -7,9 +7,12 @@ many other requests run beside it.
 
 from __future__ import annotations
 
+import math
+import numbers
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import mlx.core as mx
 
@@ -36,17 +39,46 @@ class SamplingParams:
     def __post_init__(self) -> None:
         from ..errors import InvalidRequestError
 
-        checks = [
-            (self.temperature >= 0, "temperature", "must be >= 0"),
-            (0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
-            (self.top_k >= 0, "top_k", "must be >= 0"),
-            (0 <= self.min_p < 1, "min_p", "must be in [0, 1)"),
-            (self.repetition_penalty > 0, "repetition_penalty", "must be > 0"),
-            (self.max_tokens >= 1, "max_tokens", "must be >= 1"),
-        ]
-        for ok, name, why in checks:
-            if not ok:
-                raise InvalidRequestError(f"{name} {why}, got {getattr(self, name)!r}", param=name)
+        for name, ok, why in _CHECKS:
+            value = getattr(self, name)
+            if not ok(value):
+                raise InvalidRequestError(f"{name} {why}, got {value!r}", param=name,
+                                          code="invalid_value")
+        if not isinstance(self.stop, tuple | list) or not all(isinstance(s, str) for s in self.stop):
+            raise InvalidRequestError(f"stop must be a sequence of strings, got {self.stop!r}",
+                                      param="stop", code="invalid_value")
+
+
+# The seed is a 64-bit PRNG key (mx.random.key takes [0, 2**64); outside it raised a TypeError).
+SEED_LIMIT = 2 ** 64
+# Temperatures below this sample as greedy (as vLLM's epsilon): dividing float32 logits by less
+# made them inf / NaN (1e-300 picked the least likely token).
+MIN_TEMPERATURE = 1e-5
+# A penalty outside this range scales seen tokens' float32 logits to inf or 0 / 0 (NaN).
+REPETITION_PENALTY = (0.01, 100.0)
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    """A finite real number (NaN and infinities would poison every logit they touch)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("temperature", lambda v: _number(v) and v >= 0, "must be a finite number >= 0"),
+    ("top_p", lambda v: _number(v) and 0 < v <= 1, "must be a number in (0, 1]"),
+    ("top_k", lambda v: _integer(v) and v >= 0, "must be an integer >= 0 (0: off)"),
+    ("min_p", lambda v: _number(v) and 0 <= v < 1, "must be a number in [0, 1)"),
+    ("repetition_penalty", lambda v: _number(v) and REPETITION_PENALTY[0] <= v <= REPETITION_PENALTY[1],
+     f"must be a number in [{REPETITION_PENALTY[0]}, {REPETITION_PENALTY[1]}]"),
+    ("repetition_context", lambda v: _integer(v) and v >= 1, "must be an integer >= 1"),
+    ("max_tokens", lambda v: _integer(v) and v >= 1, "must be an integer >= 1"),
+    ("seed", lambda v: v is None or (_integer(v) and 0 <= v < SEED_LIMIT),
+     "must be an integer in [0, 2**64) or omitted (a random seed)"),
+)
 
 
 def apply_top_k(logits: mx.array, k: int) -> mx.array:
@@ -64,8 +96,10 @@ def apply_top_p(logits: mx.array, p: float) -> mx.array:
     probs = mx.softmax(logits, axis=-1)
     order = mx.argsort(-probs, axis=-1)
     sorted_probs = mx.take_along_axis(probs, order, axis=-1)
-    # A token stays if the mass before it is still below p (so the top token always stays).
+    # A token stays if the mass before it is still below p; the top token always stays (a p
+    # below float32's smallest number compares as 0 and kept nothing: every draw was token 0).
     keep_sorted = (mx.cumsum(sorted_probs, axis=-1) - sorted_probs) < p
+    keep_sorted = mx.logical_or(keep_sorted, mx.arange(keep_sorted.shape[-1]) == 0)
     inverse = mx.argsort(order, axis=-1)
     keep = mx.take_along_axis(keep_sorted, inverse, axis=-1)
     return mx.where(keep, logits, _NEG_INF)
@@ -92,11 +126,13 @@ class RowSampler:
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
-        self.greedy = params.temperature == 0
+        # Below MIN_TEMPERATURE the scaled logits overflow float32 (inf, NaN) long before
+        # sampling differs from the argmax, its limit: such a request is greedy.
+        self.greedy = params.temperature < MIN_TEMPERATURE
         self._key: mx.array | None = None
         if not self.greedy:
             seed = params.seed if params.seed is not None else random.getrandbits(63)
-            self._key = mx.random.key(seed)
+            self._key = mx.random.key(int(seed))
 
     def distribution(self, logits: mx.array) -> mx.array:
         """The logits the draw samples from (float32)."""

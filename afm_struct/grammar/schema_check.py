@@ -62,8 +62,20 @@ def _fast_meta_validator(cls: Any) -> Any:
     return jsonschema_rs.validator_for(cls.META_SCHEMA, validate_formats=True)
 
 
-def check_schema(schema: Any, *, param: str = "response_format.json_schema.schema") -> None:
-    """Raise :class:`SchemaError` unless ``schema`` is a valid JSON Schema with resolvable refs."""
+def check_schema(schema: Any, *, param: str = "response_format.json_schema.schema",
+                 prefix: str = "$") -> None:
+    """Raise :class:`SchemaError` unless ``schema`` is a valid JSON Schema with resolvable refs
+    and instances; ``param`` / ``prefix`` say where the request carries it (the error's
+    ``param`` and the start of its JSON path)."""
+    try:
+        _check_schema(schema, param)
+    except SchemaError as exc:
+        if exc.param == param and prefix == "$":
+            raise
+        raise exc.at(param, prefix) from None
+
+
+def _check_schema(schema: Any, param: str) -> None:
     if not isinstance(schema, dict | bool):
         raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}",
                           path="$", param=param)

@@ -8,11 +8,12 @@ which pass through, so a caller that parsed once can hand the result on without 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequestError, UnknownToolError
-from ..grammar.schema_check import check_satisfiable
+from ..grammar.schema_check import check_schema
 from ..grammar.spec import NO_PARAMETERS, ToolDef
 
 
@@ -58,22 +59,49 @@ def parse_tools(tools: Any) -> tuple[ToolDef, ...]:
             raise InvalidRequestError(f"tools[{i}].function.name must be a non-empty string",
                                       param=f"tools.{i}.function.name")
         if name in seen:
-            raise InvalidRequestError(f"tools has two functions named {name!r}", param="tools")
+            raise InvalidRequestError(f"tools has two functions named {name!r}",
+                                      param=f"tools.{i}.function.name")
         seen.add(name)
         params = _plain(_get(fn, "parameters"))
         has_params = params is not None
         if params is None or (isinstance(params, dict) and not params):
             params = dict(NO_PARAMETERS)  # no parameters: the call's arguments are exactly "{}"
+        where = f"tools.{i}.function.parameters"
         if not isinstance(params, dict | bool):
             raise InvalidRequestError(f"tools[{i}].function.parameters must be a JSON Schema object",
-                                      param=f"tools.{i}.function.parameters")
-        # A tool whose arguments can never be valid is a request error, strict or not.
-        check_satisfiable(params, param=f"tools.{i}.function.parameters",
-                          prefix=f"$.tools[{i}].function.parameters")
+                                      param=where)
+        # Checked here, where the request path is known (the compile checks it again, cached,
+        # but would name response_format); a tool whose arguments can never be valid is a
+        # request error, strict or not.
+        params = object_arguments(params, i)
+        check_schema(params, param=where, prefix=f"$.tools[{i}].function.parameters")
         out.append(ToolDef(name=name, description=_get(fn, "description", "") or "",
                            parameters=params, strict=bool(_get(fn, "strict", False)),
                            has_parameters=has_params))
     return tuple(out)
+
+
+def object_arguments(params: dict[str, Any] | bool, index: int) -> dict[str, Any] | bool:
+    """``params`` read as the schema of an arguments *object* (OpenAI requires one: a call's
+    arguments are named parameters, and clients parse them as a JSON object).
+
+    A schema whose ``type`` excludes objects is a 400 (it made arguments like ``"Hello"``); a
+    type list is narrowed to ``"object"``; a schema without ``type`` gets it (keywords are
+    conjunctive: this keeps exactly its object instances).  ``true`` stays (any object).
+    """
+    if not isinstance(params, dict):
+        return params
+    kind = params.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if kind is not None and "object" not in kinds:
+        raise InvalidRequestError(
+            f"tools[{index}].function.parameters must describe a JSON object (a call's arguments "
+            f"are an object of named parameters), not type {json.dumps(kind)}; put the value in "
+            "a property: {\"type\": \"object\", \"properties\": {\"value\": ...}}",
+            param=f"tools.{index}.function.parameters", code="invalid_value")
+    if kind == "object":
+        return params
+    return {**params, "type": "object"}
 
 
 def parse_choice(choice: Any, tools: tuple[ToolDef, ...]) -> Choice:

@@ -51,10 +51,17 @@ class ToolFormat:
     history: History = field(default_factory=History)
     argument_aliases: tuple[str, ...] = ("arguments", "parameters")
     args_marker: str = ""  # body name_args: the marker between the bare name and the arguments
+    extra_markup: tuple[str, ...] = ()  # the table's "markup": result and tool-list tags
 
     def grammar_template(self) -> str:
         """The Lark template text of this format (``{{...}}`` placeholders unfilled)."""
         return _read_text(self.grammar)
+
+    @property
+    def markup(self) -> tuple[str, ...]:
+        """Every tag of this syntax (call markers, result and tool-list tags): never content."""
+        tags = (self.open, self.close, self.args_marker, *self.extra_markup)
+        return tuple(dict.fromkeys(t for t in tags if t))
 
     @property
     def argument_keys(self) -> tuple[str, ...]:
@@ -108,7 +115,7 @@ def parse_table(data: dict[str, Any]) -> FormatTable:
             arguments=raw["arguments"], grammar=raw["grammar"],
             template_any=tuple(raw.get("template_any", ())), description=raw.get("description", ""),
             history=History(**raw.get("history", {})), argument_aliases=aliases,
-            args_marker=raw.get("args_marker", "")))
+            args_marker=raw.get("args_marker", ""), extra_markup=tuple(raw.get("markup", ()))))
     table = FormatTable(formats=tuple(formats), default=data["default"],
                         system_prompt=data["system_prompt"], choice_text=dict(data["choice_text"]))
     table.get(table.default)  # the default must exist

@@ -6,7 +6,10 @@ have been opened by the prompt), then runs the answer through the format's
 :class:`~afm_struct.tools.parser.CallParser`.  Each call gets an ``index`` and an id
 ``call_<hex>``; its first delta carries ``id``, ``type: "function"`` and the whole name, then
 ``function.arguments`` fragments follow as they are generated.  A turn with calls finishes
-with ``tool_calls``.  Pure state machine: no I/O, no MLX.
+with ``tool_calls``.  Tool markup never reaches the client as content: the format's tags that
+the parser leaves in the text (a model echoing ``<tool_response>…</tool_response>`` after a tool
+result, a stray ``</tool_call>``, an opener not followed by a call) are removed by a
+:class:`MarkupStripper`.  Pure state machine: no I/O, no MLX.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..decoding.outputs import FinishReason
+from ..text.markers import Marker, MarkerScanner
 from ..text.reasoning import ReasoningSplitter
 from ..tool_calls import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
+from .scanner import WS
 
 Delta = dict[str, Any]
 
@@ -42,6 +47,8 @@ class ToolCallRouter:
         self.format = fmt
         self.parser = CallParser(fmt, detect_calls=detect_calls, max_calls=max_calls)
         self.splitter = ReasoningSplitter(reasoning_tags, start_in_reasoning=start_in_reasoning)
+        self.markup = MarkupStripper(fmt.markup)
+        self._call_last = False  # the last thing routed was a whole call (no text after it)
         self.id_factory = id_factory
         # The calls so far, assembled from the fragments this router streams (the same
         # assembler the server's non-streaming body and the client use).
@@ -60,9 +67,16 @@ class ToolCallRouter:
         """Deltas held back until the end (partial markers, a call cut short)."""
         return self._route(self.splitter.feed("", final=True), final=True)
 
-    def finish_reason(self, reason: FinishReason) -> FinishReason:
-        """``tool_calls`` when the turn made calls and stopped normally; else ``reason``."""
-        return FinishReason.TOOL_CALLS if self.calls and reason == FinishReason.STOP else reason
+    def finish_reason(self, reason: FinishReason, *, whole: bool = False) -> FinishReason:
+        """``tool_calls`` when the turn made calls and stopped normally, or when the budget
+        ended it right after a whole call (``whole``: the model's text was complete there, and
+        the next call it began could not fit: the calls made are the answer, as if it had
+        stopped); else ``reason``."""
+        if not self.calls:
+            return reason
+        if reason == FinishReason.STOP or (reason == FinishReason.LENGTH and whole and self._call_last):
+            return FinishReason.TOOL_CALLS
+        return reason
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -75,13 +89,16 @@ class ToolCallRouter:
                 self._events(out, self.parser.feed(text))
         if final:
             self._events(out, self.parser.finish())
+            self._content(out, self.markup.feed("", final=True))
         return out
 
     def _events(self, out: list[Delta], events: list[Event]) -> None:
         for ev in events:
             if isinstance(ev, TextEvent):
-                _append_text(out, "content", ev.text)
+                self._content(out, self.markup.feed(ev.text))
             elif isinstance(ev, CallStart):
+                self._content(out, self.markup.feed("", final=True))  # held text first, in order
+                self._call_last = False
                 call = {"index": ev.index, "id": self.id_factory(), "type": "function",
                         "function": {"name": ev.name, "arguments": ""}}
                 self.assembled.add({**call, "function": dict(call["function"])})
@@ -95,7 +112,12 @@ class ToolCallRouter:
                     out.append({"tool_calls": [{"index": ev.index,
                                                 "function": {"arguments": ev.text}}]})
             elif isinstance(ev, CallEnd):
-                pass  # the client parses arguments when the turn finishes
+                self._call_last = True  # the client parses arguments when the turn finishes
+
+    def _content(self, out: list[Delta], text: str) -> None:
+        _append_text(out, "content", text)
+        if text.strip():
+            self._call_last = False
 
 
 def _append_text(out: list[Delta], key: str, text: str) -> None:
@@ -105,3 +127,40 @@ def _append_text(out: list[Delta], key: str, text: str) -> None:
         out[-1][key] += text
     else:
         out.append({key: text})
+
+
+class MarkupStripper:
+    """Content text with a tool format's tags removed, as it streams.
+
+    A partial tag at the end of a piece is held back until it is decided (``final`` gives it
+    out as text).  Whitespace next to a removed tag is the markup's layout: what follows a tag
+    is dropped up to the next text, what precedes one is kept only if text follows.
+    """
+
+    def __init__(self, tags: tuple[str, ...]) -> None:
+        self._scan = MarkerScanner(tags)
+        self._space = ""  # whitespace at the end of the text given out so far, held back
+        self._after_tag = False  # since the last text, a tag was removed
+
+    def feed(self, text: str, *, final: bool = False) -> str:
+        """The content of ``text`` (``final``: the end, or a call starts: nothing is held)."""
+        out: list[str] = []
+        for piece in self._scan.feed(text, final=final):
+            if isinstance(piece, Marker):
+                self._after_tag = True
+                continue
+            if self._after_tag:
+                piece = piece.lstrip(WS)
+                if not piece:
+                    continue
+            body = piece.rstrip(WS)
+            if not body:
+                self._space += piece
+                continue
+            out.append(self._space + body)
+            self._space, self._after_tag = piece[len(body):], False
+        if final:
+            if not self._after_tag:
+                out.append(self._space)
+            self._space, self._after_tag = "", False
+        return "".join(out)

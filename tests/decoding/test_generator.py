@@ -79,7 +79,7 @@ def test_utf8_never_split_in_deltas(gen, prompt):
 def test_prompt_longer_than_context(tokenizer):
     gen = Generator.from_loaded(scripted_loaded_model(tokenizer, SCRIPT, context_length=16))
     long_prompt = tokenizer.encode("word " * 40)
-    with pytest.raises(ContextOverflowError, match="context is 16"):
+    with pytest.raises(ContextOverflowError, match="maximum context length is 16 tokens"):
         list(gen.generate(GenerationRequest(long_prompt)))
 
 
@@ -89,6 +89,19 @@ def test_max_tokens_clipped_to_context(tokenizer):
     _, fin = run(gen, GenerationRequest(p, SamplingParams(temperature=0, max_tokens=500)))
     assert fin.reason == "length"
     assert fin.usage.total_tokens == 40
+
+
+def test_an_asked_for_budget_the_context_cannot_hold_is_refused(tokenizer):
+    gen = Generator.from_loaded(scripted_loaded_model(tokenizer, SCRIPT, context_length=40))
+    p = tokenizer.encode("word " * 35)
+    asked = GenerationRequest(p, SamplingParams(temperature=0, max_tokens=6), fit_to_context=False)
+    with pytest.raises(ContextOverflowError, match=(
+            rf"However, you requested {len(p) + 6} tokens \({len(p)} in the messages, 6 in the "
+            r"completion\)")) as err:
+        gen.max_tokens_for(asked)
+    assert err.value.param == "messages" and err.value.code == "context_length_exceeded"
+    fits = GenerationRequest(p, SamplingParams(temperature=0, max_tokens=40 - len(p)), fit_to_context=False)
+    assert gen.max_tokens_for(fits) == 40 - len(p)
 
 
 def test_model_failure_mid_stream_is_an_error_event(tokenizer, prompt):

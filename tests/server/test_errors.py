@@ -50,6 +50,28 @@ def test_validation_errors_are_400_not_422(serve, body, param) -> None:
     assert err["param"] is not None and err["param"].startswith(param)
 
 
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "", "schema": {}}}},
+     "response_format.json_schema.name"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+     "response_format.json_schema.name"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+     "messages.0.content.0.text"),
+    ({"stop": 5}, "stop"),
+    ({"tool_choice": {"type": "function"}}, "tool_choice.function"),
+    ({"tools": [{"type": "function", "function": {"name": "two words"}}]}, "tools.0.function.name"),
+])
+def test_validation_error_param_is_the_request_path(serve, extra, param) -> None:
+    """pydantic's loc names union branches and tags (``json_schema.json_schema.name``); the
+    error names the path in the request."""
+    live = serve()
+    err = _envelope(_post(live.url, json={"messages": USER, **extra}), 400)
+    assert err["param"] == param, err
+    assert err["message"].startswith(param + ":"), err
+
+
 def test_unknown_fields_are_ignored(serve) -> None:
     live = serve()
     r = _post(live.url, json={"messages": USER, "frobnicate": True, "user": "u", "logit_bias": {}})
@@ -98,6 +120,34 @@ def test_context_overflow_is_400(serve) -> None:
     err = _envelope(_post(live.url, json={"messages": [{"role": "user", "content": "word " * 200}],
                                           "stream": True}), 400)
     assert err["code"] == "context_length_exceeded" and err["param"] == "messages"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_budget_the_context_cannot_hold_is_400_with_the_numbers(serve, stream) -> None:
+    """Before: an 8191-token prompt with max_tokens 100 silently got a 1-token budget and a
+    json_schema answer came back as '{"'.  Now an explicit max_tokens is honoured or refused
+    (OpenAI's and vLLM's 400); an omitted one is capped by the context left."""
+    context = 96
+    live = serve('{"a": "some words to fill the budget"}', context_length=context)
+    words = {"messages": [{"role": "user", "content": "word " * 40}]}
+    probe = _post(live.url, json={**words, "max_tokens": 1}).json()
+    prompt = probe["usage"]["prompt_tokens"]
+    left = context - prompt
+    assert 1 <= left < 40, prompt  # the prompt leaves a little room
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}}
+    for key in ("max_tokens", "max_completion_tokens"):
+        r = _post(live.url, json={**words, "stream": stream, key: left + 1, "response_format": fmt})
+        err = _envelope(r, 400)
+        assert err["code"] == "context_length_exceeded" and err["param"] == "messages", err
+        assert (f"maximum context length is {context} tokens. However, you requested {context + 1} "
+                f"tokens ({prompt} in the messages, {left + 1} in the completion)") in err["message"]
+    # What fits is served, and an omitted max_tokens takes the room left (finish_reason says so).
+    fits = _post(live.url, json={**words, "max_tokens": left}).json()
+    assert fits["usage"]["completion_tokens"] <= left
+    free = _post(live.url, json={**words, "response_format": fmt}).json()
+    assert free["usage"]["completion_tokens"] <= left
+    assert free["choices"][0]["finish_reason"] in ("stop", "length")
 
 
 def test_body_too_large_is_413(serve) -> None:

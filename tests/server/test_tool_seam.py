@@ -41,7 +41,7 @@ class ToyToolRouter:
     def finish(self) -> list[dict]:
         return []
 
-    def finish_reason(self, reason: str) -> str:
+    def finish_reason(self, reason: str, *, whole: bool = False) -> str:
         return "tool_calls" if self.index >= 0 and reason == "stop" else reason
 
 

@@ -82,9 +82,12 @@ def test_reasoning_opened_by_the_prompt() -> None:
     assert got["tool_calls"][0]["arguments"] == "{}"
 
 
-def test_tool_choice_none_router_passes_text() -> None:
+def test_tool_choice_none_router_passes_text_without_markup() -> None:
+    """No calls are parsed; the format's tags are still markup, never content."""
     deltas, router = route(TWO_CALLS, [10], detect_calls=False)
-    assert assemble(deltas)["content"] == TWO_CALLS and router.finish_reason("stop") == "stop"
+    bodies = [line for line in TWO_CALLS.splitlines() if line.startswith("{")]
+    assert assemble(deltas)["content"] == "\n".join(["I will look both up.", *bodies])
+    assert router.finish_reason("stop") == "stop"
 
 
 def test_parallel_false_router_keeps_one_call() -> None:
