@@ -110,8 +110,10 @@ class ProcessWorker:
 
     def _start(self) -> None:
         # The child compiles grammars only: no BLAS.  A preloaded OpenBLAS reserves hundreds of
-        # MB of address space per thread at load, which would count against RLIMIT_AS.
+        # MB of address space per thread at load, which would count against RLIMIT_AS; nor may
+        # `import afm_struct` load one in the child (models/blas_select.py).
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        env["AFM_STRUCT_BLAS"] = "none"
         self._proc = subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, close_fds=True, env=env)
