@@ -5,10 +5,12 @@
   on every response, errors included.
 * :class:`BodyLimitMiddleware` refuses bodies over the limit with 413 — from Content-Length
   before reading, or while reading a chunked body (it reads the bounded body, then replays it).
+  After a large body, the heap's free pages go back to the OS (:mod:`server.memory`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -17,10 +19,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from afm_struct.errors import AfmError, InvalidRequestError, PayloadTooLargeError
 
+from .memory import release_free_memory
 from .sse import error_envelope
 
 # Printable ASCII without '/' (the ID is a path segment of the cancel route), bounded length.
 _REQUEST_ID = re.compile(r"^[!-.0-~]{1,128}$")
+# Requests with bodies at least this large give the memory they took back when they end: the
+# parsed JSON, the validated request and the rendered prompt are several times the body.
+RELEASE_AFTER_BODY_BYTES = 1 << 18
 
 
 def new_request_id() -> str:
@@ -101,6 +107,7 @@ class BodyLimitMiddleware:
             if not message.get("more_body", False):
                 break
         body: bytes | None = b"".join(parts)
+        parts.clear()
 
         async def replay() -> Message:
             nonlocal body
@@ -110,7 +117,12 @@ class BodyLimitMiddleware:
                 return message
             return await receive()  # afterwards: http.disconnect, for disconnect watchers
 
-        await self.app(scope, replay, send)
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            body = None
+            if seen >= RELEASE_AFTER_BODY_BYTES:
+                await asyncio.to_thread(release_free_memory)
 
     def _too_large(self, size: int) -> PayloadTooLargeError:
         return PayloadTooLargeError(
