@@ -1,7 +1,7 @@
 """Huge inputs cost bounded memory and time (scripted model, context 8192, real HTTP).
 
 Prompts far over the context are refused by length before they are tokenized and before any
-grammar is compiled, and leave no memory behind.
+grammar is compiled, and leave no memory behind; stop sequences are capped.
 
 RSS is the process's resident size (the server runs in this process): after 20 refused 5 MB
 prompts it must be back within 5 % of its value before them.  It used to grow by hundreds of MB
@@ -20,6 +20,7 @@ import pytest
 
 import server.app
 import server.live
+from afm_struct.decoding.sampling import MAX_STOPS
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.models.prompt_encoder import PromptEncoder
 
@@ -147,3 +148,16 @@ def test_every_huge_field_in_the_prompt_is_refused_before_tokenizing_or_compilin
     assert max(encoded, default=0) < 10_000
     assert compiled == []  # neither the tool grammar nor the response format was compiled
 
+
+def test_more_stop_sequences_than_the_cap_are_refused(serve) -> None:
+    """Every token is scanned for every stop on the thread all requests share."""
+    live = serve(context_length=CONTEXT)
+    ok = httpx.post(f"{live.url}/v1/chat/completions", timeout=30,
+                    json={"messages": USER, "stop": [f"s{i}" for i in range(MAX_STOPS)]})
+    assert ok.status_code == 200, ok.text
+    response = httpx.post(f"{live.url}/v1/chat/completions", timeout=30,
+                          json={"messages": USER, "stop": [f"s{i}" for i in range(100_000)]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_value", "stop")
+    assert f"at most {MAX_STOPS}" in error["message"]
