@@ -11,6 +11,7 @@ public boundary::
     │   ├── SchemaError         (invalid JSON Schema / grammar, with the JSON path of the problem)
     │   └── UnknownToolError
     ├── NotFoundError           (404)
+    ├── RequestTimeoutError     (408: the request body did not arrive in time)
     ├── PayloadTooLargeError    (413)
     ├── OverloadedError         (503, with a retry-after hint)
     └── GenerationError         (500: a failure while generating)
@@ -90,6 +91,14 @@ class NotFoundError(AfmError):
     type = "not_found_error"
     status = 404
     code = "not_found"
+
+
+class RequestTimeoutError(AfmError):
+    """The request body did not arrive within the server's body timeout."""
+
+    type = "invalid_request_error"
+    status = 408
+    code = "request_timeout"
 
 
 class PayloadTooLargeError(AfmError):

@@ -79,7 +79,8 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     install_error_handlers(app)
     app.include_router(router)
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       timeout_s=settings.body_timeout_s)
     # Outside the body limit (a caller without a key is refused before its body is read), inside
     # the request IDs (a 401 still carries them).
     app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys)

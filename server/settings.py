@@ -23,6 +23,8 @@ class ServerSettings:
     join_wait_ms: float = 40.0
     # Bodies above this are refused with 413 before they are parsed.
     max_body_bytes: int = 8 * 1024 * 1024
+    # A request body must be complete this long after its headers, or 408 (stalled uploads).
+    body_timeout_s: float = 30.0
     # Used when a request gives neither max_tokens nor max_completion_tokens (clamped to context).
     default_max_tokens: int = 4096
     # X-AFM-Profile: extended samples at this interval (the contract asks for <= 250 ms).
@@ -48,6 +50,8 @@ class ServerSettings:
             raise ValueError("reasoning must be auto, think or off")
         if self.max_active < 1 or self.max_queue < 0:
             raise ValueError("max_active must be >= 1 and max_queue >= 0")
+        if not self.body_timeout_s > 0:
+            raise ValueError("body_timeout_s must be > 0")
         if not 0 <= self.join_wait_ms <= 1000:
             raise ValueError("join_wait_ms must be in [0, 1000]")
         if any(not name.strip() for name in self.served_model_names):

@@ -58,6 +58,10 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
              f"0 turns it off (default {d.join_wait_ms:g})")
     add("--max-body-bytes", type=int, default=d.max_body_bytes,
         help=f"request body limit, 413 beyond it (default {d.max_body_bytes})")
+    add("--body-timeout", dest="body_timeout_s", type=float, default=d.body_timeout_s,
+        metavar="SECONDS",
+        help="a request body must be complete this long after its headers, else 408 "
+             f"(default {d.body_timeout_s:g})")
     add("--grammar-backend", default="llguidance", choices=("llguidance", "outlines"),
         help="engine for json_schema / tools constraints (default llguidance)")
     add("--property-order", default="schema", choices=("schema", "any"),
@@ -114,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         settings = ServerSettings(host=args.host, port=args.port, log_level=args.log_level,
                                   max_queue=args.max_queue, max_active=args.max_active,
                                   max_body_bytes=args.max_body_bytes, join_wait_ms=args.join_wait_ms,
+                                  body_timeout_s=args.body_timeout_s,
                                   close_on_length=args.close_on_length,
                                   served_model_names=tuple(args.served_model_names),
                                   api_keys=api_keys)
