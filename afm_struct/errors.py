@@ -116,8 +116,8 @@ class OverloadedError(AfmError):
     status = 503
     code = "queue_full"
 
-    def __init__(self, message: str, *, retry_after: int = 1) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
+        super().__init__(message, code=code)
         self.retry_after = retry_after
 
 
