@@ -11,6 +11,7 @@ public boundary::
     │   ├── SchemaError         (invalid JSON Schema / grammar, with the JSON path of the problem)
     │   └── UnknownToolError
     ├── NotFoundError           (404)
+    ├── RequestTimeoutError     (408: the request body did not arrive in time)
     ├── PayloadTooLargeError    (413)
     ├── OverloadedError         (503, with a retry-after hint)
     └── GenerationError         (500: a failure while generating)
@@ -92,6 +93,14 @@ class NotFoundError(AfmError):
     code = "not_found"
 
 
+class RequestTimeoutError(AfmError):
+    """The request body did not arrive within the server's body timeout."""
+
+    type = "invalid_request_error"
+    status = 408
+    code = "request_timeout"
+
+
 class PayloadTooLargeError(AfmError):
     """The request body exceeds the configured limit."""
 
@@ -107,8 +116,8 @@ class OverloadedError(AfmError):
     status = 503
     code = "queue_full"
 
-    def __init__(self, message: str, *, retry_after: int = 1) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
+        super().__init__(message, code=code)
         self.retry_after = retry_after
 
 

@@ -6,6 +6,7 @@ the model) and stops it on shutdown; handlers reach them through ``app.state.afm
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -60,6 +61,9 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
                                               retry_after_s=settings.retry_after_s,
                                               join_wait_ms=settings.join_wait_ms))
         scheduler.start()
+        # Prompts are checked against the tokenizer's length bound: computed now, not by the
+        # first request (a fraction of a second on a large vocabulary).
+        await asyncio.to_thread(getattr, loaded.tokenizer, "token_bound", None)
         app.state.afm = ServerState(
             loaded=loaded, settings=settings, scheduler=scheduler,
             registry=InflightRegistry(settings.recent_ids),
@@ -75,7 +79,8 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     install_error_handlers(app)
     app.include_router(router)
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       timeout_s=settings.body_timeout_s)
     # Outside the body limit (a caller without a key is refused before its body is read), inside
     # the request IDs (a 401 still carries them).
     app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys)

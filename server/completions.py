@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from . import sse
 from .cancel import Inflight, InflightRegistry
 from .channels import Delta, DeltaRouter, make_router
 from .logprobs import Entries, LogprobRouting, logprobs_object, within
+from .memory import RELEASE_AFTER_TOKENS, release_free_memory
 from .profile import (
     PROFILE_EXTENDED,
     ProfileSampler,
@@ -102,7 +104,8 @@ class Outcome:
 
 async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id: str,
                   profile_key: str | None) -> Prepared:
-    """Validate, compile the constraint and tokenize (400/404 errors raised here)."""
+    """Validate, tokenize (a prompt that cannot fit is refused here), then compile the
+    constraint (400/404 errors raised here)."""
     started = time.perf_counter()
     check_values(body)
     check_n(body.n)
@@ -115,20 +118,24 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
     params = sampling_params(body, default_max_tokens=state.settings.default_max_tokens)
     logprobs = logprobs_wanted(body)
     tokenizer = state.loaded.tokenizer
-    plan = await plan_structured(tokenizer, body.response_format, compile_fn=state.compile_fn)
+    # The prompt first: one that cannot fit is refused before any grammar is compiled, and one
+    # whose length alone says so before it is tokenized.
     tool_plan = await plan_request_tools(state, tools, choice, body.parallel_tool_calls, messages)
+    prompt_ids = await asyncio.get_running_loop().run_in_executor(
+        TOKENIZER_THREAD, tokenize_prompt, state, messages, tool_plan, body.chat_template_kwargs or None)
+    # an explicit max_tokens is not lowered: 400 if it cannot fit
+    fit = body.max_completion_tokens is None and body.max_tokens is None
+    state.scheduler.generator.max_tokens_for(GenerationRequest(prompt_ids=prompt_ids, params=params,
+                                                               fit_to_context=fit))
+    plan = await plan_structured(tokenizer, body.response_format, compile_fn=state.compile_fn)
+    if tool_plan is not None:
+        tool_plan = await asyncio.to_thread(tool_plan.constrained, tokenizer, compile_fn=state.compile_fn)
     constraint = plan.constraint
     if tool_plan is not None and tool_plan.constraint is not None:
         # One mask per request: the tool grammar (which allows free text where the format does)
         # wins; a JSON response_format then runs best-effort, deferred and sanitized.
         plan = plan.without_mask("a tool grammar owns the mask")
         constraint = tool_plan.constraint
-    # Template rendering and tokenization of a long chat take milliseconds: keep them off the loop.
-    kwargs = body.chat_template_kwargs or None
-    if tool_plan is not None:
-        prompt_ids = await asyncio.to_thread(tool_plan.encode_prompt, tokenizer, kwargs)
-    else:
-        prompt_ids = await asyncio.to_thread(tokenizer.encode_chat, messages, template_kwargs=kwargs)
     reasoning = reasoning_tags(state, prompt_ids)
     counter = TokenCounter()
     close = state.settings.close_on_length if body.afm_close_on_length is None else body.afm_close_on_length
@@ -136,9 +143,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
                                    logits_processors=[counter], request_id=request_id,
                                    close_on_length=close, logprobs=logprobs,
                                    stops_cut_grammar=tool_plan is None,
-                                   # an explicit max_tokens is not lowered: 400 if it cannot fit
-                                   fit_to_context=body.max_completion_tokens is None
-                                   and body.max_tokens is None,
+                                   fit_to_context=fit,
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning if constraint is not None else None)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
@@ -151,14 +156,36 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
 
 async def plan_request_tools(state: ServerState, tools: tuple[ToolDef, ...], choice: Choice,
                              parallel: bool | None, messages: list[dict[str, Any]]) -> ToolPlan | None:
-    """The tools plan (prompt rendering, tool grammar, call router), or None without tools.
-
-    Compiling a tool grammar can take a while: it runs in a worker thread.
-    """
+    """The tools plan's prompt and call router, or None without tools; its grammar is compiled
+    later (:meth:`ToolPlan.constrained`), once the prompt is known to fit."""
     if not tools:
         return None
     return await asyncio.to_thread(plan_tools, state.loaded.tokenizer, tools, choice, parallel,
-                                   messages=messages, compile_fn=state.compile_fn)
+                                   messages=messages, compile_fn=state.compile_fn,
+                                   compile_grammar=False)
+
+
+# Prompts are rendered and tokenized on one thread: its glibc arena alone holds what a long
+# prompt took, so the free top of the arena that malloc_trim cannot return is one thread's, and
+# is reused by the next long prompt (with a pool, every worker's arena kept its own).  Two
+# encodes in parallel were no faster than one after the other (measured on 2 cores).
+TOKENIZER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="afm-tokenize")
+
+
+def tokenize_prompt(state: ServerState, messages: list[dict[str, Any]], tool_plan: ToolPlan | None,
+                    template_kwargs: dict[str, Any] | None) -> list[int]:
+    """The prompt's token ids (on :data:`TOKENIZER_THREAD`: rendering and tokenizing a long
+    chat take a while).  A prompt its length alone shows to be too long is refused before tokenizing; a
+    long one gives the memory tokenizing it took back to the OS."""
+    tokenizer = state.loaded.tokenizer
+    context = state.loaded.info.context_length
+    if tool_plan is not None:
+        ids = tool_plan.encode_prompt(tokenizer, template_kwargs, context_length=context)
+    else:
+        ids = tokenizer.encode_chat(messages, template_kwargs=template_kwargs, context_length=context)
+    if len(ids) >= RELEASE_AFTER_TOKENS:
+        release_free_memory()
+    return ids
 
 
 def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags | None:

@@ -14,6 +14,7 @@ from afm_struct.models.loader import LoadedModel
 
 from .app import create_app
 from .completions import ServerState
+from .connection import http_protocol
 from .settings import ServerSettings
 
 
@@ -41,9 +42,10 @@ class LiveServer:
 def start_server(loaded: LoadedModel, settings: ServerSettings | None = None, *,
                  timeout_s: float = 20.0, **kwargs: Any) -> LiveServer:
     """Serve ``loaded`` on 127.0.0.1 port 0 in a daemon thread; return once it accepts."""
+    settings = settings or ServerSettings()
     app = create_app(loaded, settings, **kwargs)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                            timeout_graceful_shutdown=2)
+                            timeout_graceful_shutdown=2, http=http_protocol(settings))
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-live", daemon=True)
     thread.start()

@@ -3,24 +3,33 @@
 * :class:`RequestIdMiddleware` takes the inbound ``X-Request-ID`` (or makes one), stores it in
   ``scope["state"]["request_id"]`` and echoes it as ``X-Request-ID`` and ``OpenAI-Request-ID``
   on every response, errors included.
-* :class:`BodyLimitMiddleware` refuses bodies over the limit with 413 — from Content-Length
-  before reading, or while reading a chunked body (it reads the bounded body, then replays it).
+* :class:`BodyLimitMiddleware` bounds a request body: over the size limit, 413 — from
+  Content-Length before reading, or while reading a chunked body (it reads the bounded body,
+  then replays it); not all there within the body timeout, 408.  Both close the connection.
+  After a large body, the heap's free pages go back to the OS (:mod:`server.memory`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from afm_struct.errors import AfmError, InvalidRequestError, PayloadTooLargeError
+from afm_struct.errors import AfmError, InvalidRequestError, PayloadTooLargeError, RequestTimeoutError
 
+from .memory import release_free_memory
 from .sse import error_envelope
 
 # Printable ASCII without '/' (the ID is a path segment of the cancel route), bounded length.
 _REQUEST_ID = re.compile(r"^[!-.0-~]{1,128}$")
+# A refused body may still be arriving: close the connection rather than read the rest.
+_CLOSE = [(b"connection", b"close")]
+# Requests with bodies at least this large give the memory they took back when they end: the
+# parsed JSON, the validated request and the rendered prompt are several times the body.
+RELEASE_AFTER_BODY_BYTES = 1 << 18
 
 
 def new_request_id() -> str:
@@ -28,7 +37,8 @@ def new_request_id() -> str:
     return f"req_{uuid.uuid4().hex}"
 
 
-async def _send_error(send: Send, err: AfmError, extra: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+async def send_error(send: Send, err: AfmError, extra: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+    """Answer ``err`` with the JSON envelope (``extra``: more headers), outside the app."""
     body = json.dumps(error_envelope(err)).encode()
     await send({"type": "http.response.start", "status": err.status,
                 "headers": [(b"content-type", b"application/json"),
@@ -51,7 +61,7 @@ class RequestIdMiddleware:
         echo = request_id.encode("latin-1") if _REQUEST_ID.match(request_id) else new_request_id().encode()
         extra = [(b"x-request-id", echo), (b"openai-request-id", echo)]
         if inbound is not None and not _REQUEST_ID.match(inbound):
-            await _send_error(send, InvalidRequestError(
+            await send_error(send, InvalidRequestError(
                 "X-Request-ID must be 1-128 printable ASCII characters without '/' or spaces",
                 param="X-Request-ID", code="invalid_request_id"), extra)
             return
@@ -68,11 +78,13 @@ class RequestIdMiddleware:
 
 
 class BodyLimitMiddleware:
-    """413 for request bodies larger than ``max_bytes``."""
+    """413 for request bodies larger than ``max_bytes``, 408 for bodies not complete within
+    ``timeout_s`` of the request's headers (None: no limit)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,27 +92,36 @@ class BodyLimitMiddleware:
             return
         length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await _send_error(send, self._too_large(int(length)))
+            await send_error(send, self._too_large(int(length)), _CLOSE)
             return
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
         # Read the whole (bounded) body first: a limit hit while the framework parses would be
-        # reported as a parse error, and a chunked body has no Content-Length to check.
+        # reported as a parse error, and a chunked body has no Content-Length to check.  The
+        # deadline covers the whole body, so a client trickling bytes cannot hold it open.
         parts: list[bytes] = []
         seen = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away mid-body
-                return
-            parts.append(message.get("body", b""))
-            seen += len(parts[-1])
-            if seen > self.max_bytes:
-                await _send_error(send, self._too_large(seen))
-                return
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":  # the client went away mid-body
+                        return
+                    parts.append(message.get("body", b""))
+                    seen += len(parts[-1])
+                    if seen > self.max_bytes:
+                        await send_error(send, self._too_large(seen), _CLOSE)
+                        return
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await send_error(send, RequestTimeoutError(
+                f"the request body did not arrive within {self.timeout_s:g} s ({seen} bytes "
+                "received); send it without pausing", param="body"), _CLOSE)
+            return
         body: bytes | None = b"".join(parts)
+        parts.clear()
 
         async def replay() -> Message:
             nonlocal body
@@ -110,7 +131,12 @@ class BodyLimitMiddleware:
                 return message
             return await receive()  # afterwards: http.disconnect, for disconnect watchers
 
-        await self.app(scope, replay, send)
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            body = None
+            if seen >= RELEASE_AFTER_BODY_BYTES:
+                await asyncio.to_thread(release_free_memory)
 
     def _too_large(self, size: int) -> PayloadTooLargeError:
         return PayloadTooLargeError(

@@ -23,6 +23,14 @@ class ServerSettings:
     join_wait_ms: float = 40.0
     # Bodies above this are refused with 413 before they are parsed.
     max_body_bytes: int = 8 * 1024 * 1024
+    # A request body must be complete this long after its headers, or 408 (stalled uploads).
+    body_timeout_s: float = 30.0
+    # A request's headers must be complete this long after the connection opened or the last
+    # response ended (slowloris); else 408 and the connection is closed.
+    header_timeout_s: float = 10.0
+    # Open connections beyond this get 503 + Retry-After: with max_body_bytes, a bound on the
+    # memory bodies in transit take.
+    max_connections: int = 128
     # Used when a request gives neither max_tokens nor max_completion_tokens (clamped to context).
     default_max_tokens: int = 4096
     # X-AFM-Profile: extended samples at this interval (the contract asks for <= 250 ms).
@@ -48,6 +56,10 @@ class ServerSettings:
             raise ValueError("reasoning must be auto, think or off")
         if self.max_active < 1 or self.max_queue < 0:
             raise ValueError("max_active must be >= 1 and max_queue >= 0")
+        if not (self.body_timeout_s > 0 and self.header_timeout_s > 0):
+            raise ValueError("body_timeout_s and header_timeout_s must be > 0")
+        if self.max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
         if not 0 <= self.join_wait_ms <= 1000:
             raise ValueError("join_wait_ms must be in [0, 1000]")
         if any(not name.strip() for name in self.served_model_names):

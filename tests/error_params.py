@@ -19,10 +19,11 @@ import pytest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Error params that are not body paths, each where docs/protocol.md documents it: a request
-# header, the body as a whole (413), the path segments of the cancel and model routes.
+# header, the body as a whole (413; 408 for one not received in time), the path segments of the
+# cancel and model routes.
 OUTSIDE_BODY = {
     "X-Request-ID": lambda r: "x-request-id" in r.headers,
-    "body": lambda r: r.status == 413,
+    "body": lambda r: r.status in (408, 413),
     "request_id": lambda r: r.path.endswith("/cancel"),
     "model": lambda r: r.method in ("GET", "HEAD") and r.path.startswith("/v1/models/"),
 }

@@ -125,8 +125,20 @@ async def _post(http: httpx.AsyncClient, spec: dict[str, Any], rid: str, row: di
     judge_answer(row, spec, result, flagged)
 
 
+def final_response(data: bytes) -> bytes:
+    """Raw response bytes from the final response on: interim 1xx responses before it are
+    skipped, as HTTP/1.1 clients must (RFC 9110 section 15.2; the server probes a half-closed
+    connection with ``100 Continue``)."""
+    while (match := STATUS_LINE.match(data)) and match.group(1).startswith(b"1") \
+            and b"\r\n\r\n" in data:
+        data = data.partition(b"\r\n\r\n")[2]
+    return data
+
+
 def parse_response(data: bytes) -> tuple[int | None, dict[str, str], bytes]:
-    """(status, lower-cased headers, body with chunked framing removed) of raw response bytes."""
+    """(status, lower-cased headers, body with chunked framing removed) of raw response bytes
+    (of the final response: interim 1xx responses are skipped)."""
+    data = final_response(data)
     match = STATUS_LINE.match(data)
     if not match:
         return None, {}, b""
@@ -152,6 +164,7 @@ def parse_response(data: bytes) -> tuple[int | None, dict[str, str], bytes]:
 
 def _complete(data: bytes) -> bool:
     """Whether raw response bytes hold a whole response (so the read can stop early)."""
+    data = final_response(data)
     status, headers, _ = parse_response(data)
     if status is None or b"\r\n\r\n" not in data:
         return False

@@ -58,6 +58,17 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
              f"0 turns it off (default {d.join_wait_ms:g})")
     add("--max-body-bytes", type=int, default=d.max_body_bytes,
         help=f"request body limit, 413 beyond it (default {d.max_body_bytes})")
+    add("--body-timeout", dest="body_timeout_s", type=float, default=d.body_timeout_s,
+        metavar="SECONDS",
+        help="a request body must be complete this long after its headers, else 408 "
+             f"(default {d.body_timeout_s:g})")
+    add("--header-timeout", dest="header_timeout_s", type=float, default=d.header_timeout_s,
+        metavar="SECONDS",
+        help="a request's headers must be complete this long after the connection opened or "
+             f"the last response ended, else 408 and the connection closes (default {d.header_timeout_s:g})")
+    add("--max-connections", type=int, default=d.max_connections,
+        help="open connections beyond this get 503 + Retry-After; with --max-body-bytes it "
+             f"bounds the memory bodies in transit take (default {d.max_connections})")
     add("--grammar-backend", default="llguidance", choices=("llguidance", "outlines"),
         help="engine for json_schema / tools constraints (default llguidance)")
     add("--property-order", default="schema", choices=("schema", "any"),
@@ -101,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     from server.app import create_app
     from server.auth import ENV_VAR, is_loopback, load_api_keys
+    from server.connection import http_protocol
     from server.settings import ServerSettings
 
     from ..grammar.compiler import compile_constraint
@@ -114,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
         settings = ServerSettings(host=args.host, port=args.port, log_level=args.log_level,
                                   max_queue=args.max_queue, max_active=args.max_active,
                                   max_body_bytes=args.max_body_bytes, join_wait_ms=args.join_wait_ms,
+                                  body_timeout_s=args.body_timeout_s,
+                                  header_timeout_s=args.header_timeout_s,
+                                  max_connections=args.max_connections,
                                   close_on_length=args.close_on_length,
                                   served_model_names=tuple(args.served_model_names),
                                   api_keys=api_keys)
@@ -146,5 +161,6 @@ def run(args: argparse.Namespace) -> int:
         return compile_constraint(tokenizer, request, options)
 
     uvicorn.run(create_app(loaded, settings, compile_fn=compile_fn), host=settings.host, port=settings.port,
-                log_level=settings.log_level, timeout_graceful_shutdown=5)
+                log_level=settings.log_level, timeout_graceful_shutdown=5,
+                http=http_protocol(settings))
     return 0

@@ -47,8 +47,14 @@ class SamplingParams:
         if not isinstance(self.stop, tuple | list) or not all(isinstance(s, str) for s in self.stop):
             raise InvalidRequestError(f"stop must be a sequence of strings, got {self.stop!r}",
                                       param="stop", code="invalid_value")
+        if len(self.stop) > MAX_STOPS:
+            raise InvalidRequestError(f"stop may hold at most {MAX_STOPS} sequences, got {len(self.stop)}",
+                                      param="stop", code="invalid_value")
 
 
+# Every generated token is scanned for every stop sequence on the one thread that steps all
+# requests: 200k stops cost 230 ms a token, for everyone.  OpenAI allows 4.
+MAX_STOPS = 16
 # The seed is a 64-bit PRNG key (mx.random.key takes [0, 2**64); outside it raised a TypeError).
 SEED_LIMIT = 2 ** 64
 # Temperatures below this sample as greedy (as vLLM's epsilon): dividing float32 logits by less

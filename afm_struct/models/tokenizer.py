@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from ..errors import InvalidRequestError, ModelLoadError
 from .prompt_encoder import PromptEncoder
+from .token_bound import TokenBound, check_fits, token_bound
 from .user_text import Located, TextMarker
 
 _log = logging.getLogger(__name__)
@@ -98,13 +100,21 @@ class Tokenizer:
             raise InvalidRequestError(f"the chat template rejected the messages: {said}",
                                       param="messages") from exc
 
+    @cached_property
+    def token_bound(self) -> TokenBound | None:
+        """A lower bound on a text's token count from its length (None: this tokenizer has none)."""
+        return token_bound(self.hf)
+
     def encode_chat(self, messages: list[dict[str, Any]], *,
                     tools: list[dict[str, Any]] | None = None,
-                    template_kwargs: dict[str, Any] | None = None) -> list[int]:
+                    template_kwargs: dict[str, Any] | None = None,
+                    context_length: int | None = None) -> list[int]:
         """Prompt token ids for a chat, BOS added when the model wants one.
 
         Every string of ``messages``, ``tools`` and ``template_kwargs`` is tokenized as plain text:
-        special tokens come only from the template (see :meth:`encode_rendered`).
+        special tokens come only from the template (see :meth:`encode_rendered`).  With
+        ``context_length``, a prompt certainly too long for it is refused before it is tokenized
+        (:class:`~afm_struct.errors.ContextOverflowError`).
         """
         chat = [_as_dict(m) for m in messages]
         tools = [_as_dict(t) for t in tools] if tools is not None else None
@@ -112,20 +122,24 @@ class Tokenizer:
         def render(mark: TextMarker | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
             return (chat, tools) if mark is None else (mark.messages(chat), mark.tools(tools))
 
-        return self.encode_rendered(render, template_kwargs=template_kwargs)
+        return self.encode_rendered(render, template_kwargs=template_kwargs, context_length=context_length)
 
     def encode_rendered(self, render: ChatRender, *,
-                        template_kwargs: dict[str, Any] | None = None) -> list[int]:
+                        template_kwargs: dict[str, Any] | None = None,
+                        context_length: int | None = None) -> list[int]:
         """Prompt token ids for the chat ``render`` builds, request text read as plain text.
 
         The chat is rendered as built (``render(None)``), then with the request's strings marked
         (``render(marker)``); the marked rendering says where request text lies in the prompt, and
         a special token found there is tokenized as the text it is.  A prompt in which no request
-        text spells a special token keeps exactly the ids it always had.
+        text spells a special token keeps exactly the ids it always had.  ``context_length``: as
+        in :meth:`encode_chat`.
         """
         messages, tools = render(None)
         kwargs = self._template_kwargs(template_kwargs)
         text = self.apply_chat_template(messages, tools=tools, template_kwargs=kwargs)
+        if context_length is not None:  # before the request text is located and encoded
+            check_fits(text, self.token_bound, context_length)
         encoder = self._prompt_encoder()
         located = self._locate_request_text(render, text, kwargs, encoder)
         ids = encoder.encode(located.text, located)

@@ -21,7 +21,7 @@ leaves requests with no strict tool unconstrained (the benchmark's free baseline
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..grammar.compiler import CompiledConstraint
@@ -78,9 +78,11 @@ class ToolPlan:
                               max_calls=None if self.parallel else 1, reasoning_tags=reasoning_tags,
                               start_in_reasoning=start_in_reasoning)
 
-    def encode_prompt(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    def encode_prompt(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, *,
+                      context_length: int | None = None) -> list[int]:
         """Prompt token ids for this plan's messages (the tokenizer facade's ``encode_rendered``:
-        request text, tool definitions included, is tokenized as plain text)."""
+        request text, tool definitions included, is tokenized as plain text; ``context_length``
+        refuses a prompt certainly too long before tokenizing it)."""
         table = self.table or load_table()
 
         def render(mark: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
@@ -89,7 +91,26 @@ class ToolPlan:
             return render_messages(self.source_messages, self.tools, self.choice, self.format, table,
                                    knows_tools=self.knows_tools, mark=mark)
 
-        return tokenizer.encode_rendered(render, template_kwargs=template_kwargs)
+        if context_length is None:
+            return tokenizer.encode_rendered(render, template_kwargs=template_kwargs)
+        return tokenizer.encode_rendered(render, template_kwargs=template_kwargs,
+                                         context_length=context_length)
+
+    def constrained(self, tokenizer: Any, *, options: CompileOptions | None = None,
+                    compile_fn: Compile | None = None, constrain_non_strict: bool = True,
+                    closed_objects: bool = True) -> ToolPlan:
+        """This plan with its tool grammar compiled (see :func:`plan_tools`); unchanged when no
+        call is constrained.  Compiles (possibly slowly): call it off the event loop."""
+        callable_tools = self.callable_tools
+        if not callable_tools or not (any(t.strict for t in callable_tools) or constrain_non_strict):
+            return self
+        compiled = compile_tool_grammar(tokenizer, self.format, callable_tools,
+                                        required=self.choice.kind in ("required", "function"),
+                                        parallel=self.parallel, options=options,
+                                        compile_fn=compile_fn, closed=closed_objects)
+        return replace(self, constraint=compiled.constraint, downgraded=compiled.downgraded,
+                       reason=compiled.reason, grammar=compiled.grammar, rungs=compiled.rungs,
+                       guided=compiled.guided)
 
     def validate_call(self, name: str, arguments: str) -> ValidationOutcome:
         """Check one finished call against its tool's ``parameters`` (unknown name: not ok)."""
@@ -104,14 +125,15 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
                messages: list[dict[str, Any]] | None = None, options: CompileOptions | None = None,
                format_name: str | None = None, chat_template: str | None = None,
                constrain_non_strict: bool = True, compile_fn: Compile | None = None,
-               closed_objects: bool = True) -> ToolPlan:
+               closed_objects: bool = True, compile_grammar: bool = True) -> ToolPlan:
     """Plan tool handling for one request (400 errors for bad tools / tool_choice).
 
     ``tools`` / ``tool_choice`` are the OpenAI values (dicts or objects with the same fields);
     ``messages`` the chat-template dicts; ``format_name`` overrides format detection and
     ``chat_template`` the template it is detected from (default: the tokenizer's);
     ``compile_fn(tokenizer, request)`` replaces the shared compiler (the server's hook);
-    ``closed_objects`` reads strict schemas' objects as closed (OpenAI strict semantics).
+    ``closed_objects`` reads strict schemas' objects as closed (OpenAI strict semantics);
+    ``compile_grammar=False`` plans the prompt only (:meth:`ToolPlan.constrained` compiles later).
     Compiles (possibly slowly, bounded by ``options.timeout_s``): call it off the event loop.
     """
     table = load_table()
@@ -129,14 +151,7 @@ def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
     plan = ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel, constraint=None,
                     downgraded=False, reason=None, messages=rendered, template_tools=template_tools,
                     source_messages=source, knows_tools=knows_tools, table=table)
-    callable_tools = plan.callable_tools
-    forced = choice.kind in ("required", "function")
-    if not callable_tools or not (any(t.strict for t in callable_tools) or constrain_non_strict):
+    if not compile_grammar:
         return plan
-    compiled = compile_tool_grammar(tokenizer, fmt, callable_tools, required=forced, parallel=parallel,
-                                    options=options, compile_fn=compile_fn, closed=closed_objects)
-    return ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel,
-                    constraint=compiled.constraint, downgraded=compiled.downgraded,
-                    reason=compiled.reason, messages=rendered, template_tools=template_tools,
-                    grammar=compiled.grammar, rungs=compiled.rungs, guided=compiled.guided,
-                    source_messages=source, knows_tools=knows_tools, table=table)
+    return plan.constrained(tokenizer, options=options, compile_fn=compile_fn,
+                            constrain_non_strict=constrain_non_strict, closed_objects=closed_objects)
