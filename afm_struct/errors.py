@@ -9,6 +9,7 @@ public boundary::
     ├── InvalidRequestError     (400: bad parameters, bad messages)
     │   ├── ContextOverflowError
     │   ├── SchemaError         (invalid JSON Schema / grammar, with the JSON path of the problem)
+    │   ├── GrammarLimitError   (the constraint needs more grammar-engine work than its limits)
     │   └── UnknownToolError
     ├── NotFoundError           (404)
     ├── PayloadTooLargeError    (413)
@@ -76,6 +77,14 @@ class SchemaError(InvalidRequestError):
         place as a JSON path (``$.tools[0].function.parameters``): the engine checks a schema
         without knowing where the request carried it."""
         return SchemaError(self.detail, path=prefix + self.path[1:], param=param)
+
+
+class GrammarLimitError(InvalidRequestError):
+    """The constraint needs more grammar-engine work than the engine's limits allow: a pattern
+    or literal forcing a very long run of text, or a grammar too ambiguous.  Raised before
+    generation with ``param`` at the schema part, or during it (``param`` unknown then)."""
+
+    code = "grammar_too_complex"
 
 
 class UnknownToolError(InvalidRequestError):

@@ -26,6 +26,9 @@ DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
                   "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000}
 
 
+# Stop reasons of a matcher that ran out of its budgets (llguidance's StopReason names).
+_OVER_LIMITS = frozenset({"LexerTooComplex", "ParserTooComplex"})
+
 _LL_TOKENIZERS: dict[int, tuple[Any, Any]] = {}
 _LL_LOCK = threading.Lock()
 
@@ -104,6 +107,10 @@ class LLGuidanceMatcher:
     def error(self) -> str | None:
         """llguidance's error message, if the matcher failed."""
         return self._m.get_error() or None if self._m.is_error() else None
+
+    def over_limits(self) -> bool:
+        """True when the matcher stopped on its lexer or parser budgets (see DEFAULT_LIMITS)."""
+        return self._m.stop_reason() in _OVER_LIMITS
 
     def fork(self) -> LLGuidanceMatcher:
         """An independent copy at the same state (~1 µs): the closing search steps forks."""
