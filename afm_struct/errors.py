@@ -14,6 +14,7 @@ public boundary::
     ├── NotFoundError           (404)
     ├── PayloadTooLargeError    (413)
     ├── OverloadedError         (503, with a retry-after hint)
+    ├── UnavailableError        (503: the engine stopped; this replica cannot serve)
     └── GenerationError         (500: a failure while generating)
 """
 
@@ -119,6 +120,15 @@ class OverloadedError(AfmError):
     def __init__(self, message: str, *, retry_after: int = 1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class UnavailableError(AfmError):
+    """The generation engine stopped after an internal failure: this replica cannot serve
+    (``/health`` says so too); the request should go to another replica."""
+
+    type = "server_error"
+    status = 503
+    code = "engine_unavailable"
 
 
 class GenerationError(AfmError):

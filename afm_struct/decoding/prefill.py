@@ -105,11 +105,10 @@ class Prefiller:
                 self.batch.join(seq)
             except Exception as exc:
                 # Appending to the shared batch cache failed part way: its rows are concerned.
-                err = request_error(exc, [seq.request.request_id,
-                                          *(r.request.request_id for r in shared.rows if shared)])
-                finish(seq, FinishReason.ERROR, error=err)
-                for row in shared.rows if shared is not None else []:
-                    finish(row, FinishReason.ERROR, error=err)
+                concerned = [seq, *(shared.rows if shared is not None else [])]
+                err = request_error(exc, [s.request.request_id for s in concerned])
+                for s in concerned:
+                    finish(s, FinishReason.ERROR, error=err)
                 self.batch.drop_done()
 
     def prefill_some(self) -> None:
