@@ -54,8 +54,9 @@ class ForcedRun:
     length: int
     what: str  # "pattern", "const value", "enum value", "property name"
 
-    def error(self, param: str) -> GrammarLimitError:
-        """The 400 for a strict request; ``param`` is where the schema sits in the request.
+    def error(self, param: str, prefix: str = "$") -> GrammarLimitError:
+        """The 400 for a strict request; ``param`` is where the schema sits in the request,
+        ``prefix`` the same place as a JSON path (``$.tools[0].function.parameters``).
 
         The error's ``param`` is the request path of the part; a long property name (itself
         the forced run) is named by the object that holds it, shortened in the message.
@@ -65,7 +66,7 @@ class ForcedRun:
         if shown != self.path:
             parts = [str(p) for p in self.path[:next(i for i, p in enumerate(shown) if p != self.path[i])]]
         return GrammarLimitError(
-            f"the {self.what} at {json_path(shown)} forces {self.length:,} characters in a row; "
+            f"the {self.what} at {prefix}{json_path(shown)[1:]} forces {self.length:,} characters in a row; "
             f"constrained output allows at most {MAX_FORCED_RUN:,} (a longer run exhausts the "
             "grammar engine's lexer budget in the middle of the output): shorten it, or bound "
             "the string with maxLength instead of a repeated character",
@@ -166,12 +167,12 @@ def forced_run(pattern: str) -> int:
     return max((int(low) for low, _ in _QUANTIFIER.findall(pattern)), default=0)
 
 
-def check_forced_runs(schema: Any, *, param: str) -> None:
+def check_forced_runs(schema: Any, *, param: str, prefix: str = "$") -> None:
     """Raise :class:`GrammarLimitError` (with ``param`` + the path) when ``schema`` forces a run
-    over :data:`MAX_FORCED_RUN`; ``param`` is where the schema sits in the request."""
+    over :data:`MAX_FORCED_RUN`; ``param`` / ``prefix`` say where the schema sits in the request."""
     run = longest_forced_run(schema)
     if run is not None:
-        raise run.error(param)
+        raise run.error(param, prefix)
 
 
 def _literal(value: Any) -> int:

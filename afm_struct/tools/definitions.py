@@ -77,7 +77,7 @@ def parse_tools(tools: Any) -> tuple[ToolDef, ...]:
         params = object_arguments(params, i)
         check_schema(params, param=where, prefix=f"$.tools[{i}].function.parameters")
         if _get(fn, "strict", False):  # a non-strict tool is served without the forced run
-            check_forced_runs(params, param=where)
+            check_forced_runs(params, param=where, prefix=f"$.tools[{i}].function.parameters")
         out.append(ToolDef(name=name, description=_get(fn, "description", "") or "",
                            parameters=params, strict=bool(_get(fn, "strict", False)),
                            has_parameters=has_params))

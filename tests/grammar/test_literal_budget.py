@@ -51,6 +51,9 @@ def test_forced_literals_are_found_where_they_are_compiled() -> None:
     for path, schema in cases.items():
         found = longest_forced_run(schema)
         assert found is not None and found.path == path, (path, found)
+    # A long name is the object holding it in param (a path that resolves), shortened in words.
+    err = longest_forced_run(cases[("properties", long)]).error("tools.0.function.parameters")
+    assert err.param == "tools.0.function.parameters.properties" and long not in err.message
     # Values that are never compiled do not count.
     assert longest_forced_run({"type": "string", "default": long, "examples": [long]}) is None
     assert longest_forced_run({"type": "string", "maxLength": 10**6}) is None

@@ -112,6 +112,7 @@ def test_a_strict_tool_with_an_expensive_pattern_is_a_400_at_its_parameters(serv
     error = r.json()["error"]
     assert (error["code"], error["param"]) == ("grammar_too_complex",
                                                "tools.0.function.parameters.properties.v.pattern")
+    assert "$.tools[0].function.parameters.properties.v.pattern" in error["message"]
     streams.finish()
 
 
