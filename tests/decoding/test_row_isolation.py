@@ -150,3 +150,30 @@ def test_faults_end_only_their_own_row_real_model(embedded):
 
     run_state_machine_as_test(Real, settings=machine_settings(6, 12))
     assert Real.errors_seen >= 3, Real.fired_kinds
+
+
+def test_the_mlx_lm_processor_raises_on_a_mask_the_engine_failed(tokenizer):
+    """The same silent stop under unmodified mlx_lm.generate: an error, not a mask of nothing
+    (every logit -inf, a garbage draw)."""
+    import mlx.core as mx
+
+    from afm_struct.decoding.mlx_lm_processor import make_mlx_lm_processor
+    from afm_struct.grammar.compiler import compile_constraint
+    from afm_struct.grammar.engine import MatcherError
+    from afm_struct.grammar.spec import JsonObjectRequest
+
+    from .faults import FaultyMatcher
+
+    compiled = compile_constraint(tokenizer, JsonObjectRequest())
+
+    class Broken:
+        def new_matcher(self):  # type: ignore[no-untyped-def]
+            return FaultyMatcher(compiled.new_matcher(), "mask_silent", 2)
+
+    processor = make_mlx_lm_processor(Broken(), tokenizer)
+    prompt = tokenizer.encode("{")
+    logits = mx.zeros((1, tokenizer.vocab_size))
+    processor(mx.array(prompt), logits)  # the first mask is fine
+    with pytest.raises(MatcherError) as info:
+        processor(mx.array([*prompt, tokenizer.encode("{")[0]]), logits)
+    assert MARK in info.value.detail  # the engine's words are there, for the caller's log
