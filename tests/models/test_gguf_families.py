@@ -62,6 +62,9 @@ def test_forward_pass_from_a_fresh_thread(tmp_path: Path, family: str) -> None:
     module's shared models may already have been run on this thread."""
     import threading
 
+    from afm_struct.decoding.generator import GenerationRequest, Generator
+    from afm_struct.decoding.sampling import SamplingParams
+
     tiny, path = tiny_gguf(family, tmp_path)
     loaded = load_model(str(path), weights="float32")
     got: dict[str, Any] = {}
@@ -71,6 +74,11 @@ def test_forward_pass_from_a_fresh_thread(tmp_path: Path, family: str) -> None:
             logits = loaded.model(mx.array([[t % len(tiny.vocab.tokens) for t in TOKENS]]))
             mx.eval(logits)
             got["logits"] = logits
+            # What the scheduler thread does: warm up, then generate (prefill, decode steps).
+            gen = Generator.from_loaded(loaded)
+            gen.warm_up()
+            prompt = loaded.tokenizer.encode_chat([{"role": "user", "content": "hi"}])
+            got["end"] = list(gen.generate(GenerationRequest(prompt, SamplingParams(max_tokens=4))))[-1]
         except Exception as exc:  # reported on the test's thread below
             got["error"] = exc
 
@@ -78,6 +86,7 @@ def test_forward_pass_from_a_fresh_thread(tmp_path: Path, family: str) -> None:
     thread.start()
     thread.join()
     assert "error" not in got, got.get("error")
+    assert got["end"].reason in ("stop", "length") and got["end"].error is None, got["end"].error
     expected = tiny.reference(mx.array([[t % len(tiny.vocab.tokens) for t in TOKENS]]))
     assert float(mx.max(mx.abs(expected - got["logits"]))) < 1e-4
 
