@@ -9,11 +9,13 @@ public boundary::
     ├── InvalidRequestError     (400: bad parameters, bad messages)
     │   ├── ContextOverflowError
     │   ├── SchemaError         (invalid JSON Schema / grammar, with the JSON path of the problem)
+    │   ├── GrammarLimitError   (the constraint needs more grammar-engine work than its limits)
     │   └── UnknownToolError
     ├── NotFoundError           (404)
     ├── RequestTimeoutError     (408: the request body did not arrive in time)
     ├── PayloadTooLargeError    (413)
     ├── OverloadedError         (503, with a retry-after hint)
+    ├── UnavailableError        (503: the engine stopped; this replica cannot serve)
     └── GenerationError         (500: a failure while generating)
 """
 
@@ -79,6 +81,14 @@ class SchemaError(InvalidRequestError):
         return SchemaError(self.detail, path=prefix + self.path[1:], param=param)
 
 
+class GrammarLimitError(InvalidRequestError):
+    """The constraint needs more grammar-engine work than the engine's limits allow: a pattern
+    or literal forcing a very long run of text, or a grammar too ambiguous.  Raised before
+    generation with ``param`` at the schema part, or during it (``param`` unknown then)."""
+
+    code = "grammar_too_complex"
+
+
 class UnknownToolError(InvalidRequestError):
     """``tool_choice`` names a function that is not among ``tools``."""
 
@@ -119,6 +129,15 @@ class OverloadedError(AfmError):
     def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
         super().__init__(message, code=code)
         self.retry_after = retry_after
+
+
+class UnavailableError(AfmError):
+    """The generation engine stopped after an internal failure: this replica cannot serve
+    (``/health`` says so too); the request should go to another replica."""
+
+    type = "server_error"
+    status = 503
+    code = "engine_unavailable"
 
 
 class GenerationError(AfmError):

@@ -127,15 +127,21 @@ async def retrieve_model(model: str, request: Request) -> dict[str, Any]:
     return _model_card(name, int(request.app.state.started_at))
 
 
-@get_route("/health")
-async def health(request: Request) -> dict[str, Any]:
-    """Liveness and load; answers while generation runs on the scheduler thread."""
+@get_route("/health", response_model=None)
+async def health(request: Request) -> dict[str, Any] | JSONResponse:
+    """Liveness and load; answers while generation runs on the scheduler thread.  A replica
+    whose scheduler thread died answers 503 ``unhealthy`` with the reason, so a balancer's
+    health check takes it out (its requests fail fast with 503 meanwhile)."""
     state = _state(request)
     pending, capacity = state.scheduler.load
-    return {"status": "ok", "version": __version__, "model": state.loaded.info.id,
+    body = {"status": "ok", "version": __version__, "model": state.loaded.info.id,
             "device": state.loaded.info.device, "requests_in_flight": pending,
             "capacity": capacity, "uptime_s": round(time.time() - request.app.state.started_at, 3),
             "rss_bytes": resident_bytes()}
+    failure = state.scheduler.failure
+    if failure is not None:
+        return JSONResponse({**body, "status": "unhealthy", "reason": failure}, status_code=503)
+    return body
 
 
 def resident_bytes() -> int | None:

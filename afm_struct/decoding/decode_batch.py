@@ -3,8 +3,9 @@
 Sequences whose caches batch (plain KV caches) share one group, the *shared* group, whose rows
 are the rows of one batch cache; a sequence whose cache cannot batch (sliding windows,
 state-space layers) decodes as a group of its own.  Prefill adds rows (:meth:`DecodeBatch.join`,
-:meth:`DecodeBatch.join_rows`); the decode step removes finished ones (:meth:`DecodeBatch.leave`)
-and empty groups (:meth:`DecodeBatch.drop_empty`), keeping the last emptied batch cache so the
+:meth:`DecodeBatch.join_rows`); the decode step removes finished ones (:meth:`DecodeBatch.leave`),
+other phases the rows that ended in them (:meth:`DecodeBatch.drop_done`), and empty groups go
+(:meth:`DecodeBatch.drop_empty`), keeping the last emptied batch cache so the
 next batch is built in its buffers.
 """
 
@@ -92,6 +93,15 @@ class DecodeBatch:
         if keep and group.batched:
             self.cache_ops.filter(group.cache, keep)
         group.rows = [group.rows[i] for i in keep]
+
+    def drop_done(self) -> None:
+        """Rows that ended outside the decode step (a row's failure while its mask was filled,
+        a prefill that found the grammar complete) leave now; then empty groups go."""
+        for g in self.groups:
+            alive = [i for i, s in enumerate(g.rows) if not s.done]
+            if len(alive) < len(g.rows):
+                self.leave(g, alive)
+        self.drop_empty()
 
     def drop_empty(self) -> None:
         """Remove groups without rows; an emptied shared batch cache becomes the spare."""

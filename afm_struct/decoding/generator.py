@@ -18,7 +18,10 @@ with no admission in between):
 4. :meth:`~Generator.prefill_some`: a bounded slice of pending prompt prefill, so new requests
    join at the next iteration and a long prompt cannot stall running streams for long.
 
-A model failure ends the requests of the group it happened in only.
+Failures are contained (:mod:`.failures`): a failure in one row's own steps (its mask, sampler,
+matcher advance, forced run, closing, emitting its text) ends that row only, and the other rows
+go on exactly as without it; a failure of a step the group shares (its forward pass, the
+stacked sampling) ends the requests of that group only.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ from typing import Any
 
 import mlx.core as mx
 
-from ..errors import AfmError, ContextOverflowError, internal_error
+from ..errors import ContextOverflowError
 from ..grammar.closing import closing_vocab_for
+from ..grammar.engine import matcher_failure
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
 from .closing import BudgetCloser
 from .decode_batch import DecodeBatch
 from .detokenizer import StreamingDetokenizer
-from .emit import emit_run, finish
+from .emit import emit_run, fail, finish
 from .events import (
     Constraint,
     Event,
@@ -48,6 +52,7 @@ from .events import (
     Timings,
     Usage,
 )
+from .failures import request_error
 from .forward import calibrate_fixed_cost, split_head
 from .logprobs import TokenTrack, token_table
 from .next_mask import MaskFiller
@@ -195,7 +200,7 @@ class Generator:
         for group in self.batch.groups:
             try:
                 left = self._sample_group(group)
-            except Exception as exc:  # a model failure ends the requests of this group only
+            except Exception as exc:  # a failure of the group's shared step ends its requests only
                 self._fail(group, exc)
                 continue
             if group.shared and group.rows:
@@ -211,12 +216,16 @@ class Generator:
                 continue
             try:
                 self._forward(group)
-                for seq in group.rows:
-                    if seq.logits is not None:
-                        self.fill_mask(seq)  # on the CPU while the forward pass runs
             except Exception as exc:  # a model failure ends the requests of this group only
                 self._fail(group, exc)
-        self.batch.drop_empty()
+                continue
+            for seq in group.rows:
+                if seq.logits is not None:
+                    try:
+                        self.fill_mask(seq)  # on the CPU while the forward pass runs
+                    except Exception as exc:  # this row's grammar: it alone ends
+                        fail(seq, exc)
+        self.batch.drop_done()
 
     def prefill_some(self) -> None:
         """A bounded slice of pending prompt prefill (:meth:`Prefiller.prefill_some`)."""
@@ -233,18 +242,29 @@ class Generator:
         ready = [r for r in group.rows if not r.done and r.logits is not None]
         runs = []
         if ready:
-            tokens, stats = sample_rows(ready)
+            # Each row's own steps are its own: a failure there ends that row (fail), and the
+            # others carry on as if it had never been in the batch.
+            tokens, stats = sample_rows(ready, on_error=lambda i, exc: fail(ready[i], exc))
             for seq, token, st in zip(ready, tokens, stats, strict=True):
-                run = self._advance(seq, token)
-                seq.pending = list(run)
-                if seq.track is not None:
-                    seq.track.decided(run, token, st)
+                if seq.done:
+                    continue
+                try:
+                    run = self._advance(seq, token)
+                    seq.pending = list(run)
+                    if seq.track is not None:
+                        seq.track.decided(run, token, st)
+                except Exception as exc:
+                    fail(seq, exc)
+                    continue
                 runs.append((seq, run))
         # Text goes out before the next forward pass, not after it: a client sees each token
         # one forward pass (a whole batch step) sooner, and a row a stop string ends leaves
         # the batch before that pass.
         for seq, run in runs:
-            emit_run(seq, run)
+            try:
+                emit_run(seq, run)
+            except Exception as exc:
+                fail(seq, exc)
         alive = [i for i, s in enumerate(group.rows) if not s.done and self._continues(s)]
         # Rows that ended (here, or by a stop string or cancel) leave the batch now.
         left = len(group.rows) - len(alive)
@@ -254,8 +274,7 @@ class Generator:
 
     def _fail(self, group: BatchGroup, exc: Exception) -> None:
         """End every row of ``group`` with ``error`` (the group is dropped after the phase)."""
-        err = exc if isinstance(exc, AfmError) else internal_error(
-            exc, [seq.request.request_id for seq in group.rows])
+        err = request_error(exc, [seq.request.request_id for seq in group.rows])
         for seq in group.rows:
             finish(seq, FinishReason.ERROR, error=err)
         group.rows = []
@@ -269,9 +288,8 @@ class Generator:
             if instead is not None:  # the budget is spent on the grammar's shortest completion
                 for t in instead:
                     if not seq.matcher.advance(t):
-                        raise internal_error(f"completion token {t} rejected: {seq.matcher.error()}",
-                                             [seq.request.request_id],
-                                             what="the grammar rejected its own completion token")
+                        raise matcher_failure(seq.matcher, "the grammar rejected its own completion token",
+                                              f"token {t}")
                 seq.tokens.extend(instead)
                 seq.usage.completion_tokens = len(seq.tokens)
                 return list(instead)
@@ -282,16 +300,17 @@ class Generator:
         if seq.matcher is not None:
             if not seq.matcher.advance(token):
                 # The engine's error is its parser state: for the log, not for the client.
-                raise internal_error(f"token {token} rejected: {seq.matcher.error()}",
-                                     [seq.request.request_id], what="the grammar rejected a token it allowed")
+                raise matcher_failure(seq.matcher, "the grammar rejected a token it allowed",
+                                      f"token {token}")
             if seq.request.fast_forward:
                 budget = seq.max_tokens - len(seq.tokens) - 1
                 forced = seq.matcher.forced_tokens()[:max(budget, 0)]
+                if seq.matcher.error() is not None:  # computing the forced run failed
+                    raise matcher_failure(seq.matcher, "the grammar failed to compute its forced tokens")
                 for f in forced:
                     if not seq.matcher.advance(f):
-                        raise internal_error(f"forced token {f} rejected: {seq.matcher.error()}",
-                                             [seq.request.request_id],
-                                             what="the grammar rejected its own forced token")
+                        raise matcher_failure(seq.matcher, "the grammar rejected its own forced token",
+                                              f"token {f}")
                 run.extend(forced)
                 seq.usage.forced_tokens += len(forced)
             if closer is not None:
@@ -303,7 +322,11 @@ class Generator:
     def _continues(self, seq: SequenceState) -> bool:
         if seq.eos:
             return False
-        if seq.matcher is not None and seq.matcher.is_finished():
+        try:
+            if seq.matcher is not None and seq.matcher.is_finished():
+                return False
+        except Exception as exc:  # this row's grammar: it alone ends
+            fail(seq, exc)
             return False
         return len(seq.tokens) < seq.max_tokens
 

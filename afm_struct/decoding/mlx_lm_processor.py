@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from ..grammar.engine import allocate_bitmask
+from ..grammar.engine import allocate_bitmask, matcher_failure
 from .generator import Constraint
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
 
@@ -44,6 +44,8 @@ class GrammarLogitsProcessor:
         row[:] = 0
         if not self.matcher.is_finished():
             self.matcher.fill_mask(row)
+            if self.matcher.error() is not None:  # an engine that stopped leaves an empty mask
+                raise matcher_failure(self.matcher, "the grammar failed to compute the next mask")
         set_tokens(row, self.eos_token_ids, self.matcher.is_accepting())
         if bitmask_allows_all(row, self.vocab_size):
             return logits

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ..grammar.engine import allocate_bitmask
+from ..grammar.engine import allocate_bitmask, matcher_failure
 from .masking import allows_most, bitmask_allows_all, set_tokens
 from .sequence import SequenceState
 
@@ -32,6 +32,10 @@ class MaskFiller:
         row = seq.mask[0]
         row[:] = 0
         seq.matcher.fill_mask(row)
+        if seq.matcher.error() is not None:
+            # An engine that fails while computing a mask leaves a mask of nothing (or EOS
+            # only) and reports itself finished: that would end the row as a silent "stop".
+            raise matcher_failure(seq.matcher, "the grammar failed to compute the next mask")
         # EOS policy lives here, not in each engine: any end-of-turn id iff the grammar accepts.
         set_tokens(row, self.eos_ids, seq.matcher.is_accepting())
         if seq.closer is not None:

@@ -7,6 +7,10 @@ running streams; a prompt starts from the longest cached prefix of a recent prom
 waiting together prefill in one ragged forward pass (one read of the weights), after their
 shared prefix is computed once; a prompt that lacks only a few uncached tokens joins the batch
 at once and feeds them in the batch's own pass (:meth:`Prefiller.join_short_tails`).
+
+Failures are contained as in the decode step (:mod:`.failures`): a prompt's own grammar step
+(its first mask) ends that prompt only; a forward pass ends the prompts it computed (a shared
+prefix: every prompt that shares it; prompts prefilled together: those).
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from typing import Any
 
 import mlx.core as mx
 
-from ..errors import AfmError, internal_error
 from .decode_batch import DecodeBatch
-from .emit import finish
+from .emit import fail, finish
+from .failures import request_error
 from .forward import Head, logits_at
 from .outputs import FinishReason
 from .prefix_cache import PrefixCache, common_prefix
@@ -86,12 +90,26 @@ class Prefiller:
                 continue
             if len(prompt) - self.prefix_cache.peek(prompt) > self.join_tail:
                 continue
-            if seq.matcher is not None and seq.matcher.is_finished():
-                continue  # nothing to generate: the prefill path finishes it
-            self._start_prefill(seq)
+            try:
+                if seq.matcher is not None and seq.matcher.is_finished():
+                    continue  # nothing to generate: the prefill path finishes it
+                self._start_prefill(seq)
+            except Exception as exc:  # this prompt's own step: it alone ends
+                self.waiting.remove(seq)
+                fail(seq, exc)
+                continue
             seq.pending = prompt[seq.prefilled:]
             self.waiting.remove(seq)
-            self.batch.join(seq)
+            shared = next((g for g in self.batch.groups if g.shared), None)
+            try:
+                self.batch.join(seq)
+            except Exception as exc:
+                # Appending to the shared batch cache failed part way: its rows are concerned.
+                concerned = [seq, *(shared.rows if shared is not None else [])]
+                err = request_error(exc, [s.request.request_id for s in concerned])
+                for s in concerned:
+                    finish(s, FinishReason.ERROR, error=err)
+                self.batch.drop_done()
 
     def prefill_some(self) -> None:
         """A bounded slice of prefill: end cancelled waiters, compute a shared prefix once,
@@ -105,9 +123,8 @@ class Prefiller:
         if together:
             try:
                 budget -= self._prefill_together(together)
-            except Exception as exc:
-                err = exc if isinstance(exc, AfmError) else internal_error(
-                    exc, [seq.request.request_id for seq in together])
+            except Exception as exc:  # the pass they shared: those prompts end
+                err = request_error(exc, [seq.request.request_id for seq in together])
                 for seq in together:
                     if seq in self.waiting:
                         self.waiting.remove(seq)
@@ -119,10 +136,12 @@ class Prefiller:
                 break
             try:
                 budget -= self._prefill_chunk(seq, budget)
-            except Exception as exc:
-                self.waiting.remove(seq)
-                err = exc if isinstance(exc, AfmError) else internal_error(exc, [seq.request.request_id])
-                finish(seq, FinishReason.ERROR, error=err)
+            except Exception as exc:  # this prompt's pass or its first mask: it alone ends
+                if seq in self.waiting:
+                    self.waiting.remove(seq)
+                fail(seq, exc)
+        # Prompts that ended once in the batch (a failure, a grammar complete at once) leave.
+        self.batch.drop_done()
 
     def _start_prefill(self, seq: SequenceState) -> None:
         """Start the clock and take the longest cached prefix of the prompt, if any."""
@@ -151,10 +170,17 @@ class Prefiller:
         if shared < self.prefix_cache.min_length:
             return 0
         prefix = fresh[0][:shared]
-        cache = self.make_cache()
-        self.model(mx.array([prefix]), cache=cache)
-        mx.eval([c.state for c in cache])
-        self.prefix_cache.store(prefix, cache)
+        try:
+            cache = self.make_cache()
+            self.model(mx.array([prefix]), cache=cache)
+            mx.eval([c.state for c in cache])
+            self.prefix_cache.store(prefix, cache)
+        except Exception as exc:  # computed for every waiting prompt: those end
+            err = request_error(exc, [seq.request.request_id for seq in waiting])
+            for seq in waiting:
+                self.waiting.remove(seq)
+                finish(seq, FinishReason.ERROR, error=err)
+            return 0
         return shared
 
     def _pick_together(self, budget: int) -> list[SequenceState]:
@@ -185,9 +211,13 @@ class Prefiller:
         cache = self.batch.new_cache([seq.cache for seq in seqs])  # type: ignore[misc]
         out = self.ragged(cache, feeds)
         mx.async_eval(out)
+        failed: list[tuple[SequenceState, Exception]] = []
         for i, seq in enumerate(seqs):
             seq.logits = out[i:i + 1]
-            self.fill_mask(seq)
+            try:
+                self.fill_mask(seq)
+            except Exception as exc:  # this prompt's grammar: it alone ends (after joining)
+                failed.append((seq, exc))
         mx.eval(out)
         now = time.perf_counter()
         for i, seq in enumerate(seqs):
@@ -197,9 +227,15 @@ class Prefiller:
             seq.cache = None
             self.waiting.remove(seq)
         self.batch.join_rows(seqs, cache)
+        for seq, exc in failed:
+            fail(seq, exc)
         for seq in seqs:
-            if seq.matcher is not None and seq.matcher.is_finished():
-                finish(seq, FinishReason.STOP)
+            try:
+                if not seq.done and seq.matcher is not None and seq.matcher.is_finished():
+                    finish(seq, FinishReason.STOP)
+            except Exception as exc:
+                fail(seq, exc)
+        self.batch.drop_done()
         return sum(len(f) for f in feeds)
 
     def _prefill_chunk(self, seq: SequenceState, budget: int) -> int:
@@ -225,4 +261,5 @@ class Prefiller:
         self.batch.join(seq)
         if seq.matcher is not None and seq.matcher.is_finished():
             finish(seq, FinishReason.STOP)
+            self.batch.drop_done()
         return remaining

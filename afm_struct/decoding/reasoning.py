@@ -123,6 +123,11 @@ class ReasoningGate:
         """The inner matcher's error, or the gate's own."""
         return self.inner.error()
 
+    def over_limits(self) -> bool:
+        """The inner matcher's verdict: did its engine stop on its budgets?"""
+        over = getattr(self.inner, "over_limits", None)
+        return bool(over is not None and over())
+
     def fork(self) -> ReasoningGate | None:
         """A copy while the answer's grammar governs (``start`` or answering), None inside the
         thinking block, where no short completion is known.  The copy is in the answer state:

@@ -10,6 +10,11 @@ arrivals, join short prompt tails, sample and emit; when rows just left the shar
 admit again (holding briefly for replacements, :mod:`.join_wait`) and join tails again, so the
 replacements ride the forward pass launched next; then launch that pass and prefill a bounded
 slice.
+
+The phases contain their own failures (a row's, a group's: see :mod:`.generator`).  Should an
+exception escape them anyway, the thread does not die silently: it logs why, ends every
+admitted and queued request with :class:`~afm_struct.errors.UnavailableError` (503), refuses
+new ones at once, and :attr:`Scheduler.failure` says why (``/health`` answers unhealthy).
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
-from ..errors import AfmError, OverloadedError, internal_error
+from ..errors import AfmError, OverloadedError, UnavailableError, internal_error
 from .generator import Event, Finished, FinishReason, GenerationRequest, Generator, Timings, Usage
 from .join_wait import JoinWait
 
@@ -102,6 +107,10 @@ class Scheduler:
         self.join_wait = JoinWait(max_wait_s=self.limits.join_wait_ms / 1e3)
         # Requests that joined the pass right after the rows they replaced finished.
         self.refill_joins = 0
+        # Why the thread died (None while it serves); set once, under the lock.
+        self._failure: str | None = None
+        # Handles given to the generator and not ended yet (the scheduler thread's own).
+        self._running: set[Handle] = set()
 
     def start(self) -> None:
         """Start the stepping thread (idempotent)."""
@@ -117,6 +126,17 @@ class Scheduler:
             self._thread = None
 
     @property
+    def failure(self) -> str | None:
+        """Why the scheduler cannot serve (its thread died), or None while it can."""
+        with self._lock:
+            if self._failure is not None:
+                return self._failure
+        thread = self._thread
+        if thread is not None and not thread.is_alive() and not self._stop.is_set():
+            return "the scheduler thread is not running"
+        return None
+
+    @property
     def load(self) -> tuple[int, int]:
         """(active or waiting requests, capacity)."""
         with self._lock:
@@ -126,7 +146,10 @@ class Scheduler:
                loop: asyncio.AbstractEventLoop | None = None) -> Handle:
         """Queue ``request``; raise :class:`OverloadedError` when full, admission errors at once."""
         self.generator.max_tokens_for(request)  # raises on context overflow before any response starts
+        handle = Handle(request, loop)
         with self._lock:
+            if self._failure is not None:
+                raise _unavailable()
             capacity = self.limits.max_active + self.limits.max_queue
             if self._pending >= capacity:
                 raise OverloadedError(
@@ -134,11 +157,17 @@ class Scheduler:
                     f"retry after {self.limits.retry_after_s}s", retry_after=self.limits.retry_after_s)
             self._pending += 1
             self.join_wait.arrived(time.perf_counter())
-        handle = Handle(request, loop)
-        self._incoming.put(handle)
+            # Queued under the lock: a thread that dies after this sees the handle and ends it.
+            self._incoming.put(handle)
         return handle
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # whatever it was, no request may be left waiting
+            self._die(exc)
+
+    def _serve(self) -> None:
         try:
             # Measure the forward-pass cost model now, not in the middle of the first batch.
             self.generator.fixed_cost_positions()
@@ -165,6 +194,28 @@ class Scheduler:
             gen.join_short_tails()
         gen.launch_forward()
         gen.prefill_some()
+
+    def _die(self, exc: BaseException) -> None:
+        """An exception escaped the phases: say why, end every request, refuse new ones."""
+        with self._lock:
+            self._failure = f"the scheduler thread stopped after an internal error ({type(exc).__name__})"
+        log.critical("the scheduler thread died; this replica now answers 503 to every request and "
+                     "/health reports unhealthy until it is restarted", exc_info=exc)
+        err = _unavailable()
+        # Every request ends here, whatever state the generator was left in: the ones it held
+        # (through their own sinks) and the ones still queued.
+        ends = [(h, True) for h in self._running] + [(h, False) for h in self._waiting]
+        self._waiting = []
+        try:
+            while True:
+                ends.append((self._incoming.get_nowait(), False))
+        except queue.Empty:
+            pass
+        for handle, admitted in ends:
+            if not handle.finished.is_set():
+                self._sink_for(handle, admitted=admitted)(
+                    Finished(FinishReason.ERROR, Usage(len(handle.request.prompt_ids)), Timings(), "",
+                             error=err))
 
     def _drain(self) -> None:
         """On stop, end every request with ``cancelled`` so no consumer waits forever."""
@@ -214,9 +265,12 @@ class Scheduler:
             started += 1
         return started
 
-    def _start(self, handle: Handle) -> None:
+    def _sink_for(self, handle: Handle, *, admitted: bool) -> Callable[[Event], None]:
+        """The event sink of ``handle``: its end frees its place (and, when it was
+        ``admitted`` to the generator, a slot in the batch)."""
         def sink(event: Event) -> None:
             if isinstance(event, Finished):
+                self._running.discard(handle)
                 with self._lock:
                     self._pending -= 1
                     if admitted:  # a slot in the batch is free (not a request refused at the door)
@@ -225,16 +279,29 @@ class Scheduler:
                     event.timings.prefill_s + event.timings.decode_s)
             handle._deliver(event)
 
-        admitted = False
+        return sink
+
+    def _start(self, handle: Handle) -> None:
         if handle.cancel_event.is_set():
-            sink(Finished(FinishReason.CANCELLED, Usage(len(handle.request.prompt_ids)), Timings(), ""))
+            self._sink_for(handle, admitted=False)(
+                Finished(FinishReason.CANCELLED, Usage(len(handle.request.prompt_ids)), Timings(), ""))
             return
         try:
-            self.generator.add(handle.request, sink, handle.cancel_event)
-            admitted = True
+            self._running.add(handle)
+            self.generator.add(handle.request, self._sink_for(handle, admitted=True), handle.cancel_event)
         except AfmError as exc:
-            sink(Finished(FinishReason.ERROR, Usage(len(handle.request.prompt_ids)), Timings(), "",
-                          error=exc))
+            self._running.discard(handle)
+            self._sink_for(handle, admitted=False)(
+                Finished(FinishReason.ERROR, Usage(len(handle.request.prompt_ids)), Timings(), "",
+                         error=exc))
         except Exception as exc:
+            self._running.discard(handle)
             err = internal_error(exc, [handle.request.request_id], what="admission failed")
-            sink(Finished(FinishReason.ERROR, Usage(), Timings(), "", error=err))
+            self._sink_for(handle, admitted=False)(Finished(FinishReason.ERROR, Usage(), Timings(), "",
+                                                            error=err))
+
+
+def _unavailable() -> UnavailableError:
+    return UnavailableError("the generation engine of this replica stopped after an internal error "
+                            "and cannot serve requests until it is restarted; retry on another "
+                            "replica (the server log says why)")

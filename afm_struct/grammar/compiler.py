@@ -26,6 +26,8 @@ from .cache import LRUCache
 from .diagnostics import grammar_problem, regex_problem
 from .engine import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
+from .literal_budget import REASON as FORCED_RUN_REASON
+from .literal_budget import check_forced_runs, longest_forced_run
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
 from .regex_classify import classify_pattern
 from .rewrites import canonical_json, rewrite_schema
@@ -221,9 +223,16 @@ class ConstraintCompiler:
     def _json_schema(self, request: ConstraintRequest, schema: Any, start: float, *,
                      prechecked: bool = False) -> CompiledConstraint:
         limits = schema_limits_reason(schema, self.options)
-        if limits:
+        # A forced run the lexer cannot follow (literal_budget.py): refused for a strict
+        # request, served without it otherwise; an invalid schema is told as such first.
+        run = None if limits else longest_forced_run(schema)
+        if limits or run is not None:
             if not prechecked:
                 check_schema(schema)
+            if run is not None:
+                if getattr(request, "strict", True):
+                    raise run.error(getattr(request, "param", "tools"))
+                limits = FORCED_RUN_REASON
             result = climb(self.engine, schema, start, self.options.timeout_s, start_reason=limits,
                            generic_cache=self._generic)
             return self._result(request, result.rung, result.grammar, result.reason, schema=schema)
@@ -251,6 +260,7 @@ class ConstraintCompiler:
         irregular = classify_pattern(request.pattern)
         if irregular:
             return self._result(request, Rung.UNCONSTRAINED, None, irregular, pattern=request.pattern)
+        check_forced_runs({"pattern": request.pattern}, param="")
         try:
             grammar = self.engine.regex(request.pattern, self.options.timeout_s)
         except WorkerLimitError as exc:

@@ -37,6 +37,32 @@ EXACT_COMPILE = SchemaCompileOptions()
 RELAXED_COMPILE = SchemaCompileOptions(relaxed=True)
 
 
+class MatcherError(Exception):
+    """A matcher failed in the middle of a generation: it rejected a token it had allowed, or
+    its engine stopped while computing a mask or the forced tokens.
+
+    ``detail`` is the engine's own words (parser state, the grammar): for the server log, never
+    for the client.  ``over_limits`` is True when the engine stopped on its lexer or parser
+    budgets (the grammar needs more work at this point than the engine allows), which the
+    client can act on by simplifying the schema.
+    """
+
+    def __init__(self, what: str, detail: str, *, over_limits: bool = False) -> None:
+        super().__init__(f"{what}: {detail}")
+        self.what = what
+        self.detail = detail
+        self.over_limits = over_limits
+
+
+def matcher_failure(matcher: Matcher, what: str, context: str = "") -> MatcherError:
+    """The :class:`MatcherError` for ``matcher``'s current failure (``what`` says which step
+    failed, ``context`` e.g. the token it rejected)."""
+    over = getattr(matcher, "over_limits", None)
+    detail = matcher.error() or "no reason given"
+    return MatcherError(what, f"{context}{': ' if context else ''}{detail}",
+                        over_limits=bool(over is not None and over()))
+
+
 def mask_words(vocab_size: int) -> int:
     """Number of int32 words per bitmask row for ``vocab_size`` tokens."""
     return (vocab_size + 31) // 32

@@ -9,6 +9,7 @@ immutable grammar string already checked against the tokenizer; every request ge
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any
 
@@ -25,6 +26,10 @@ from .spec import CompileOptions
 DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
                   "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000}
 
+
+# Stop reasons of a matcher that ran out of its budgets (llguidance's StopReason names).
+_OVER_LIMITS = frozenset({"LexerTooComplex", "ParserTooComplex"})
+_LIMIT_MESSAGE = re.compile(r"too many (expressions|states)|too complex|exceeds max_", re.IGNORECASE)
 
 _LL_TOKENIZERS: dict[int, tuple[Any, Any]] = {}
 _LL_LOCK = threading.Lock()
@@ -104,6 +109,18 @@ class LLGuidanceMatcher:
     def error(self) -> str | None:
         """llguidance's error message, if the matcher failed."""
         return self._m.get_error() or None if self._m.is_error() else None
+
+    def over_limits(self) -> bool:
+        """True when the matcher stopped on its lexer or parser budgets (see DEFAULT_LIMITS).
+
+        A budget hit while consuming a token stops it with LexerTooComplex / ParserTooComplex;
+        one hit while computing a mask stops it with InternalError, and only the message's
+        first line ("lexer error: too many expressions constructed") says why.
+        """
+        if self._m.stop_reason() in _OVER_LIMITS:
+            return True
+        error = self.error()
+        return error is not None and _LIMIT_MESSAGE.search(error.split("\n", 1)[0]) is not None
 
     def fork(self) -> LLGuidanceMatcher:
         """An independent copy at the same state (~1 µs): the closing search steps forks."""

@@ -40,12 +40,14 @@ class JsonSchemaRequest:
 
     ``schema`` is kept as the caller's dict; it is never mutated (rewrites make copies).
     ``strict`` is the caller's OpenAI ``strict`` flag: a strict request served below the exact
-    rung must be reported (``X-Grammar-Constraints: downgraded``).
+    rung must be reported (``X-Grammar-Constraints: downgraded``).  ``param`` is where the
+    schema sits in the caller's request, for errors that point into it.
     """
 
     schema: dict[str, Any] | bool
     strict: bool = True
     name: str | None = None
+    param: str = field(default="response_format.json_schema.schema", compare=False)
 
     kind: Literal["json_schema"] = field(default="json_schema", init=False)
 

@@ -125,6 +125,10 @@ def finish_llama(model: Any, m: ArchMeta, cfg: dict[str, Any]) -> None:
     factors = m.tensor("rope_freqs.weight").astype(mx.float32)
     dims = int(factors.shape[-1]) * 2
     freqs = cfg["rope_theta"] ** (mx.arange(0, dims, 2, dtype=mx.float32) / dims) * factors
+    # Evaluated here: a lazy array built on the loading thread cannot be evaluated from the
+    # scheduler's thread (MLX streams are per thread), and _freqs is no parameter that the
+    # loader's final eval of the parameters would reach.
+    mx.eval(freqs)
     for layer in model.layers:
         layer.self_attn.rope._freqs = freqs
 

@@ -112,6 +112,18 @@ def _load_mlx(spec: str, weights: str, progress: Callable[[str], None]) -> tuple
     return model, tokenizer, ctx
 
 
+def evaluate_arrays(model: nn.Module) -> None:
+    """Evaluate every array the model holds: its parameters and the private ones that
+    ``parameters()`` leaves out (RoPE frequency tables such as ``_freqs``).
+
+    The server runs the model on its scheduler thread; MLX streams are per thread, so an array
+    still lazy from the loading thread fails there ("There is no Stream(cpu, 0) in current
+    thread") on the first request.
+    """
+    private = [v for m in model.modules() for v in m.values() if isinstance(v, mx.array)]
+    mx.eval(model.parameters(), private)
+
+
 def load_model(spec: str | None = None, *, weights: str = "auto",
                progress: Callable[[str], None] | None = None) -> LoadedModel:
     """Load ``spec`` (GGUF path, mlx-lm directory or hub id), or the embedded model when None."""
@@ -145,6 +157,7 @@ def load_model(spec: str | None = None, *, weights: str = "auto",
 
     if cpu_exp.wanted():
         cpu_exp.use_fast_swiglu(model)
+    evaluate_arrays(model)
     info = ModelInfo(id=ident, path=str(path), source=source, context_length=ctx, weights=chosen,
                      weight_bytes=_nbytes(model), device=device_name(),
                      load_seconds=time.perf_counter() - start)

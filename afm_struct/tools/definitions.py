@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequestError, UnknownToolError
+from ..grammar.literal_budget import check_forced_runs
 from ..grammar.schema_check import check_schema
 from ..grammar.spec import NO_PARAMETERS, ToolDef
 
@@ -75,6 +76,8 @@ def parse_tools(tools: Any) -> tuple[ToolDef, ...]:
         # request error, strict or not.
         params = object_arguments(params, i)
         check_schema(params, param=where, prefix=f"$.tools[{i}].function.parameters")
+        if _get(fn, "strict", False):  # a non-strict tool is served without the forced run
+            check_forced_runs(params, param=where, prefix=f"$.tools[{i}].function.parameters")
         out.append(ToolDef(name=name, description=_get(fn, "description", "") or "",
                            parameters=params, strict=bool(_get(fn, "strict", False)),
                            has_parameters=has_params))

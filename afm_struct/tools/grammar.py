@@ -106,7 +106,7 @@ def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
     if not enforce:
         return with_options(GENERIC_ARGS, exact), Rung.GENERIC_JSON, None
     params = close_objects(tool.parameters) if closed else tool.parameters
-    request = JsonSchemaRequest(params, strict=tool.strict)
+    request = JsonSchemaRequest(params, strict=tool.strict, param="tools")
     compiled = (compile_fn(tokenizer, request) if compile_fn is not None
                 else compile_constraint(tokenizer, request, options))
     if compiled.rung is Rung.EXACT or compiled.rung is Rung.RELAXED:

@@ -317,22 +317,27 @@ class TrafficMachine(RuleBasedStateMachine):
             ends = [i for i, e in enumerate(t.events) if isinstance(e, Finished)]
             assert len(ends) == 1 and ends[0] == len(t.events) - 1, (t.request.request_id, t.events[-3:])
             got = t.events[-1]
-            assert got.reason != "error", (t.request.request_id, got.error)
             assert "".join(e.text for e in t.events[:-1]) == got.text
-            if t.cancelled_live:
-                assert got.reason == "cancelled", (t.request.request_id, got.reason, self.config)
+            self.check_end(t, got)
         self.compare_alone()
+
+    def check_end(self, t: Tracked, got: Finished) -> None:
+        """How one request must have ended: never ``error``; ``cancelled`` if cancelled live."""
+        assert got.reason != "error", (t.request.request_id, got.error)
+        if t.cancelled_live:
+            assert got.reason == "cancelled", (t.request.request_id, got.reason, self.config)
+
+    def compared(self, t: Tracked) -> bool:
+        """Whether ``t`` must end as it does alone (subclasses exempt requests they broke)."""
+        return not t.cancel.is_set() and (self.exact or t.spec.temperature == 0)
 
     def compare_alone(self) -> None:
         """Non-cancelled requests end as they do alone on a fresh generator."""
         for t in self.tracked:
-            if t.cancel.is_set() or (not self.exact and t.spec.temperature != 0):
+            if not self.compared(t):
                 continue
-            request, recorder = build(self.loaded.tokenizer, t.spec, t.request.request_id,
-                                       record=not self.exact)
-            events = list(Generator.from_loaded(self.loaded).generate(request))
-            alone, got = events[-1], t.events[-1]
-            assert isinstance(alone, Finished)
+            alone, recorder = self.alone(t)
+            got = t.events[-1]
             if (got.text, got.reason) == (alone.text, alone.reason):
                 continue
             where = (self.config, t.request.request_id, t.spec, got.text, got.reason,
@@ -341,6 +346,14 @@ class TrafficMachine(RuleBasedStateMachine):
             margin = divergence_margin(t.recorder, recorder)
             assert margin is not None and margin <= TIE_EPS, (margin, *where)
             self.ties = getattr(self, "ties", 0) + 1
+
+    def alone(self, t: Tracked) -> tuple[Finished, Recorder]:
+        """How ``t``'s request ends alone on a fresh generator (and its recorder)."""
+        request, recorder = build(self.loaded.tokenizer, t.spec, t.request.request_id,
+                                  record=not self.exact)
+        events = list(Generator.from_loaded(self.loaded).generate(request))
+        assert isinstance(events[-1], Finished)
+        return events[-1], recorder
 
 
 def divergence_margin(batched: Recorder, alone: Recorder) -> float | None:

@@ -55,6 +55,43 @@ def test_logits_match_mlx_lm(built, family: str) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_forward_pass_from_a_fresh_thread(tmp_path: Path, family: str) -> None:
+    """The server runs the model on its scheduler thread, not the one that loaded it: every
+    array the model holds must be usable there (a lazy RoPE table built at load was not:
+    "There is no Stream(cpu, 0) in current thread" on every request).  A fresh load: the
+    module's shared models may already have been run on this thread."""
+    import threading
+
+    from afm_struct.decoding.generator import GenerationRequest, Generator
+    from afm_struct.decoding.sampling import SamplingParams
+
+    tiny, path = tiny_gguf(family, tmp_path)
+    loaded = load_model(str(path), weights="float32")
+    got: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            logits = loaded.model(mx.array([[t % len(tiny.vocab.tokens) for t in TOKENS]]))
+            mx.eval(logits)
+            got["logits"] = logits
+            # What the scheduler thread does: warm up, then generate (prefill, decode steps).
+            gen = Generator.from_loaded(loaded)
+            gen.warm_up()
+            prompt = loaded.tokenizer.encode_chat([{"role": "user", "content": "hi"}])
+            got["end"] = list(gen.generate(GenerationRequest(prompt, SamplingParams(max_tokens=4))))[-1]
+        except Exception as exc:  # reported on the test's thread below
+            got["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert "error" not in got, got.get("error")
+    assert got["end"].reason in ("stop", "length") and got["end"].error is None, got["end"].error
+    expected = tiny.reference(mx.array([[t % len(tiny.vocab.tokens) for t in TOKENS]]))
+    assert float(mx.max(mx.abs(expected - got["logits"]))) < 1e-4
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_tokenizer_round_trips_with_specials(built, family: str) -> None:
     tiny, loaded = built[family]
     tok, vocab = loaded.tokenizer, tiny.vocab
