@@ -30,16 +30,22 @@ too slow for the search's time limit) is retried a few steps later, and a matche
 fork now (the rest of a thinking tag is forced) is asked again next step.  Only an engine whose
 matchers never fork (outlines-core) leaves the output as it was without closing.  A stop string
 that occurs in the closing text still stops the output there (stop strings win over everything).
+
+When ``max_tokens`` is below the shortest output the grammar allows (:func:`min_output_tokens`),
+no output can be valid: :func:`check_budget` refuses such a request before it is generated.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..grammar.closing import accepts, shortest_completion
+from ..errors import InvalidRequestError
+from ..grammar.closing import accepts, closing_vocab_for, shortest_completion
 from ..grammar.closing_vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engine import Matcher
 from .masking import allows_most
@@ -51,8 +57,13 @@ ZONE = 256
 STEP_SECONDS = 0.05
 THOROUGH_SECONDS = 0.5
 # Units of work a thorough search spends improving on its first completion: before giving up on a
-# valid output (every branch of a tool choice, say).
+# valid output, and for the admission check (every branch of a tool choice, say).
 THOROUGH_REFINEMENTS = 3000
+# The admission search (once per compiled grammar, off the event loop): outputs up to this long,
+# this much work and time (a schema of 60 required objects needs ~2,000 tokens and ~1 s).
+ADMISSION_MAX_TOKENS = 4096
+ADMISSION_NODES = 30000
+ADMISSION_SECONDS = 2.0
 # Steps to wait before searching again after a search found nothing (doubling, up to this).
 RETRY_MAX = 8
 # A token after which no completion was found is still taken while the budget left exceeds twice
@@ -230,3 +241,64 @@ class BudgetCloser:
             self.plan = self.plan[len(forced):]
         else:
             self.plan = None  # recompute at the next step
+
+
+# -- admission: the shortest output a grammar allows ---------------------------------------------
+
+_SHORTEST: weakref.WeakKeyDictionary[Any, list[int] | None] = weakref.WeakKeyDictionary()
+_SHORTEST_LOCK = threading.Lock()
+
+
+def shortest_output(constraint: Any, tokenizer: Any) -> list[int] | None:
+    """The shortest output ``constraint`` allows, as the closing search finds it from the
+    grammar's start (every branch: all tools of a tool choice), cached per compiled grammar;
+    None when the constraint does not restrict tokens, its matchers cannot fork, or the search
+    finds nothing within its limits."""
+    grammar = getattr(constraint, "grammar", None)
+    if grammar is None:
+        return None
+    with _SHORTEST_LOCK:
+        if grammar in _SHORTEST:
+            return _SHORTEST[grammar]
+    matcher = constraint.new_matcher()
+    found = None if matcher is None else shortest_completion(
+        matcher, closing_vocab_for(tokenizer), vocab_size=int(tokenizer.vocab_size), decode=tokenizer.decode,
+        refinements=THOROUGH_REFINEMENTS, nodes=ADMISSION_NODES, max_tokens=ADMISSION_MAX_TOKENS,
+        time_limit=ADMISSION_SECONDS)
+    with _SHORTEST_LOCK:
+        _SHORTEST[grammar] = found
+    return found
+
+
+def min_output_tokens(constraint: Any, tokenizer: Any,
+                      usable: Callable[[str], bool] | None = None) -> int | None:
+    """Tokens of :func:`shortest_output`, or of its shortest prefix whose text is already
+    ``usable`` (a tool call is whole once its arguments are: the format's close tag after them
+    can be cut); None when unknown."""
+    found = shortest_output(constraint, tokenizer)
+    if found is None:
+        return None
+    if usable is not None:
+        for k in range(len(found) + 1):
+            if usable(tokenizer.decode(found[:k])):
+                return k
+    return len(found)
+
+
+def check_budget(constraint: Any, tokenizer: Any, budget: int, *, param: str,
+                 limited_by_context: bool = False, usable: Callable[[str], bool] | None = None) -> None:
+    """Raise a 400 when ``budget`` tokens cannot hold the shortest output ``constraint`` allows
+    (:func:`min_output_tokens`): no output could then be valid.  ``param`` names the request
+    field that set the budget; ``limited_by_context``: the model's context, not that field,
+    left it."""
+    minimum = min_output_tokens(constraint, tokenizer, usable)
+    if minimum is None or minimum <= budget:
+        return
+    if limited_by_context:
+        raise InvalidRequestError(
+            f"the prompt leaves {budget} tokens of the model's context for the completion, but the "
+            f"shortest output the requested format allows is {minimum} tokens; shorten the messages",
+            param="messages", code="max_tokens_too_small")
+    raise InvalidRequestError(
+        f"{param} is {budget}, but the shortest output the requested format allows is {minimum} "
+        f"tokens; raise {param} to at least {minimum}", param=param, code="max_tokens_too_small")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import jsonschema
 import pytest
@@ -17,6 +18,8 @@ from afm_struct.grammar.closing import closing_vocab_for
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
 from afm_struct.testing import random_loaded_model, scripted_loaded_model
+
+from ..dev_set import dev_doc
 
 STR = {"type": "string"}
 PERSON = {"type": "object", "properties": {
@@ -297,3 +300,41 @@ def test_a_character_split_across_byte_tokens_is_closed_at_any_cut(tmp_path) -> 
         fin = list(gen.generate(request))[-1]
         assert fin.usage.completion_tokens <= max_tokens
         assert json.loads(fin.text)["a"].startswith("€"), (max_tokens, fin.text)
+
+
+# -- property: dev-set schemas x random budgets x a random model (issues 26.5, 34.2) ----------
+
+DEV_EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or 16
+
+
+@settings(max_examples=DEV_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
+          derandomize=not os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES"))
+@given(index=st.integers(0, 1 << 20), max_tokens=st.integers(1, 120), seed=st.integers(0, 10_000))
+def test_dev_set_outputs_cut_at_random_budgets_validate_or_say_why(tokenizer, index, max_tokens,
+                                                                   seed) -> None:
+    """Closed output validates (the original schema, formats asserted), or the request says why:
+    before generating (its budget is below the shortest valid output: the server's 400) or by
+    the downgrade flag (a strict schema served best-effort)."""
+    from afm_struct.decoding.closing import check_budget
+    from afm_struct.errors import AfmError, InvalidRequestError
+
+    try:
+        constraint = compile_constraint(tokenizer, JsonSchemaRequest(dev_doc(index)["schema"], strict=True))
+    except AfmError:
+        return  # an invalid schema: a 400 before anything else
+    if constraint.new_matcher() is None:
+        assert constraint.flag_downgraded
+        return
+    try:
+        check_budget(constraint, tokenizer, max_tokens, param="max_tokens")
+    except InvalidRequestError as refused:
+        assert refused.code == "max_tokens_too_small" and str(max_tokens) in refused.message
+        return
+    gen = Generator.from_loaded(random_loaded_model(tokenizer, seed))
+    prompt = tokenizer.encode_chat([{"role": "user", "content": "JSON"}])
+    params = SamplingParams(temperature=1.0, seed=seed, max_tokens=max_tokens)
+    fin = list(gen.generate(GenerationRequest(prompt, params, constraint=constraint)))[-1]
+    assert isinstance(fin, Finished) and fin.usage.completion_tokens <= max_tokens
+    assert fin.reason in ("stop", "length"), fin
+    where = (index, max_tokens, seed, fin.text[-120:])
+    assert constraint.validate(fin.text).ok or constraint.flag_downgraded, where
