@@ -54,8 +54,8 @@ from .masking import allows_most
 # searched for either (grammar/closing.py DEFAULT_MAX_TOKENS is larger).
 ZONE = 256
 # Time limits of one search (they bind only on grammars with slow masks; see shortest_completion).
-STEP_SECONDS = 0.05
-THOROUGH_SECONDS = 0.5
+STEP_SECONDS = 0.5
+THOROUGH_SECONDS = 1.0
 # Units of work a thorough search spends improving on its first completion: before giving up on a
 # valid output, and for the admission check (every branch of a tool choice, say).
 THOROUGH_REFINEMENTS = 3000

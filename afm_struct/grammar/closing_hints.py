@@ -35,8 +35,80 @@ _LARK_REGEX = re.compile(r'(?m)^[^"%\n]*?/((?:[^/\\\n]|\\.)+)/')
 # Patterns longer than this are not turned into automata (interegular is pure Python).
 MAX_PATTERN = 400
 MAX_PATTERNS = 32
+# Nor patterns whose repetitions unroll to more positions than this (``^a{1000000}$``), or whose
+# automaton has more states than this.
+MAX_POSITIONS = 2000
+MAX_STATES = 4000
 # Characters a completion may use for a class edge, best first (JSON-safe, printable ASCII).
 _SAFE = "0aA1_-.:@/" + "".join(chr(c) for c in range(33, 127) if chr(c) not in '"\\')
+
+
+def _expanded_size(node: Any) -> int:
+    """An upper bound on the positions of interegular's tree once repetitions are unrolled
+    (``a{1000000}`` is a million): what its automaton's construction costs, before building it."""
+    from interegular import patterns as p
+
+    if isinstance(node, p.Pattern):
+        return sum(_expanded_size(o) for o in node.options) + 1
+    if isinstance(node, p._Concatenation):
+        return sum(_expanded_size(part) for part in node.parts) + 1
+    if isinstance(node, p._Repeated):
+        count = node.max if node.max is not None and node.max != float("inf") else node.min + 1
+        return _expanded_size(node.base) * max(int(count), 1) + 1
+    return 1
+
+
+_BUILD_LOCK = threading.Lock()
+
+
+def _frozen(state: Any) -> Any:
+    """A hashable form of an interegular construction state (sets, lists, tuples of them)."""
+    if isinstance(state, (set, frozenset)):
+        return frozenset(_frozen(x) for x in state)
+    if isinstance(state, (list, tuple)):
+        return tuple(_frozen(x) for x in state)
+    if isinstance(state, dict):
+        return frozenset((k, _frozen(v)) for k, v in state.items())
+    return state
+
+
+def _bounded_fsm(tree: Any) -> Any:
+    """``tree.to_fsm()`` with at most :data:`MAX_STATES` states per construction step: the
+    subset construction of a pattern such as ``(a|b)*a(a|b){20}`` has a million.  (interegular
+    builds every automaton through ``fsm.crawl``, which is swapped for a bounded one meanwhile;
+    nothing else in the process builds automata with it.)"""
+    import interegular.fsm as fsm
+
+    def crawl(alphabet: Any, initial: Any, final: Any, follow: Any) -> Any:
+        states, index, finals, table, i = [initial], {_frozen(initial): 0}, set(), {}, 0
+        while i < len(states):
+            state = states[i]
+            if final(state):
+                finals.add(i)
+            table[i] = {}
+            for transition in alphabet.by_transition:
+                try:
+                    nxt = follow(state, transition)
+                except fsm.OblivionError:
+                    continue
+                key = _frozen(nxt)
+                j = index.get(key)
+                if j is None:
+                    if len(states) >= MAX_STATES:
+                        raise ValueError("pattern automaton too large")
+                    j = index[key] = len(states)
+                    states.append(nxt)
+                table[i][transition] = j
+            i += 1
+        return fsm.FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=table,
+                       __no_validation__=True)
+
+    with _BUILD_LOCK:
+        original, fsm.crawl = fsm.crawl, crawl
+        try:
+            return tree.to_fsm()
+        finally:
+            fsm.crawl = original
 
 
 def _top_level_alternatives(pattern: str) -> list[str]:
@@ -80,7 +152,10 @@ class _Automaton:
     def __init__(self, pattern: str) -> None:
         import interegular
 
-        self.fsm = interegular.parse_pattern(search_form(pattern)).to_fsm()
+        tree = interegular.parse_pattern(search_form(pattern))
+        if _expanded_size(tree) > MAX_POSITIONS:
+            raise ValueError("pattern too large to unroll")
+        self.fsm = _bounded_fsm(tree)
         alphabet = self.fsm.alphabet
         explicit = {c for chars in alphabet.by_transition.values() for c in chars if isinstance(c, str)}
         # Characters the pattern treats apart from most others (a literal ``@``, the ``T`` of a

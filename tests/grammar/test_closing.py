@@ -252,3 +252,14 @@ def test_dev_set_instances_cut_anywhere_are_completed(tokenizer, index, pick, cu
     assert plan is not None, (DEV_FILES[index].name, text[-80:])
     outcome = constraint.validate(text + tokenizer.decode(plan))
     assert outcome.ok, (DEV_FILES[index].name, (text + tokenizer.decode(plan))[-120:], outcome.errors)
+
+
+@pytest.mark.parametrize("pattern", ["^a{1000000}$", "^(ab){500000}$", "(a|b)*a(a|b){14}"])
+def test_a_pattern_whose_automaton_would_be_huge_is_not_built(pattern) -> None:
+    # The soak's hostile patterns: unrolled, ^a{1000000}$ is a million-state automaton (22 GB
+    # before the process was killed), and the subset construction of (a|b)*a(a|b){n} has 2^n
+    # states.  The search does without the pattern's automaton there (its escape still runs).
+    from afm_struct.grammar.closing_hints import ClosingHints, _automaton
+
+    assert _automaton(pattern) is None
+    assert ClosingHints(frozenset(), (pattern,)).completions("") == []
