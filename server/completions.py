@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from afm_struct.decoding.closing import check_budget
 from afm_struct.decoding.events import GenerationRequest
 from afm_struct.decoding.outputs import Finished, FinishReason, TextDelta, Timings, Usage
 from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
@@ -146,6 +147,10 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
                                    fit_to_context=fit,
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning if constraint is not None else None)
+    if close and constraint is not None:
+        # No output can be valid when the budget is below the shortest one the grammar allows:
+        # refused now (a 400 naming both numbers) rather than closed to text that cannot parse.
+        await asyncio.to_thread(check_request_budget, state, body, generation, tool_plan)
     ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
                                model=model_name)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -186,6 +191,27 @@ def tokenize_prompt(state: ServerState, messages: list[dict[str, Any]], tool_pla
     if len(ids) >= RELEASE_AFTER_TOKENS:
         release_free_memory()
     return ids
+
+
+def check_request_budget(state: ServerState, body: ChatCompletionRequest, generation: GenerationRequest,
+                         tool_plan: ToolPlan | None) -> None:
+    """400 when the completion budget (the generator's: ``max_tokens``, or what the context
+    leaves after the prompt) cannot hold the shortest output the constraint allows (see
+    decoding/closing.py); with tools, the shortest whose calls are already whole and valid."""
+    budget = state.scheduler.generator.max_tokens_for(generation)  # its own 400 on overflow
+    param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
+    usable = None if tool_plan is None else (lambda text: calls_are_whole(tool_plan, text))
+    check_budget(generation.constraint, state.loaded.tokenizer, budget, param=param,
+                 limited_by_context=budget < generation.params.max_tokens, usable=usable)
+
+
+def calls_are_whole(tool_plan: ToolPlan, text: str) -> bool:
+    """True when ``text`` (a cut output) already holds at least one call, every call valid."""
+    router = tool_plan.make_router()
+    router.feed(text)
+    router.finish()
+    calls = router.calls
+    return bool(calls) and all(tool_plan.validate_call(c.name or "", c.arguments).ok for c in calls)
 
 
 def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags | None:

@@ -12,12 +12,12 @@ requests is drawn from the hostile kinds of :mod:`afm_struct.bench.hostile` inst
 servers only); the ordinary draws stay the same as without.
 
 Counted (afm_struct.bench.soak_summary): ordinary requests by outcome, errors (anything but
-200 / 503, a stream that breaks the contract or reports an error, a timeout: each one a harmed
-request, listed with its ID, its times and the hostile requests in flight), 5xx and error
-chunks of any request, hostile results per kind, invalid outputs (finished and invalid; cut by
-max_tokens and invalid, with or without the downgrade header), TTFT p50/p99, and the server's
-resident memory (``/health``, every few seconds): start, after warm-up (the first minute),
-peak, end.
+200 / 503 / the 400 refusing a budget below the shortest valid output, a stream that breaks the
+contract or reports an error, a timeout: each one a harmed request, listed with its ID, its
+times and the hostile requests in flight), 5xx and error chunks of any request, hostile results
+per kind, invalid outputs (finished and invalid; cut by max_tokens and invalid, with or without
+the downgrade header), TTFT p50/p99, and the server's resident memory (``/health``, every few
+seconds): start, after warm-up (the first minute), peak, end.
 """
 
 from __future__ import annotations
@@ -160,6 +160,8 @@ async def send(client: Any, spec: dict[str, Any], rid: str | None = None) -> dic
         row["status"] = exc.status
         if exc.status == 503:
             row["outcome"] = "rejected_503"
+        elif exc.status == 400 and exc.error.get("code") == "max_tokens_too_small":
+            row["outcome"] = "refused_budget"  # below the shortest valid output: said before generating
         else:
             row.update(outcome="error", error=f"http_{exc.status}:{exc.error.get('code')}")
     except (AfmClientError, httpx.HTTPError) as exc:

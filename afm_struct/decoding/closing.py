@@ -1,10 +1,11 @@
 """Budget-aware closing: constrained output still parses when ``max_tokens`` cuts it.
 
-Per constrained sequence a :class:`BudgetCloser` keeps an estimate of the fewest tokens that
-complete the grammar from the current state (:func:`~afm_struct.grammar.closing.shortest_completion`)
-and, once the remaining budget gets down to it, feeds that completion instead of what the model
-samples.  The sequence still finishes with ``length`` (the client must know it was cut), but
-its text is a complete instance: ``{"a": "xyz`` becomes ``{"a": "xyz"}``.
+Per constrained sequence a :class:`BudgetCloser` keeps the fewest tokens that complete the
+grammar from the current state (:func:`~afm_struct.grammar.closing.shortest_completion`, in the
+grammar's own language: patterns, formats, numbers, every branch) and, once the remaining budget
+gets down to it, feeds that completion instead of what the model samples.  The sequence still
+finishes with ``length`` (the client must know it was cut), but its text is a complete instance:
+``{"a": "xyz`` becomes ``{"a": "xyz"}``.
 
 When to search (a search costs ~1-6 ms, a forward pass 10-50 ms, a mask ~6 µs):
 
@@ -12,44 +13,79 @@ When to search (a search costs ~1-6 ms, a forward pass 10-50 ms, a mask ~6 µs):
   there in practice: the common case pays nothing);
 * inside the zone at every step (not only near the estimate: one token can open an array item
   whose required keys cost 20 tokens more, so every token is checked): before sampling, the
-  completion ``P`` from the current state (if ``len(P)`` exceeds the remaining budget, close
-  now); after sampling token ``t`` that is not ``P[0]``, the completion after ``t`` (and its
-  forced run): if ``t`` would leave too little room, ``P`` is fed instead.  No search is
-  needed when the model follows ``P``, or when ``P`` still completes after ``t`` (string or
-  number content: checked by consuming ``P`` on a fork), and ``P`` is reused across steps
-  while it stays valid.
+  completion ``P`` from the current state (if ``len(P)`` exceeds the remaining budget, search
+  harder, then close now); after sampling token ``t`` that is not ``P[0]``, the completion after
+  ``t`` (and its forced run): if ``t`` would leave too little room, or its completion cannot be
+  found with little room to spare, ``P`` is fed instead.  No search is needed when the model
+  follows ``P``, or when ``P`` still completes after ``t`` (string or number content: checked
+  with a cheap probe), and ``P`` is reused across steps while it stays valid.
 
-If ``max_tokens`` is smaller than the minimal completion itself, the output cannot parse; the
-closer still steers into the completion as soon as that is known (so the output is as close to
-complete as the budget allows) and never writes past ``max_tokens``.  A matcher that cannot
-fork (outlines-core; a reasoning block still open, which cannot be closed for the model) leaves
-the closer idle while it cannot; a search that finds nothing within its caps turns it off for
-that sequence.  Either way the output is what it was without closing.  A stop string that occurs
-in the closing text still stops the output there (stop strings win over everything).
+The text the search reads (its JSON nesting, the string being written) is the constrained span
+only: each step whose mask is free text (a thinking block, prose before a tool call's opener)
+moves its start past that token, so a stray ``"`` in reasoning changes nothing.  Inside a
+thinking block the plan closes the block first (its close tag, then the answer's completion).
+
+The closer never switches itself off: a search that finds nothing (a grammar whose masks are
+too slow for the search's time limit) is retried a few steps later, and a matcher that cannot
+fork now (the rest of a thinking tag is forced) is asked again next step.  Only an engine whose
+matchers never fork (outlines-core) leaves the output as it was without closing.  A stop string
+that occurs in the closing text still stops the output there (stop strings win over everything).
+
+When ``max_tokens`` is below the shortest output the grammar allows (:func:`min_output_tokens`),
+no output can be valid: :func:`check_budget` refuses such a request before it is generated.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..grammar.closing import ClosingVocab, Depth, scan, shortest_completion
+import numpy as np
+
+from ..errors import InvalidRequestError
+from ..grammar.closing import accepts, closing_vocab_for, shortest_completion
+from ..grammar.closing_vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engine import Matcher
+from .masking import allows_most
 
 # Remaining budget from which every step is checked.  Completions longer than this are not
 # searched for either (grammar/closing.py DEFAULT_MAX_TOKENS is larger).
 ZONE = 256
+# Time limits of one search (they bind only on grammars with slow masks; see shortest_completion).
+STEP_SECONDS = 0.5
+THOROUGH_SECONDS = 1.0
+# Units of work a thorough search spends improving on its first completion: before giving up on a
+# valid output, and for the admission check (every branch of a tool choice, say).
+THOROUGH_REFINEMENTS = 3000
+# The admission search (once per compiled grammar, off the event loop): outputs up to this long,
+# this much work and time (a schema of 60 required objects needs ~2,000 tokens and ~1 s).
+ADMISSION_MAX_TOKENS = 4096
+ADMISSION_NODES = 30000
+ADMISSION_SECONDS = 2.0
+# Steps to wait before searching again after a search found nothing (doubling, up to this).
+RETRY_MAX = 8
+# A token after which no completion was found is still taken while the budget left exceeds twice
+# the known completion by this much (the next step searches again).
+SLACK = 16
 
 
 class BudgetCloser:
     """The closing policy of one sequence (see the module docstring)."""
 
     __slots__ = (
+        "_content",
         "_decode",
+        "_failures",
+        "_retry_at",
+        "_scanned",
+        "_span",
+        "_state",
         "_vocab",
         "_vocab_size",
         "closed",
         "closing",
-        "disabled",
         "estimate",
         "in_zone",
         "plan",
@@ -67,33 +103,85 @@ class BudgetCloser:
         self.plan: list[int] | None = None
         self.closing: list[int] | None = None  # decided: feed this next
         self.closed = False  # the completion was fed: finish with "length"
-        self.disabled = False
         self.searches = 0
+        self._failures = 0
+        self._retry_at = 0
+        # The constrained span starts at token ``_span``; ``_state``/``_content`` follow it up to
+        # token ``_scanned``.
+        self._span = 0
+        self._scanned = 0
+        self._state: Depth = START
+        self._content: str | None = None
 
-    def _search(self, matcher: Matcher, tokens: Sequence[int],
-                prefix: Sequence[int] = ()) -> list[int] | None:
+    # -- the text the search reads -----------------------------------------------------------
+
+    def observe(self, row: np.ndarray, tokens: Sequence[int]) -> None:
+        """The mask of the next token: if it is free text (a newline and most of the vocabulary
+        allowed: a thinking block, prose before a tool call), the constrained span starts after
+        that token.  Called every step; costs a bit test, and a count only where a newline is
+        allowed."""
+        newlines = self._vocab.newlines
+        if newlines and not any((int(row[t >> 5]) >> (t & 31)) & 1 for t in newlines):
+            return
+        if allows_most(row, self._vocab_size):
+            self._span = len(tokens) + 1
+
+    def _text_state(self, tokens: Sequence[int]) -> tuple[Depth, str | None]:
+        """:func:`scan` state and open string of the constrained span (followed incrementally)."""
+        if self._scanned < self._span:
+            self._scanned, self._state, self._content = min(self._span, len(tokens)), START, None
+        if self._scanned < len(tokens):
+            text = self._decode(list(tokens[self._scanned:]))
+            self._state, self._content = follow(text, self._state, self._content)
+            self._scanned = len(tokens)
+        return self._state, self._content
+
+    def _search(self, matcher: Matcher, tokens: Sequence[int], prefix: Sequence[int] = (), *,
+                thorough: bool = False, limit: int | None = None) -> list[int] | None:
         self.searches += 1
-        state: Depth = scan(self._decode(list(tokens))) if tokens else scan("")
-        return shortest_completion(matcher, self._vocab, vocab_size=self._vocab_size,
-                                   decode=self._decode, state=state, prefix=prefix)
+        state, content = self._text_state(tokens)
+        extra: dict[str, Any] = {"refinements": THOROUGH_REFINEMENTS} if thorough else {}
+        if limit is not None:
+            extra["max_tokens"] = limit
+        return shortest_completion(matcher, self._vocab, vocab_size=self._vocab_size, decode=self._decode,
+                                   state=state, content=content, prefix=prefix,
+                                   time_limit=THOROUGH_SECONDS if thorough else STEP_SECONDS, **extra)
 
-    def before_sample(self, matcher: Matcher, tokens: Sequence[int], max_tokens: int) -> list[int] | None:
-        """Called once the next mask is filled: the completion to feed now, or None to sample."""
-        if self.disabled or self.closed:
+    # -- the policy --------------------------------------------------------------------------
+
+    def before_sample(self, matcher: Matcher, tokens: Sequence[int], max_tokens: int,
+                      row: np.ndarray | None = None) -> list[int] | None:
+        """Called once the next mask (``row``) is filled: the completion to feed now, or None
+        to sample."""
+        if row is not None:
+            self.observe(row, tokens)
+        if self.closed:
             return None
         if self.closing is not None:
             return self.closing
         remaining = max_tokens - len(tokens)
         if remaining > ZONE:
             return None
-        plan = self.plan if self.in_zone and self.plan is not None else self._search(matcher, tokens)
+        plan = self.plan if self.in_zone else None
         if plan is None:
-            # A matcher that cannot fork now (a reasoning block is open) may later; a search
-            # that found nothing within its caps will not do better: off for this sequence.
+            if len(tokens) < self._retry_at:
+                return None
+            plan = self._search(matcher, tokens)
+        if plan is None:
+            # A matcher that cannot fork now (the rest of a thinking tag is forced) may next
+            # step; a search that found nothing in its limits is retried a few steps later.
             fork = getattr(matcher, "fork", None)
-            self.disabled = fork is not None and fork() is not None
+            if fork is not None and fork() is not None:
+                self._failures += 1
+                self._retry_at = len(tokens) + min(1 << self._failures, RETRY_MAX)
             self.in_zone, self.plan = False, None
             return None
+        self._failures = 0
+        if len(plan) > remaining:
+            # Search harder for a completion that fits before giving up on a valid output.
+            better = self._search(matcher, tokens, thorough=True, limit=remaining)
+            if better is not None and len(better) <= remaining:
+                plan = better
         self.estimate = len(plan)
         self.in_zone = True
         self.plan = plan
@@ -111,21 +199,22 @@ class BudgetCloser:
         if self.closing is not None:
             run, self.closing, self.closed = self.closing, None, True
             return run
-        if self.disabled or not self.in_zone or self.plan is None:
+        if not self.in_zone or self.plan is None:
             return None
         plan = self.plan
         if plan and token == plan[0]:
             self.plan = plan[1:]  # following the plan: the rest still completes
             return None
-        if 1 + len(plan) <= max_tokens - len(tokens) and self._still_completes(matcher, token, plan):
+        room = max_tokens - len(tokens) - 1  # after ``token``
+        if len(plan) <= room and self._still_completes(matcher, token, plan):
             return None  # content inside a string or number: the same completion follows it
         after = self._search(matcher, tokens, prefix=[token])
-        if after is None:
-            # Unknown after ``token`` (it opened a reasoning block, or the search gave up): the
-            # model's choice stands and the next step searches again.
-            self.plan = None
+        if after is None and room > 2 * len(plan) + SLACK:
+            self.plan = None  # unknown after ``token`` (the search ran out of time), but room to spare
             return None
-        if 1 + len(after) > max_tokens - len(tokens):
+        if after is None or len(after) > room:
+            # ``token`` would leave too little room, or leads where no completion was found
+            # within the search's limits: the known completion is fed instead.
             self.plan, self.closed = None, True
             return plan
         self.plan = after
@@ -134,7 +223,9 @@ class BudgetCloser:
     @staticmethod
     def _still_completes(matcher: Matcher, token: int, plan: list[int]) -> bool:
         """True when ``plan`` still completes the grammar after ``token`` (with nothing forced
-        in between): one consume per plan token (~10-20 µs each), not a search (~1-5 ms)."""
+        in between): a probe (~1 µs), then one consume per plan token, not a search."""
+        if not accepts(matcher, [token, *plan]):
+            return False
         fork = getattr(matcher, "fork", None)
         probe = fork() if fork is not None else None
         if probe is None or not probe.advance(token) or probe.forced_tokens():
@@ -150,3 +241,64 @@ class BudgetCloser:
             self.plan = self.plan[len(forced):]
         else:
             self.plan = None  # recompute at the next step
+
+
+# -- admission: the shortest output a grammar allows ---------------------------------------------
+
+_SHORTEST: weakref.WeakKeyDictionary[Any, list[int] | None] = weakref.WeakKeyDictionary()
+_SHORTEST_LOCK = threading.Lock()
+
+
+def shortest_output(constraint: Any, tokenizer: Any) -> list[int] | None:
+    """The shortest output ``constraint`` allows, as the closing search finds it from the
+    grammar's start (every branch: all tools of a tool choice), cached per compiled grammar;
+    None when the constraint does not restrict tokens, its matchers cannot fork, or the search
+    finds nothing within its limits."""
+    grammar = getattr(constraint, "grammar", None)
+    if grammar is None:
+        return None
+    with _SHORTEST_LOCK:
+        if grammar in _SHORTEST:
+            return _SHORTEST[grammar]
+    matcher = constraint.new_matcher()
+    found = None if matcher is None else shortest_completion(
+        matcher, closing_vocab_for(tokenizer), vocab_size=int(tokenizer.vocab_size), decode=tokenizer.decode,
+        refinements=THOROUGH_REFINEMENTS, nodes=ADMISSION_NODES, max_tokens=ADMISSION_MAX_TOKENS,
+        time_limit=ADMISSION_SECONDS)
+    with _SHORTEST_LOCK:
+        _SHORTEST[grammar] = found
+    return found
+
+
+def min_output_tokens(constraint: Any, tokenizer: Any,
+                      usable: Callable[[str], bool] | None = None) -> int | None:
+    """Tokens of :func:`shortest_output`, or of its shortest prefix whose text is already
+    ``usable`` (a tool call is whole once its arguments are: the format's close tag after them
+    can be cut); None when unknown."""
+    found = shortest_output(constraint, tokenizer)
+    if found is None:
+        return None
+    if usable is not None:
+        for k in range(len(found) + 1):
+            if usable(tokenizer.decode(found[:k])):
+                return k
+    return len(found)
+
+
+def check_budget(constraint: Any, tokenizer: Any, budget: int, *, param: str,
+                 limited_by_context: bool = False, usable: Callable[[str], bool] | None = None) -> None:
+    """Raise a 400 when ``budget`` tokens cannot hold the shortest output ``constraint`` allows
+    (:func:`min_output_tokens`): no output could then be valid.  ``param`` names the request
+    field that set the budget; ``limited_by_context``: the model's context, not that field,
+    left it."""
+    minimum = min_output_tokens(constraint, tokenizer, usable)
+    if minimum is None or minimum <= budget:
+        return
+    if limited_by_context:
+        raise InvalidRequestError(
+            f"the prompt leaves {budget} tokens of the model's context for the completion, but the "
+            f"shortest output the requested format allows is {minimum} tokens; shorten the messages",
+            param="messages", code="max_tokens_too_small")
+    raise InvalidRequestError(
+        f"{param} is {budget}, but the shortest output the requested format allows is {minimum} "
+        f"tokens; raise {param} to at least {minimum}", param=param, code="max_tokens_too_small")

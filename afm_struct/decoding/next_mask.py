@@ -40,7 +40,7 @@ class MaskFiller:
         set_tokens(row, self.eos_ids, seq.matcher.is_accepting())
         if seq.closer is not None:
             # Near max_tokens: the shortest completion takes over (decoding/closing.py).
-            closing = seq.closer.before_sample(seq.matcher, seq.tokens, seq.max_tokens)
+            closing = seq.closer.before_sample(seq.matcher, seq.tokens, seq.max_tokens, row)
             if closing:
                 row[:] = 0
                 set_tokens(row, closing[:1], True)

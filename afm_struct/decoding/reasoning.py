@@ -129,12 +129,7 @@ class ReasoningGate:
         return bool(over is not None and over())
 
     def fork(self) -> ReasoningGate | None:
-        """A copy while the answer's grammar governs (``start`` or answering), None inside the
-        thinking block, where no short completion is known.  The copy is in the answer state:
-        it is for searching the answer's completion, which neither opens a block nor writes the
-        gap before the answer (and the gate takes such tokens the same way from those states)."""
-        if self.state not in ("start", "answer_start", "answer"):
-            return None
+        """An independent copy in the same state (None if the inner matcher cannot fork)."""
         fork_inner = getattr(self.inner, "fork", None)
         inner = fork_inner() if fork_inner is not None else None
         if inner is None:
@@ -142,7 +137,27 @@ class ReasoningGate:
         twin = copy.copy(self)
         twin.inner = inner
         twin._scratch = None
-        twin.state = "answer"
+        return twin
+
+    def closing_prefix(self) -> list[int]:
+        """The tokens that end the block from here, so that the answer may start: the rest of
+        the open tag and the close tag inside it; nothing where the answer's grammar governs.
+        (Closing on length ends a thinking block the budget cannot hold.)"""
+        if self.state == "opening":
+            return list(self.open_ids[self._opening_at:]) + list(self.tokenizer.encode(self.tags.close))
+        if self.state == "thinking":
+            return list(self.tokenizer.encode(self.tags.close))
+        return []
+
+    def closing_root(self) -> ReasoningGate | None:
+        """A copy to search the answer's completion from: in the answer state (a completion
+        neither opens a block nor writes the gap before the answer), None inside the block
+        (end it first: :meth:`closing_prefix`)."""
+        if self.state not in ("start", "answer_start", "answer"):
+            return None
+        twin = self.fork()
+        if twin is not None:
+            twin.state = "answer"
         return twin
 
 

@@ -2,295 +2,181 @@
 
 When ``max_tokens`` is about to cut a constrained output, the generator spends the last tokens
 on the fewest that make the text a complete instance (:mod:`afm_struct.decoding.closing`
-decides when).  This module answers "which tokens, and how many": a bounded search over forks
-of the matcher, stepping only a small candidate vocabulary (:class:`ClosingVocab`): tokens made
-of closers (``"`` ``]`` ``}``) and separators, one-token minimal values (``0``, ``""``,
-``false``, ``null``, ``[]``, ``{}``), single printable characters (patterns, enums, digits of a
-number) and the tokenizer's special tokens (a tool format's close tag).  The grammar's mask says
-which candidates are allowed at a node; forced tokens (fast-forward: required keys, the rest of
-an enum value) are one move, counted by their length, exactly as the generator appends them.
+decides when).  This module answers "which tokens, and how many", in the grammar's own
+language: every step is one the matcher allows, so a completion found is an instance, whatever
+the terminal (a pattern, a format, a number lexer with ``multipleOf``, a tool format's tags).
 
-Which allowed candidate to try first comes from a JSON nesting depth tracked along the text
-(:func:`scan`: open brackets plus an open string): the candidate that leaves the text least
-nested, then the static rank.  Inside a string that is the closing quote (``]]`` there is only
-content); after a value it is the closer; at a value position a complete one-token value.
+The search steps forks of the matcher over a small candidate vocabulary
+(:mod:`.closing_vocab`).  Forced tokens (fast-forward: required keys, the rest of an enum
+value) are one move, counted by their length, exactly as the generator appends them.  Two kinds
+of node:
+
+* **structural** (a closer, separator, special token or one-token value is allowed): children
+  are the first ``width`` allowed candidates, least nested result first;
+* **inside a value the grammar does not let end yet** (``"nhkj`` under an email format,
+  ``36000`` under ``multipleOf: 7``, ``P1`` of a duration, the first letter of a tool name):
+  children are the ends of its *escape*, the nearest states where the value may end
+  (:meth:`.closing_search.Search.escape`: dives, the grammar's patterns' own automata, a
+  breadth-first search over the value's characters).
 
 The search is best-first on (discrepancies, tokens): the greedy path (always the first-ordered
-candidate) completes first; then paths deviating from it once, twice... are expanded, each
-pruned once it is no shorter than the best completion found, for at most ``refinements`` nodes.
-A search costs (greedy length + refinements) masks, each ~5-20 µs with llguidance, plus forks
-(~1-3 µs).
+candidate) completes first; every escape end counts as greedy, so all branches out of a choice
+the grammar leaves open (which tool, which enum value) are followed side by side, and a state
+reached again (same mask and trail) is expanded once, from its shortest path.  Then paths
+deviating once, twice... are expanded, each pruned once it is no shorter than the best
+completion found, for at most ``refinements`` units of work.  A unit is one mask (~5-20 µs with
+llguidance, more for large lexers); forks and probes cost ~1-3 µs and ~0.4 µs.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import threading
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
+from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
+from .closing_search import Search, accepts, allowed_ids, fork_of, is_complete
+from .closing_vocab import (
+    CLOSERS,
+    MINIMAL_VALUES,
+    SEPARATORS,
+    START,
+    TRAIL_START,
+    ClosingVocab,
+    Depth,
+    Trail,
+    closing_vocab_for,
+    nesting,
+    open_string,
+    scan,
+    walk,
+)
+from .engine import Matcher
 
-from .engine import Matcher, allocate_bitmask
+__all__ = ["CLOSERS", "DEFAULT_MAX_TOKENS", "DEFAULT_NODES", "DEFAULT_REFINEMENTS", "MINIMAL_VALUES",
+           "SEPARATORS", "START", "ClosingVocab", "Depth", "accepts", "closing_vocab_for", "grammar_hints",
+           "nesting", "open_string", "scan", "shortest_completion"]
 
-# Characters that end an open value, and those that separate values.
-CLOSERS = frozenset('"]}')
-SEPARATORS = frozenset(",:")
-# Complete JSON values written as one token, cheapest first (tried where a value may start).
-MINIMAL_VALUES = ("0", '""', "false", "null", "[]", "{}", "true", "1")
-# How many allowed candidates a node expands (the first-ordered ones).
+# How many allowed candidates a structural node expands (the first-ordered ones).
 DEFAULT_WIDTH = 3
-DEFAULT_REFINEMENTS = 24
+# Units of work spent improving on the first completion found.
+DEFAULT_REFINEMENTS = 48
+# Units of work before a first completion (a request's plan, even through a 40-character format).
+DEFAULT_NODES = 4000
 # No completion longer than this is searched for (a cut this far from the end cannot be saved).
 DEFAULT_MAX_TOKENS = 512
-
-# Scanner state: (open brackets, inside a string, right after a backslash in a string).
-Depth = tuple[int, bool, bool]
-START: Depth = (0, False, False)
-
-
-def scan(text: str, state: Depth = START) -> Depth:
-    """``state`` after ``text``: JSON nesting, counted loosely (any ``[``/``{`` opens, any
-    ``]``/``}`` closes, never below 0; text outside JSON, such as a tool tag, only moves it
-    where it has brackets)."""
-    depth, in_str, esc = state
-    for c in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif c == "\\":
-                esc = True
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in "[{":
-            depth += 1
-        elif c in "]}":
-            depth = max(depth - 1, 0)
-    return depth, in_str, esc
-
-
-def _content(text: str, in_str: bool) -> int:
-    """Characters of ``text`` that land inside a string, starting in or out of one."""
-    count, esc = 0, False
-    for c in text:
-        if in_str:
-            if esc or c == "\\":
-                esc = not esc and c == "\\"
-                count += 1
-            elif c == '"':
-                in_str = False
-            else:
-                count += 1
-        elif c == '"':
-            in_str = True
-    return count
-
-
-def nesting(state: Depth) -> int:
-    """How much is open: brackets plus an open string."""
-    return state[0] + int(state[1])
-
-
-def _rank(text: str) -> tuple[int, ...] | None:
-    """Static order of a candidate token's text (lower first); None: not a candidate.
-
-    Tokens that close the most first (``"]}`` before ``"]`` before ``"``), then special tokens,
-    bare separators (they end a number: ``12,`` rather than ``120``), minimal values, digits,
-    letters, other single characters, whitespace.
-    """
-    if not text:
-        return None
-    core = text.strip(" ")
-    if core and all(c in CLOSERS or c in SEPARATORS for c in core) and len(text) - len(core) <= 1:
-        closers = sum(c in CLOSERS for c in core)
-        if closers:
-            return (0, -closers, len(core) - closers, len(text))
-        return (2, len(text))
-    if text in MINIMAL_VALUES:
-        return (3, MINIMAL_VALUES.index(text))
-    if core and all(c in '"[]{},:' for c in core) and len(text) - len(core) <= 1:
-        # Openers mixed with closers (``{}}``, ``[],``, ``{"``): a value and its end in one token.
-        return (3, len(MINIMAL_VALUES) + len(core), -sum(c in CLOSERS for c in core))
-    if len(text) == 1:
-        if text.isascii() and text.isdigit():
-            return (4, int(text))
-        if text.isascii() and text.isalpha():
-            return (5, text.islower(), ord(text))
-        if text.isascii() and text.isprintable() and text != " ":
-            return (6, ord(text))
-        if text in (" ", "\n"):
-            return (8, ord(text))
-    return None
-
-
-class ClosingVocab:
-    """The candidate tokens of one tokenizer in static order, with their mask coordinates and
-    their effect on :func:`scan`'s state from the two common starting modes."""
-
-    def __init__(self, tokens: Sequence[int], texts: Sequence[str]) -> None:
-        self.tokens = np.asarray(tokens, dtype=np.int64)
-        self.texts = list(texts)
-        self.words = self.tokens // 32
-        self.bits = (self.tokens % 32).astype(np.uint32)
-        # Effect from outside a string and from inside one: (depth change, end in string, end
-        # in escape).  Precomputed so ordering children costs no per-candidate Python.
-        self._effects = {in_str: [scan(t, (64, in_str, False)) for t in self.texts]
-                         for in_str in (False, True)}
-        # Sort key: nesting after the token, then characters it writes inside strings (a quote
-        # closing a string beats ``}"``, which adds a ``}`` to the value first), then rank.
-        self._after = {in_str: np.array([(d - 64 + int(s)) * 16 + min(_content(t, in_str), 15)
-                                         for t, (d, s, _) in zip(self.texts, eff, strict=True)])
-                       for in_str, eff in self._effects.items()}
-        self.text_of = dict(zip(self.tokens.tolist(), self.texts, strict=True))
-
-    def ordered(self, row: np.ndarray, state: Depth, limit: int) -> list[int]:
-        """Indices of the allowed candidates, least nested result first, at most ``limit``."""
-        words = row.view(np.uint32)[self.words]
-        ok = np.flatnonzero((words >> self.bits) & 1)
-        if ok.size == 0:
-            return []
-        if state[2]:  # mid-escape: rare, scan each allowed candidate
-            after = np.array([nesting(scan(self.texts[i], state)) for i in ok])
-        else:
-            after = self._after[state[1]][ok] + state[0] * 16
-        return [int(i) for i in ok[np.argsort(after, kind="stable")[:limit]]]
-
-    def step(self, index: int, state: Depth) -> Depth:
-        """``state`` after candidate ``index``."""
-        if state[2] or state[0] < 8:  # the table assumed depth 64: exact only far from 0
-            return scan(self.texts[index], state)
-        depth, in_str, esc = self._effects[state[1]][index]
-        return depth - 64 + state[0], in_str, esc
-
-    @classmethod
-    def build(cls, texts: Iterable[tuple[int, str]], special: Iterable[tuple[int, str]] = ()) -> ClosingVocab:
-        """From ``(id, decoded text)`` pairs; ``special`` ones (close tags) rank after closers."""
-        ranked = []
-        for tid, text in texts:
-            key = _rank(text)
-            if key is not None:
-                ranked.append((key, tid, text))
-        ranked += [((1, i), int(t), text) for i, (t, text) in enumerate(special)]
-        ranked.sort()
-        seen: set[int] = set()
-        keep = [(t, text) for _, t, text in ranked if not (t in seen or seen.add(t))]
-        return cls([t for t, _ in keep], [text for _, text in keep])
-
-
-_VOCABS: dict[int, tuple[Any, ClosingVocab]] = {}
-_VOCABS_LOCK = threading.Lock()
-
-
-def closing_vocab_for(tokenizer: Any) -> ClosingVocab:
-    """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once (~0.3 s)."""
-    with _VOCABS_LOCK:
-        hit = _VOCABS.get(id(tokenizer))
-        if hit is not None and hit[0] is tokenizer:
-            return hit[1]
-    hf = getattr(tokenizer, "hf", tokenizer)
-    eos = {int(i) for i in getattr(tokenizer, "eos_token_ids", ()) or ()}
-    size = int(getattr(tokenizer, "vocab_size", len(hf)))
-    added = getattr(hf, "added_tokens_decoder", None) or {}
-    special = sorted((int(i), str(tok.content)) for i, tok in added.items()
-                     if int(i) < size and int(i) not in eos and getattr(tok, "special", False))
-    skip = {i for i, _ in special} | eos
-    # Only short tokens can be candidates (closers, minimal values, single characters).
-    pieces = hf.convert_ids_to_tokens(list(range(size)))
-    short = [i for i, p in enumerate(pieces) if p is not None and len(p) <= 6 and i not in skip]
-    texts = zip(short, hf.batch_decode([[i] for i in short]), strict=True)
-    vocab = ClosingVocab.build(texts, special)
-    with _VOCABS_LOCK:
-        _VOCABS[id(tokenizer)] = (tokenizer, vocab)
-    return vocab
-
-
-def _fork(matcher: Matcher) -> Matcher | None:
-    fork = getattr(matcher, "fork", None)
-    return fork() if fork is not None else None
-
-
-def _any_allowed(row: np.ndarray, vocab_size: int, limit: int) -> list[int]:
-    """The first ``limit`` token ids a bitmask row allows."""
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab_size]
-    return [int(t) for t in np.flatnonzero(bits)[:limit]]
-
-
-def _done(matcher: Matcher) -> bool:
-    return matcher.is_accepting() or matcher.is_finished()
-
-
 def shortest_completion(matcher: Matcher, vocab: ClosingVocab, *, vocab_size: int,
-                        decode: Callable[[list[int]], str], state: Depth = START,
+                        decode: Callable[[list[int]], str], state: Sequence[Any] = START,
                         prefix: Sequence[int] = (), width: int = DEFAULT_WIDTH,
-                        refinements: int = DEFAULT_REFINEMENTS,
-                        max_tokens: int = DEFAULT_MAX_TOKENS) -> list[int] | None:
+                        refinements: int = DEFAULT_REFINEMENTS, nodes: int = DEFAULT_NODES,
+                        max_tokens: int = DEFAULT_MAX_TOKENS, hints: ClosingHints | None = None,
+                        content: str | None = None, time_limit: float | None = None) -> list[int] | None:
     """The fewest tokens (found within the caps) after ``prefix`` that complete the grammar.
 
     ``matcher`` is not touched (the search steps forks of it).  ``state`` is :func:`scan` of the
-    text so far; ``decode`` turns forced tokens into text for it.  Forced tokens are taken as
-    the generator takes them (fast-forward), so ``len(result)`` is the budget the completion
-    needs.  Returns ``[]`` when the text is already complete; None when the matcher cannot
-    fork, rejects ``prefix``, or no completion was found within the caps.
+    constrained text so far, and ``content`` the raw text of the string it ends inside, if any
+    (:func:`open_string`; it lets a pattern's automaton finish the string); ``decode`` turns
+    tokens into text.  Forced tokens are taken as the generator takes them (fast-forward), so
+    ``len(result)`` is the budget the completion needs.  ``hints``: the grammar's patterns
+    (by default the matcher's ``closing_hints``).  A matcher that can end a block the grammar
+    does not constrain (a reasoning gate inside its thinking block: ``closing_prefix()``) gets
+    those tokens first, in the result.  Returns ``[]`` when the text is already complete; None
+    when the matcher cannot fork, rejects ``prefix``, or no completion was found within
+    ``nodes`` units of work or ``max_tokens`` tokens.  ``time_limit`` (seconds) bounds a
+    search whose grammar has slow masks (a lexer built from a huge pattern: ~1 ms a mask); it
+    only binds there, and makes that search's result depend on the machine.
     """
-    root = _fork(matcher)
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    if hints is None:
+        hints = getattr(matcher, "closing_hints", NO_HINTS)
+    root = fork_of(matcher)  # faithful: the prefix is what the model wrote
     if root is None:
         return None
     for t in prefix:
         if not root.advance(t):
             return None
+    trail: Trail = (*tuple(state[:3]), 0, 0)  # type: ignore[assignment]
     if prefix:
-        state = scan(decode(list(prefix)), state)
-        probe = _fork(root)  # the prefix may reach a state that cannot fork (a reasoning block)
-        if probe is None:
+        text = decode(list(prefix))
+        if trail[1] and content is not None:
+            content = open_string('"' + content + text)
+        else:
+            content = open_string(text, in_string=bool(trail[1]))
+        trail = walk(text, trail)
+    lead: list[int] = []
+    closing = getattr(root, "closing_prefix", None)
+    if closing is not None:
+        lead = list(closing())
+        if lead:
+            if not all(root.advance(t) for t in lead):
+                return None
+            trail, content = TRAIL_START, None  # the constrained text starts after the block
+    search_root = getattr(root, "closing_root", None)  # a gate: searched in its answer state
+    if search_root is not None:
+        root = search_root()
+        if root is None:
             return None
-        root = probe
-    if _done(root):
-        return []
-    mask = allocate_bitmask(1, vocab_size)
+    if is_complete(root):
+        return lead
+    search = Search(vocab, vocab_size, decode, width=width, max_tokens=max_tokens - len(lead), work=nodes,
+                     hints=hints, content=content if trail[1] else None, root_in_string=bool(trail[1]),
+                     deadline=deadline)
+    found = _best_first(root, trail, search, refinements)
+    return None if found is None else lead + found
+
+
+def _best_first(root: Matcher, trail: Trail, search: Search, refinements: int) -> list[int] | None:
+    """Best-first on (discrepancies, tokens) from ``root`` (see the module docstring)."""
+    vocab = search.vocab
     tie = itertools.count()
-    # (discrepancies, tokens so far, tie, path, scan state, matcher): the greedy path pops first.
-    heap: list[tuple[int, int, int, list[int], Depth, Matcher]] = [(0, 0, next(tie), [], state, root)]
+    heap: list[tuple[int, int, int, list[int], Trail, Matcher]] = [(0, 0, next(tie), [], trail, root)]
     best: list[int] | None = None
-    greedy_nodes = spent = 0
+    expanded: dict[Any, int] = {}  # (mask, trail) -> fewest tokens it was expanded at
+    capped = False  # a greedy path ran past max_tokens
     while heap:
-        disc, cost, _, path, depth, node = heapq.heappop(heap)
+        if best is None and (search.work <= 0 or (capped and heap[0][0] > 0)):
+            break  # no deviation from a greedy path is hundreds of tokens shorter
+        disc, cost, _, path, tr, node = heapq.heappop(heap)
         if best is not None and cost + 1 >= len(best):
             continue  # no child of this node can beat the completion found
-        if best is None:
-            greedy_nodes += 1  # until a first completion the greedy path needs a node per move
-            if greedy_nodes > max_tokens:
-                break
-        else:
-            spent += 1
-            if spent > refinements:
-                break
         forced = node.forced_tokens()
+        moves: list[tuple[int, list[int], Trail, Matcher | None]] = []  # (rank, tokens, trail, child)
         if forced:
-            moves = [(forced, scan(decode(forced), depth))]
+            moves.append((0, forced, walk(search.text(forced), tr), None))
         else:
-            mask[0] = 0
-            node.fill_mask(mask[0])
-            moves = [([int(vocab.tokens[i])], vocab.step(i, depth))
-                     for i in vocab.ordered(mask[0], depth, width)]
-            if len(moves) < width:
-                # Few candidates fit: e.g. the text ends inside a multi-byte character (only
-                # continuation bytes follow), or only a token like ``{"`` may start the answer
-                # after a reasoning gate.  Top up with any allowed tokens.
-                have = {m[0] for m, _ in moves}
-                extra = [t for t in _any_allowed(mask[0], vocab_size, width + len(moves)) if t not in have]
-                moves += [([t], scan(decode([t]), depth)) for t in extra[:width - len(moves)]]
-        for rank, (move, after) in enumerate(moves):
-            child = _fork(node)  # None where the state cannot be searched (a reasoning block)
-            if child is None or not all(child.advance(t) for t in move):
+            row = search.fill(node)
+            key = (hash(row.tobytes()), tr)
+            if expanded.get(key, cost + 1) <= cost:
+                continue  # the same state was expanded from a path no longer than this one
+            expanded[key] = cost
+            ok = vocab.allowed(row)
+            if vocab.structural(ok, tr):
+                picks = [int(vocab.tokens[i]) for i in vocab.ordered(row, tr, search.width, ok)]
+                if len(picks) < search.width:  # e.g. only ``{"`` may start the answer after a gate
+                    picks += [t for t in allowed_ids(row, search.vocab_size, search.width + len(picks))
+                              if t not in picks][:search.width - len(picks)]
+                moves = [(rank, [t], walk(search.text([t]), tr), None) for rank, t in enumerate(picks)]
+            else:
+                ends = search.escape(node, tr, row.copy(), path)
+                moves = [(0, run, after, child) for run, after, child in ends]
+        for rank, run, after, child in moves:
+            if child is None:
+                child = fork_of(node)
+                if child is None or not all(child.advance(t) for t in run):
+                    continue
+            new_path = path + run
+            if len(new_path) > search.max_tokens:
+                capped = capped or disc + rank == 0
                 continue
-            new_path = path + move
-            if len(new_path) > max_tokens or (best is not None and len(new_path) >= len(best)):
+            if best is not None and len(new_path) >= len(best):
                 continue
-            if _done(child):
+            if is_complete(child):
                 best = new_path
+                search.work = min(search.work, refinements)  # from now on only refinements
                 continue
             heapq.heappush(heap, (disc + rank, len(new_path), next(tie), new_path, after, child))
+        if best is not None and search.work <= 0:
+            break
     return best

@@ -96,6 +96,9 @@ class Matcher(Protocol):
     def error(self) -> str | None:
         """Why the matcher stopped, if it failed."""
 
+    # Optional: ``accepts(tokens) -> int``, how many of ``tokens`` the grammar would take from
+    # here without taking them (the closing search probes with it; without it, with forks).
+
     def fork(self) -> Matcher | None:
         """An independent copy at the same state, or None if the engine cannot copy one (the
         budget-aware closing searches completions on forks; without them it stays off)."""

@@ -18,6 +18,7 @@ import llguidance.hf
 import llguidance.numpy
 import numpy as np
 
+from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
 from .engine import EXACT_COMPILE, SchemaCompileOptions, mask_words
 from .spec import CompileOptions
 
@@ -73,11 +74,14 @@ def json_options(options: CompileOptions, *, relaxed: bool = False) -> dict[str,
 class LLGuidanceMatcher:
     """Per-sequence state over one llguidance ``LLMatcher``."""
 
-    __slots__ = ("_m", "_words")
+    __slots__ = ("_m", "_words", "closing_hints")
 
-    def __init__(self, matcher: llguidance.LLMatcher, words: int) -> None:
+    def __init__(self, matcher: llguidance.LLMatcher, words: int,
+                 closing_hints: ClosingHints = NO_HINTS) -> None:
         self._m = matcher
         self._words = words
+        # The grammar's patterns (the closing search completes strings under them).
+        self.closing_hints = closing_hints
 
     def fill_mask(self, row: np.ndarray) -> None:
         """Write the allowed next tokens into ``row`` (extra words, if any, zeroed)."""
@@ -91,6 +95,11 @@ class LLGuidanceMatcher:
     def advance(self, token: int) -> bool:
         """Consume ``token``; False (and stopped) if the grammar rejects it."""
         return bool(self._m.consume_token(int(token)))
+
+    def accepts(self, tokens: list[int]) -> int:
+        """How many of ``tokens`` the grammar would take from here, without taking them (a
+        rejected token costs ~0.4 µs here, ~100 µs through a fork's ``advance``)."""
+        return int(self._m.validate_tokens(tokens))
 
     def forced_tokens(self) -> list[int]:
         """Tokens the grammar forces next (not consumed)."""
@@ -124,7 +133,7 @@ class LLGuidanceMatcher:
 
     def fork(self) -> LLGuidanceMatcher:
         """An independent copy at the same state (~1 µs): the closing search steps forks."""
-        return LLGuidanceMatcher(self._m.deep_copy(), self._words)
+        return LLGuidanceMatcher(self._m.deep_copy(), self._words, self.closing_hints)
 
 
 class LLGuidanceGrammar:
@@ -136,10 +145,18 @@ class LLGuidanceGrammar:
         self._backend = backend
         self.grammar = grammar
         self._template = matcher  # a fresh matcher, deep-copied per request (skips re-parsing)
+        self._hints: ClosingHints | None = None
+
+    @property
+    def closing_hints(self) -> ClosingHints:
+        """:func:`~afm_struct.grammar.closing_hints.grammar_hints` of this grammar (once)."""
+        if self._hints is None:
+            self._hints = grammar_hints(self.grammar)
+        return self._hints
 
     def new_matcher(self) -> LLGuidanceMatcher:
         """A fresh matcher at the start of the grammar."""
-        return LLGuidanceMatcher(self._template.deep_copy(), self._backend.words)
+        return LLGuidanceMatcher(self._template.deep_copy(), self._backend.words, self.closing_hints)
 
 
 class LLGuidanceBackend:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from afm_struct.errors import AfmError
 from afm_struct.grammar.closing import closing_vocab_for, scan, shortest_completion
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
+
+from ..dev_set import dev_files
 
 STR = {"type": "string"}
 NESTED = {"type": "object", "properties": {
@@ -109,3 +115,151 @@ def test_scan_tracks_nesting_strings_and_escapes() -> None:
     assert scan('{"a": "q\\') == (1, True, True)
     assert scan('{"a": "]}\\""') == (1, False, False)
     assert scan("}}]") == (0, False, False)
+
+
+# -- the grammar's own language: patterns, formats, numbers (issue 26.5, 34.2) ----------------
+
+def _v(schema: dict) -> dict:
+    return {"type": "object", "properties": {"v": schema}, "required": ["v"], "additionalProperties": False}
+
+
+def closed(tokenizer, schema, text: str) -> str:
+    """``text`` completed by the search (the old API: the scan state only); validated with
+    formats asserted."""
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema, strict=True))
+    assert constraint.mode == "enforced"
+    matcher = constraint.new_matcher()
+    for t in tokenizer.encode(text):
+        assert matcher.advance(t), text
+    plan = shortest_completion(matcher, closing_vocab_for(tokenizer), vocab_size=tokenizer.vocab_size,
+                               decode=tokenizer.decode, state=scan(text))
+    assert plan is not None, f"no completion of {text!r} under {schema}"
+    out = text + tokenizer.decode(plan)
+    outcome = constraint.validate(out)
+    assert outcome.ok, (out, outcome.errors)
+    return out
+
+
+@pytest.mark.parametrize(("schema", "text"), [
+    # Found cut and unparseable in the soak (issue 26.5): a pattern, a duration, multipleOf.
+    (_v({"type": "string", "pattern": "^[a-z]+@[a-z]+\\.com$"}), '{"v": "nhkjhjhj'),
+    (_v({"type": "string", "format": "duration"}), '{"v": "P1234'),
+    (_v({"type": "integer", "multipleOf": 7}), '{"v": 36000'),
+    (_v({"type": "integer", "multipleOf": 11}), '{"v": 1234567'),
+    (_v({"type": "string", "format": "date-time"}), '{"v": "2021-'),
+    # No plan at the start turned closing off for the whole request (issue 34.2).
+    ({"type": "object", "properties": {"email": {"type": "string", "format": "email"}}, "required": ["email"],
+      "additionalProperties": False}, ""),
+    (_v({"type": "string", "format": "email"}), '{"v": "abc'),
+    (_v({"type": "string", "format": "idn-email"}), ""),
+    (_v({"type": "string", "format": "duration"}), ""),
+    (_v({"type": "string", "pattern": "ab"}), ""),
+    (_v({"type": "string", "pattern": "x$"}), ""),
+    (_v({"type": "array", "items": {"type": "number", "exclusiveMinimum": 0}, "minItems": 2}), ""),
+    (_v({"type": "array", "items": {"type": "number", "exclusiveMinimum": 0}, "minItems": 2}),
+     '{"v": [0.000'),
+    (_v({"type": "string", "minLength": 16, "maxLength": 16}), '{"v": "'),
+])
+def test_values_the_grammar_does_not_let_end_are_completed(tokenizer, schema, text) -> None:
+    closed(tokenizer, schema, text)
+
+
+def test_a_hidden_pattern_state_is_completed_by_the_patterns_automaton(tokenizer) -> None:
+    # Unanchored: every character is allowed after "2022-01-01 12:0" and after "2022-01-01 12:00",
+    # so the mask does not show where the match is; the pattern's automaton does.
+    from afm_struct.grammar.closing import open_string
+
+    schema = _v({"type": "string", "pattern": "\\d{4}-\\d{2}-\\d{2} \\d{2}:\\d{2}:\\d{2}", "minLength": 25})
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema, strict=True))
+    text = '{"v": "2022-01-01 12:0'
+    matcher = constraint.new_matcher()
+    for t in tokenizer.encode(text):
+        assert matcher.advance(t)
+    plan = shortest_completion(matcher, closing_vocab_for(tokenizer), vocab_size=tokenizer.vocab_size,
+                               decode=tokenizer.decode, state=scan(text), content=open_string(text))
+    assert plan is not None
+    assert constraint.validate(text + tokenizer.decode(plan)).ok
+
+
+def test_every_branch_is_planned_the_shortest_tool_call_wins(tokenizer) -> None:
+    # Issue 34.2: with [create_event, order_items] the plan was a long create_event call (or
+    # none at all: its email and date-time values), when an order_items call is much shorter.
+    from afm_struct.tools import plan_tools
+
+    plan = plan_tools(tokenizer, [CREATE_EVENT, ORDER_ITEMS], "required", False,
+                      messages=[{"role": "user", "content": "hi"}])
+    vocab = closing_vocab_for(tokenizer)
+    found = shortest_completion(plan.constraint.new_matcher(), vocab, vocab_size=tokenizer.vocab_size,
+                                decode=tokenizer.decode)
+    alone = plan_tools(tokenizer, [ORDER_ITEMS], "required", False,
+                       messages=[{"role": "user", "content": "hi"}])
+    shortest = shortest_completion(alone.constraint.new_matcher(), vocab, vocab_size=tokenizer.vocab_size,
+                                   decode=tokenizer.decode)
+    assert found is not None and shortest is not None
+    text = tokenizer.decode(found)
+    call = json.loads(text[text.index("{"):text.rindex("}") + 1])
+    assert call["name"] == "order_items", text
+    jsonschema.validate(call["arguments"], ORDER_ITEMS["function"]["parameters"])
+    assert len(found) <= len(shortest) + 2
+
+
+CREATE_EVENT = {"type": "function", "function": {"name": "create_event", "strict": True, "parameters": {
+    "type": "object", "properties": {
+        "title": STR, "start": {"type": "string", "format": "date-time"},
+        "end": {"type": "string", "format": "date-time"},
+        "attendees": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1},
+        "location": STR, "reminder_minutes": {"type": "integer", "minimum": 5}},
+    "required": ["title", "start", "end", "attendees", "location", "reminder_minutes"],
+    "additionalProperties": False}}}
+ORDER_ITEMS = {"type": "function", "function": {"name": "order_items", "strict": True, "parameters": {
+    "type": "object", "properties": {"items": {"type": "array", "minItems": 1, "items": {
+        "type": "object", "properties": {"sku": STR, "quantity": {"type": "integer", "minimum": 1}},
+        "required": ["sku", "quantity"], "additionalProperties": False}}},
+    "required": ["items"], "additionalProperties": False}}}
+
+
+# -- property: dev-set schemas cut at random points are completed to valid instances -------------
+
+DEV_FILES = dev_files()
+EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or 40
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
+          derandomize=not os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES"))
+@given(index=st.integers(0, len(DEV_FILES) - 1), pick=st.integers(0, 1 << 30), cut=st.floats(0, 1))
+def test_dev_set_instances_cut_anywhere_are_completed(tokenizer, index, pick, cut) -> None:
+    """A valid dev-set instance, cut after any token, is completed to an instance the original
+    schema accepts (formats asserted): the completion is in the grammar's own language."""
+    from afm_struct.grammar.closing import open_string
+
+    doc = json.loads(DEV_FILES[index].read_text())
+    valid = [t["data"] for t in doc.get("tests", []) if t.get("valid")]
+    try:
+        constraint = compile_constraint(tokenizer, JsonSchemaRequest(doc["schema"], strict=True))
+    except AfmError:
+        return
+    if constraint.mode != "enforced" or not valid:
+        return  # a downgraded schema's grammar is looser than the schema (the header says so)
+    ids = tokenizer.encode(json.dumps(valid[pick % len(valid)], ensure_ascii=False))
+    matcher = constraint.new_matcher()
+    prefix = ids[:int(cut * len(ids))]
+    if not all(matcher.advance(t) for t in prefix):
+        return  # an instance the grammar does not take (property order: benchmarks/masks)
+    text = tokenizer.decode(prefix)
+    plan = shortest_completion(matcher, closing_vocab_for(tokenizer), vocab_size=tokenizer.vocab_size,
+                               decode=tokenizer.decode, state=scan(text), content=open_string(text),
+                               max_tokens=4096)
+    assert plan is not None, (DEV_FILES[index].name, text[-80:])
+    outcome = constraint.validate(text + tokenizer.decode(plan))
+    assert outcome.ok, (DEV_FILES[index].name, (text + tokenizer.decode(plan))[-120:], outcome.errors)
+
+
+@pytest.mark.parametrize("pattern", ["^a{1000000}$", "^(ab){500000}$", "(a|b)*a(a|b){14}"])
+def test_a_pattern_whose_automaton_would_be_huge_is_not_built(pattern) -> None:
+    # The soak's hostile patterns: unrolled, ^a{1000000}$ is a million-state automaton (22 GB
+    # before the process was killed), and the subset construction of (a|b)*a(a|b){n} has 2^n
+    # states.  The search does without the pattern's automaton there (its escape still runs).
+    from afm_struct.grammar.closing_hints import ClosingHints, _automaton
+
+    assert _automaton(pattern) is None
+    assert ClosingHints(frozenset(), (pattern,)).completions("") == []

@@ -101,3 +101,71 @@ def test_serve_flag_maps_to_the_setting() -> None:
 
     assert build_parser().parse_args(["serve"]).close_on_length is True
     assert build_parser().parse_args(["serve", "--no-close-on-length"]).close_on_length is False
+
+
+# -- every branch is planned; a budget below the shortest valid output is refused (issue 34.2) --
+
+STR = {"type": "string"}
+CREATE_EVENT = {"type": "function", "function": {"name": "create_event", "strict": True, "parameters": {
+    "type": "object", "properties": {
+        "title": STR, "start": {"type": "string", "format": "date-time"},
+        "end": {"type": "string", "format": "date-time"},
+        "attendees": {"type": "array", "items": {"type": "string", "format": "email"}, "minItems": 1},
+        "location": STR, "reminder_minutes": {"type": "integer", "minimum": 5}},
+    "required": ["title", "start", "end", "attendees", "location", "reminder_minutes"],
+    "additionalProperties": False}}}
+ORDER_ITEMS = {"type": "function", "function": {"name": "order_items", "strict": True, "parameters": {
+    "type": "object", "properties": {"items": {"type": "array", "minItems": 1, "items": {
+        "type": "object", "properties": {"sku": STR, "quantity": {"type": "integer", "minimum": 1}},
+        "required": ["sku", "quantity"], "additionalProperties": False}}},
+    "required": ["items"], "additionalProperties": False}}}
+PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in (CREATE_EVENT, ORDER_ITEMS)}
+EVENT_CALL = ('<tool_call>\n{"name": "create_event", "arguments": {"title": "Quarterly planning with '
+              + "the whole team " * 40)
+
+
+def test_a_call_that_cannot_fit_takes_the_branch_that_does(serve) -> None:
+    # The model starts a create_event call (~105 tokens at least); with 90 tokens only an
+    # order_items call fits.  The plan used to be the create_event call, written cut from the
+    # first token: invalid arguments.
+    live = serve(EVENT_CALL)
+    out = _post(live.url, {"tools": [CREATE_EVENT, ORDER_ITEMS], "tool_choice": "required",
+                           "parallel_tool_calls": False, "max_tokens": 90, "temperature": 0})
+    choice = out["choices"][0]
+    assert out["usage"]["completion_tokens"] <= 90
+    (call,) = choice["message"]["tool_calls"]
+    jsonschema.validate(json.loads(call["function"]["arguments"]), PARAMETERS[call["function"]["name"]])
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_budget_below_the_shortest_valid_output_is_refused(serve, field, stream) -> None:
+    live = serve(LOOP)
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+        "messages": USER, "response_format": FMT, field: 5, "stream": stream})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "max_tokens_too_small" and error["param"] == field
+    minimum = int(error["message"].split("allows is ")[1].split()[0])
+    assert f"{field} is 5" in error["message"] and minimum > 5
+    # The number is a real bound: that many tokens hold a valid output.
+    ok = _post(live.url, {"response_format": FMT, field: minimum, "temperature": 0})
+    jsonschema.validate(json.loads(ok["choices"][0]["message"]["content"]), SCHEMA)
+
+
+def test_a_required_call_that_cannot_fit_is_refused_and_auto_is_not(serve) -> None:
+    live = serve(TOOL_LOOP)
+    body = {"messages": USER, "tools": [WEATHER], "parallel_tool_calls": False, "max_tokens": 8}
+    r = httpx.post(f"{live.url}/v1/chat/completions", json={**body, "tool_choice": "required"}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
+    # ``auto`` may answer in text: nothing to refuse, and no call is started without room.
+    auto = _post(live.url, {k: v for k, v in body.items() if k != "messages"} | {"tool_choice": "auto"})
+    assert not auto["choices"][0]["message"].get("tool_calls")
+
+
+def test_no_refusal_when_closing_is_off_or_the_format_fits(serve) -> None:
+    live = serve(LOOP)
+    off = _post(live.url, {"response_format": FMT, "max_tokens": 5, "afm_close_on_length": False})
+    assert off["choices"][0]["finish_reason"] == "length"
+    tiny = _post(live.url, {"response_format": {"type": "json_object"}, "max_tokens": 2})
+    assert isinstance(json.loads(tiny["choices"][0]["message"]["content"]), dict)

@@ -6,14 +6,14 @@ json_object, tools (auto or required) or free text, stop strings, max_tokens; so
 X-Request-ID at a random point, some streams closed by the client after a random number of
 chunks.  Invariants:
 
-* no status but 200 and 503 (a 503 comes before any stream starts);
+* no status but 200 and 503 (a 503 comes before any stream starts), and the 400 that refuses
+  a constrained request whose max_tokens is below the shortest valid output;
 * a completed stream is well framed and has exactly one finish chunk, then at most a usage
   chunk, then [DONE]; nothing follows [DONE];
 * a cancel answered 200 makes the response finish ``cancelled`` (the registry's contract), and a
   cancelled stream emits nothing after its finish chunk;
 * constrained outputs that end by ``stop``/``length`` parse (and validate against the schema)
-  when no stop string cut them and max_tokens fits an instance; tool calls' arguments parse and
-  validate;
+  when no stop string cut them; tool calls' arguments parse and validate;
 * every request that completed normally gets the same answer when sent again alone (the
   scripted model is deterministic);
 * afterwards the server is idle: no request pending in the scheduler, no sequence in the
@@ -91,14 +91,12 @@ def _check_answer(kind: str, body: dict[str, Any], reason: str, content: str | N
         return
     if calls:
         assert kind.startswith("tools"), (kind, calls)
-    # A whole call takes ~28 tokens: with less, a cut call cannot be closed (that is reported
-    # as found, not asserted here).
-    if calls and body["max_tokens"] >= 40:
-        for call in calls:
-            args = json.loads(call["function"]["arguments"])
-            jsonschema.validate(args, TOOL_SCHEMAS[call["function"]["name"]])
-    # Cut by max_tokens it still parses (budget-aware closing) when the budget fits an instance.
-    if kind in ("json_schema", "json_object") and "stop" not in body and body["max_tokens"] >= 16:
+    # A budget below the shortest valid output was refused before generating (a 400), so every
+    # call is whole and valid, and a cut JSON answer still parses (budget-aware closing).
+    for call in calls or ():
+        args = json.loads(call["function"]["arguments"])
+        jsonschema.validate(args, TOOL_SCHEMAS[call["function"]["name"]])
+    if kind in ("json_schema", "json_object") and "stop" not in body:
         value = json.loads(content or "")
         if kind == "json_schema":
             jsonschema.validate(value, SCHEMA)
@@ -106,6 +104,17 @@ def _check_answer(kind: str, body: dict[str, Any], reason: str, content: str | N
             assert isinstance(value, dict)
     if kind == "tools_required" and reason != "length":
         assert calls, (reason, content)
+
+
+def _check_status(o: Outcome, r: httpx.Response) -> None:
+    """200, 503, or the 400 refusing a budget below the shortest valid output (a schema or a
+    required call needs more than 4 tokens; a json_object answer fits in 1)."""
+    if r.status_code == 400:
+        error = r.json()["error"]
+        assert error["code"] == "max_tokens_too_small" and error["param"] == "max_tokens", r.text
+        assert o.kind in ("json_schema", "tools_required") and o.body["max_tokens"] < 40, (o.kind, o.body)
+        return
+    assert r.status_code in (200, 503), r.text
 
 
 class Outcome:
@@ -161,7 +170,7 @@ async def _one(client: httpx.AsyncClient, url: str, o: Outcome, rng: random.Rand
         if canceller is not None:
             await canceller
         o.status = r.status_code
-        assert r.status_code in (200, 503), r.text
+        _check_status(o, r)
         if r.status_code == 200:
             choice = r.json()["choices"][0]
             o.reason, o.content = choice["finish_reason"], choice["message"].get("content")
@@ -173,7 +182,7 @@ async def _one(client: httpx.AsyncClient, url: str, o: Outcome, rng: random.Rand
         o.status = r.status_code
         if r.status_code != 200:
             await r.aread()
-            assert r.status_code == 503, r.text
+            _check_status(o, r)
             return
         payloads: list[str] = []
         expect_blank = False
