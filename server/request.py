@@ -68,10 +68,10 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
         text = message_text(msg, i)
         if msg.role == "tool" and not msg.tool_call_id:
             raise InvalidRequestError(f"messages[{i}] has role 'tool' but no tool_call_id",
-                                      param=f"messages.{i}.tool_call_id")
+                                      param=f"messages.{i}.tool_call_id", code="missing_required_parameter")
         if msg.role != "assistant" and text is None:
             raise InvalidRequestError(f"messages[{i}] ({msg.role}) has no content",
-                                      param=f"messages.{i}.content")
+                                      param=f"messages.{i}.content", code="missing_required_parameter")
         item: dict[str, Any] = {"role": "system" if msg.role == "developer" else msg.role,
                                 "content": text or ""}
         if msg.name:
