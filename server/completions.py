@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from afm_struct.decoding.closing import check_budget
@@ -31,6 +30,7 @@ from afm_struct.tools import Choice, ToolDef, ToolPlan, parse_choice, parse_tool
 from . import sse
 from .cancel import Inflight, InflightRegistry
 from .channels import Delta, DeltaRouter, make_router
+from .ids import IdSource
 from .logprobs import Entries, LogprobRouting, logprobs_object, within
 from .memory import RELEASE_AFTER_TOKENS, release_free_memory
 from .profile import (
@@ -66,6 +66,7 @@ class ServerState:
     registry: InflightRegistry
     blas: str | None = None
     compile_fn: Compile | None = None
+    ids: IdSource = field(default_factory=IdSource)
 
 
 @dataclass
@@ -151,7 +152,7 @@ async def prepare(state: ServerState, body: ChatCompletionRequest, *, request_id
         # No output can be valid when the budget is below the shortest one the grammar allows:
         # refused now (a 400 naming both numbers) rather than closed to text that cannot parse.
         await asyncio.to_thread(check_request_budget, state, body, generation, tool_plan)
-    ident = sse.StreamIdentity(id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()),
+    ident = sse.StreamIdentity(id=state.ids.new_id("chatcmpl-"), created=state.ids.created(),
                                model=model_name)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return Prepared(request_id=request_id, ident=ident, generation=generation, plan=plan,
@@ -264,7 +265,8 @@ class Run:
         opened = bool(tags and tags.opened_in_prompt)
         tool_plan = self.prepared.tools
         router: DeltaRouter = (
-            tool_plan.make_router(reasoning_tags=pair, start_in_reasoning=opened)
+            tool_plan.make_router(reasoning_tags=pair, start_in_reasoning=opened,
+                                  id_factory=lambda: self.state.ids.new_id("call_"))
             if tool_plan is not None else make_router(reasoning_tags=pair, start_in_reasoning=opened))
         deferred: list[str] = []
         deferred_entries: Entries = []
