@@ -22,11 +22,11 @@ from afm_struct.models.loader import LoadedModel
 
 from .auth import ApiKeyMiddleware
 from .cancel import InflightRegistry
-from .completions import ServerState
 from .errors import install_error_handlers
 from .middleware import BodyLimitMiddleware, RequestIdMiddleware
 from .routes import router
 from .settings import ServerSettings
+from .state import ServerState
 from .structured import Compile, default_compiler
 
 log = logging.getLogger("afm_struct.server")

@@ -13,9 +13,9 @@ from fastapi import FastAPI
 from afm_struct.models.loader import LoadedModel
 
 from .app import create_app
-from .completions import ServerState
 from .connection import http_protocol
 from .settings import ServerSettings
+from .state import ServerState
 
 
 @dataclass

@@ -1,19 +1,21 @@
-"""Token logprobs on the wire: which delta carries which token, and OpenAI's entry shape.
+"""Token logprobs: which answer event carries which token, and OpenAI's entry shape.
 
 The engine hands each text delta the entries of the tokens whose last visible character it
-shows (:mod:`afm_struct.decoding.logprobs`).  The routers then turn text into channels
-(content, reasoning_content, tool_calls) and may hold text back (a partial tag) or swallow
-markup (thinking tags, a tool format's call frame).  :class:`LogprobRouting` follows them:
+shows (:mod:`afm_struct.decoding.logprobs`).  The routers then turn text into answer events
+(text, reasoning, tool-call opening and arguments) and may hold text back (a partial tag) or
+swallow markup (thinking tags, a tool format's call frame).  :class:`LogprobRouting` follows
+them:
 
-* a token's entry goes on the delta whose text contains the token's text — content, or a
-  ``tool_calls`` arguments fragment (OpenAI sends those in ``logprobs.content`` too); the
-  tokens of a call's markup (``<tool_call>``, the name) go on the delta that starts the call;
-* while a router holds text back, its tokens wait for the delta that shows it;
+* a token's entry goes on the event whose text contains the token's text — text, or a call's
+  arguments (OpenAI sends those in chat's ``logprobs.content`` too); the tokens of a call's
+  markup (``<tool_call>``, the name) go on the event that opens the call;
+* while a router holds text back, its tokens wait for the event that shows it;
 * reasoning is not reported (OpenAI does not expose reasoning tokens): tokens shown only in
-  ``reasoning_content`` are dropped, and so are tokens the router swallowed (thinking tags,
-  whitespace after the block, call markup after the arguments).
+  reasoning are dropped, and so are tokens the router swallowed (thinking tags, whitespace
+  after the block, call markup after the arguments).
 
-Pure functions and a small state machine: no I/O, no MLX.
+Pure functions and a small state machine: no I/O, no MLX, no protocol shapes but OpenAI's
+entry (:func:`entry_dict`), which both OpenAI protocols use.
 """
 
 from __future__ import annotations
@@ -22,46 +24,42 @@ from collections.abc import Sequence
 from typing import Any
 
 from afm_struct.decoding.outputs import TokenLogprob, TopLogprob
+from afm_struct.serving.events import AnswerEvent, CallArguments, CallOpened, Reasoning, Text
 
-Delta = dict[str, Any]
 Entries = list[TokenLogprob]
 
 
-def _text_of(delta: Delta) -> str | None:
-    """The generated text a content / tool_calls delta shows (None: a call's start, whose
-    name comes from markup tokens that all belong to it)."""
-    if "content" in delta:
-        return str(delta["content"])
-    calls = delta.get("tool_calls") or []
-    if any("id" in c for c in calls):
-        return None
-    return "".join((c.get("function") or {}).get("arguments") or "" for c in calls)
-
-
 class LogprobRouting:
-    """Assigns token entries to the deltas the router made of the generated text.
+    """Assigns token entries to the answer events the router made of the generated text.
 
-    The waiting entries cover a stretch of the generated text; a delta's text is found in that
-    stretch, the entries overlapping it go on the delta, those before it were swallowed
+    The waiting entries cover a stretch of the generated text; an event's text is found in that
+    stretch, the entries overlapping it go on the event, those before it were swallowed
     (tags, call markup, whitespace after a thinking block: dropped) and those after it were
-    held back by the router (they wait for its next delta).
+    held back by the router (they wait for its next event).
     """
 
     def __init__(self) -> None:
         self._text = ""  # the generation's text so far (entries' offsets index it)
         self._waiting: Entries = []
 
-    def assign(self, text: str, deltas: Sequence[Delta], entries: Entries | None) -> list[Entries | None]:
-        """One slot per delta made of ``text`` (and held text): the entries it carries or None."""
+    def assign(self, text: str, events: Sequence[AnswerEvent], entries: Entries | None,
+               ) -> list[Entries | None]:
+        """One slot per event made of ``text`` (and held text): the entries it carries, or None
+        (reasoning, a call's closing)."""
         self._text += text
         if entries:
             self._waiting.extend(entries)
-        slots: list[Entries | None] = [None] * len(deltas)
-        for i, d in enumerate(deltas):
-            if "reasoning_content" in d:
-                self._take(str(d["reasoning_content"]))  # not reported
-            elif "content" in d or "tool_calls" in d:
-                slots[i] = self._take(_text_of(d))
+        slots: list[Entries | None] = [None] * len(events)
+        for i, ev in enumerate(events):
+            if isinstance(ev, Reasoning):
+                self._take(ev.text)  # not reported
+            elif isinstance(ev, Text):
+                slots[i] = self._take(ev.text)
+            elif isinstance(ev, CallOpened):
+                # The call's name comes from markup tokens that all belong to its opening.
+                slots[i] = self._take(None)
+            elif isinstance(ev, CallArguments):
+                slots[i] = self._take(ev.text)
         return slots
 
     def _take(self, shown: str | None) -> Entries:

@@ -6,7 +6,7 @@ in the arena, which glibc shrinks only from its top, so long prompts left the pr
 until each arena held its high-water mark: a server at 302 MB stood at 1.07 GB after 5 MB
 prompts, all of it free.  ``malloc_trim(0)`` returns the free pages inside every arena and the
 main arena's top; the free top of a thread's arena it cannot return, which is why prompts are
-tokenized on one thread (:data:`server.completions.TOKENIZER_THREAD`).
+tokenized on one thread (:data:`server.admission.TOKENIZER_THREAD`).
 """
 
 from __future__ import annotations

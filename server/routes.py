@@ -1,4 +1,5 @@
-"""Thin HTTP handlers: parse, call :mod:`server.completions`, wrap the result in a response."""
+"""Thin HTTP handlers: a protocol's adapter makes the plan, the core admits and runs it
+(:mod:`server.admission`, :mod:`server.run`), the protocol's encoder writes the response."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from starlette.types import Receive, Scope, Send
 
 from afm_struct import __version__
 
-from . import sse
-from .completions import ServerState, admit, collect, prepare, response_headers, sse_body
+from .admission import Prepared, admit, prepare, response_headers
+from .chat.adapter import plan_chat
+from .chat.chunks import cancellation_body
+from .chat.encoder import ChatCompletion, ChatStream
 from .profile import parse_profile_header
 from .request import check_model
+from .run import BodyEncoder, StreamEncoder, collect, sse_body
 from .schemas import (
     CancellationResponse,
     ChatCompletionRequest,
@@ -26,6 +30,7 @@ from .schemas import (
     ModelCard,
     ModelList,
 )
+from .state import ServerState
 
 router = APIRouter()
 
@@ -69,15 +74,29 @@ async def _close_on_disconnect(request: Request, close: Callable[[], None]) -> N
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> StreamingResponse | JSONResponse:
     """Create a chat completion (SSE when ``stream`` is true)."""
     state = _state(request)
-    prepared = await prepare(state, body, request_id=request.state.request_id,
-                             profile_key=parse_profile_header(request.headers.get("x-afm-profile")))
+    started = time.perf_counter()
+    plan = await plan_chat(state, body, request_id=request.state.request_id,
+                           profile_key=parse_profile_header(request.headers.get("x-afm-profile")))
+    prepared = await prepare(state, plan, started=started)
+    logprobs = plan.logprobs is not None
+    return await respond(request, state, prepared,
+                         stream=lambda: ChatStream(prepared.ident, logprobs=logprobs,
+                                                   include_usage=plan.delivery.include_usage),
+                         body=lambda: ChatCompletion(prepared.ident, logprobs=logprobs))
+
+
+async def respond(request: Request, state: ServerState, prepared: Prepared, *,
+                  stream: Callable[[], StreamEncoder], body: Callable[[], BodyEncoder],
+                  ) -> StreamingResponse | JSONResponse:
+    """Admit ``prepared`` and answer with the protocol's encoders: SSE (``stream``) or one
+    JSON body (``body``), the run stopped when the client goes away."""
     run = admit(state, prepared)
     headers = response_headers(prepared)
-    if prepared.stream:
-        return SSEResponse(sse_body(run), headers=headers, on_close=run.close)
+    if prepared.plan.delivery.stream:
+        return SSEResponse(sse_body(run, stream()), headers=headers, on_close=run.close)
     watcher = asyncio.create_task(_close_on_disconnect(request, run.close))
     try:
-        result = await collect(run)
+        result = await collect(run, body())
     finally:
         watcher.cancel()
         run.close()
@@ -90,8 +109,8 @@ async def cancel_completion(request_id: str, request: Request) -> JSONResponse:
     """Cancel the in-flight request whose X-Request-ID is ``request_id``."""
     err = _state(request).registry.cancel(request_id)
     if err is not None:
-        return JSONResponse(sse.cancellation_body(request_id, False, err), status_code=404)
-    return JSONResponse(sse.cancellation_body(request_id, True))
+        return JSONResponse(cancellation_body(request_id, False, err), status_code=404)
+    return JSONResponse(cancellation_body(request_id, True))
 
 
 def get_route(path: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -145,7 +145,7 @@ class ChatCompletionRequest(BaseModel):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     # Token logprobs of content and tool-call arguments; top_logprobs (0-20) alternatives per
-    # token, only with logprobs: true (checked in server.request.logprobs_wanted).
+    # token, only with logprobs: true (checked in server.chat.adapter.logprobs_wanted).
     logprobs: bool | None = None
     top_logprobs: int | None = None
     # Extension: false lets max_tokens cut constrained output mid-value (default: the server's

@@ -1,67 +1,32 @@
-"""Pure protocol encoding: chat-completion chunks, SSE framing, completions and error envelopes.
+"""What every protocol's wire shares: SSE framing and the JSON error envelope.
 
-No I/O and no state: every function maps values to a dict (or bytes), so the wire format is
-tested without a server.  The shapes are the contract of ``docs/protocol.md``.
+Pure functions: values to bytes or dicts, no I/O and no state.  An event is
+``data: <compact JSON>`` and a blank line, preceded by ``event: <type>`` when the protocol names
+its events (the Responses API streams ``event: response.output_text.delta``; Chat Completions
+sends bare ``data:`` lines and a final ``data: [DONE]``).  Each protocol's shapes live in its
+encoder (``server/chat/encoder.py``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import AfmError
 
 DONE = b"data: [DONE]\n\n"
-CHUNK_OBJECT = "chat.completion.chunk"
-COMPLETION_OBJECT = "chat.completion"
-CANCELLATION_OBJECT = "chat.completion.cancellation"
 
 
-@dataclass(frozen=True)
-class StreamIdentity:
-    """The fields every chunk of one response repeats."""
-
-    id: str
-    created: int
-    model: str
-
-
-def encode_event(payload: Mapping[str, Any]) -> bytes:
-    """One SSE event: ``data: <compact JSON>`` and a blank line (JSON never holds a raw newline)."""
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
-
-
-def _chunk(ident: StreamIdentity, choices: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": ident.id, "object": CHUNK_OBJECT, "created": ident.created, "model": ident.model,
-            "choices": choices}
-
-
-def delta_chunk(ident: StreamIdentity, delta: Mapping[str, Any],
-                logprobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A chunk carrying one delta (content, reasoning_content, tool_calls, role) and no finish;
-    ``logprobs`` is the choice's ``{"content": [...], "refusal": null}`` when asked for."""
-    return _chunk(ident, [{"index": 0, "delta": dict(delta),
-                           "logprobs": dict(logprobs) if logprobs is not None else None,
-                           "finish_reason": None}])
-
-
-def finish_chunk(ident: StreamIdentity, reason: FinishReason) -> dict[str, Any]:
-    """The finish chunk: an empty delta and the finish_reason (a StrEnum: JSON writes its string)."""
-    return _chunk(ident, [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}])
-
-
-def usage_dict(usage: Usage) -> dict[str, int]:
-    """OpenAI's usage object."""
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens}
-
-
-def usage_chunk(ident: StreamIdentity, usage: Usage) -> dict[str, Any]:
-    """The separate usage chunk: empty choices and a top-level usage object."""
-    return {**_chunk(ident, []), "usage": usage_dict(usage)}
+def encode_event(payload: Mapping[str, Any], *, event: str | None = None) -> bytes:
+    """One SSE event: an optional ``event: <type>`` line, ``data: <compact JSON>`` (JSON never
+    holds a raw newline) and a blank line."""
+    data = b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    if event is None:
+        return data
+    if not event or any(ch in event for ch in "\r\n"):
+        raise ValueError(f"an SSE event type is one non-empty line, not {event!r}")
+    return b"event: " + event.encode() + b"\n" + data
 
 
 def error_body(err: AfmError) -> dict[str, str | None]:
@@ -72,44 +37,3 @@ def error_body(err: AfmError) -> dict[str, str | None]:
 def error_envelope(err: AfmError) -> dict[str, Any]:
     """The JSON body of every HTTP error: ``{"error": {...}}``."""
     return {"error": error_body(err)}
-
-
-def error_chunk(ident: StreamIdentity, err: AfmError) -> dict[str, Any]:
-    """A mid-stream failure: the message in delta.content (plain clients show it), a top-level
-    ``error`` object (careful clients, and the openai SDK, detect it) and finish_reason "error".
-    It replaces the finish chunk; usage and profile may follow, then ``[DONE]``."""
-    chunk = _chunk(ident, [{"index": 0, "delta": {"content": f"[error] {err.message}"},
-                            "logprobs": None, "finish_reason": FinishReason.ERROR}])
-    chunk["error"] = error_body(err)
-    return chunk
-
-
-def profile_event(key: str, profile: Mapping[str, Any]) -> dict[str, Any]:
-    """The AFM-only profile event: ``{"afm_profile": {...}}`` or ``{"afm_profile_extended": ...}``."""
-    return {key: dict(profile)}
-
-
-def completion_body(ident: StreamIdentity, *, content: str | None, reasoning_content: str | None,
-                    tool_calls: list[dict[str, Any]] | None, finish_reason: FinishReason,
-                    usage: Usage, logprobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A non-streaming ``chat.completion`` (empty channels are left out or null, as OpenAI does;
-    ``logprobs`` is the choice's logprobs object when asked for)."""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if reasoning_content:
-        message["reasoning_content"] = reasoning_content
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return {"id": ident.id, "object": COMPLETION_OBJECT, "created": ident.created,
-            "model": ident.model,
-            "choices": [{"index": 0, "message": message,
-                         "logprobs": dict(logprobs) if logprobs is not None else None,
-                         "finish_reason": finish_reason}],
-            "usage": usage_dict(usage)}
-
-
-def cancellation_body(request_id: str, cancelled: bool, err: AfmError | None = None) -> dict[str, Any]:
-    """The body of the cancel endpoint (404s also carry the error envelope's ``error``)."""
-    body: dict[str, Any] = {"id": request_id, "object": CANCELLATION_OBJECT, "cancelled": cancelled}
-    if err is not None:
-        body["error"] = error_body(err)
-    return body

@@ -1,6 +1,6 @@
-"""``response_format`` → compiled constraint: the one integration point with the grammar compiler.
+"""The plan's output format → compiled constraint: the one integration point with the grammar compiler.
 
-:func:`plan_structured` validates the request's schema, compiles it off the event loop and says
+:func:`plan_structured` validates the format's schema, compiles it off the event loop and says
 how the server must treat the output: an *enforced* constraint streams as generated (the mask
 guarantees bare JSON); a *best-effort* one (downgraded, or no compiler available) is deferred to
 the end of generation and sanitized, so clients never see markdown fences.  A strict schema
@@ -21,14 +21,11 @@ from afm_struct.grammar.engine import Matcher
 from afm_struct.grammar.spec import Mode, Rung
 from afm_struct.grammar.validation import sanitize_json_text
 from afm_struct.models.tokenizer import Tokenizer
-
-from .schemas import ResponseFormatJsonObject, ResponseFormatJsonSchema, ResponseFormatText
-
-ResponseFormat = ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema
+from afm_struct.serving.plan import OutputFormat
 
 
 class CompiledFormat(Protocol):
-    """What the server reads of a compiled ``response_format`` (a ``CompiledConstraint``)."""
+    """What the server reads of a compiled output format (a ``CompiledConstraint``)."""
 
     mode: Mode  # ENFORCED: the mask guarantees the output; DOWNGRADED: best-effort
     reason: str | None  # why it was downgraded
@@ -81,24 +78,14 @@ def default_compiler() -> Compile:
     return compile_constraint
 
 
-def _constraint_request(fmt: ResponseFormatJsonObject | ResponseFormatJsonSchema) -> tuple[Any, bool]:
-    """The grammar package's request value, and whether the caller asked for strict."""
-    from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
-
-    if isinstance(fmt, ResponseFormatJsonObject):
-        return JsonObjectRequest(), False
-    spec = fmt.json_schema
-    schema = spec.schema_ if spec.schema_ is not None else True
-    strict = bool(spec.strict)
-    return JsonSchemaRequest(schema=schema, strict=strict, name=spec.name), strict
-
-
-async def plan_structured(tokenizer: Tokenizer, fmt: ResponseFormat | None, *,
+async def plan_structured(tokenizer: Tokenizer, fmt: OutputFormat | None, *,
                           compile_fn: Compile | None = None) -> StructuredPlan:
-    """Validate and compile ``response_format`` (off the event loop); raise 400-class errors."""
-    if fmt is None or isinstance(fmt, ResponseFormatText):
+    """Validate and compile the output format (off the event loop); raise 400-class errors
+    naming where the request holds the schema (``fmt.param``)."""
+    request = fmt.constraint_request() if fmt is not None else None
+    if fmt is None or request is None:
         return TEXT_PLAN
-    request, strict = _constraint_request(fmt)
+    strict = fmt.strict
     compile_fn = compile_fn or default_compiler()
     compiled = await asyncio.to_thread(compile_fn, tokenizer, request)
     # Mode(...) also takes the mode's string value, which a test's stand-in compiler may give.

@@ -1,9 +1,10 @@
 """What comes out of a generation: text deltas, then one :class:`Finished` (reason, usage, timings).
 
-These are the types the server reads (``server/sse.py``, ``server/profile.py``,
-``server/completions.py``), kept apart from :mod:`.events` (requests, the model and constraint
-protocols) because this module imports no MLX: the wire encoders and the profile stay importable,
-and testable, without loading the engine.  ``tests/server/test_no_mlx.py`` holds that line.
+These are the types the server reads (``server/run.py``, ``server/profile.py``, the
+protocol encoders through :mod:`afm_struct.serving.events`), kept apart from :mod:`.events`
+(requests, the model and constraint protocols) because this module imports no MLX: the wire
+encoders and the profile stay importable, and testable, without loading the engine.
+``tests/server/test_typed_seam.py`` holds that line.
 """
 
 from __future__ import annotations

@@ -226,12 +226,14 @@ class ConstraintCompiler:
         # A forced run the lexer cannot follow (literal_budget.py): refused for a strict
         # request, served without it otherwise; an invalid schema is told as such first.
         run = None if limits else longest_forced_run(schema)
+        # Errors name where the caller's request holds the schema (JsonSchemaRequest.param).
+        param = getattr(request, "param", "tools")
         if limits or run is not None:
             if not prechecked:
-                check_schema(schema)
+                check_schema(schema, param=param)
             if run is not None:
                 if getattr(request, "strict", True):
-                    raise run.error(getattr(request, "param", "tools"))
+                    raise run.error(param)
                 limits = FORCED_RUN_REASON
             result = climb(self.engine, schema, start, self.options.timeout_s, start_reason=limits,
                            generic_cache=self._generic)
@@ -245,10 +247,10 @@ class ConstraintCompiler:
             try:
                 rewritten = rewrite_schema(schema)
             except Exception:  # junk input: the check below says what is wrong with it
-                check_schema(schema)
+                check_schema(schema, param=param)
                 raise
             future = self.engine.start_exact(rewritten.schema)
-            check_schema(schema)
+            check_schema(schema, param=param)
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)
         return self._result(request, result.rung, result.grammar, result.reason,

@@ -1,23 +1,22 @@
-"""Tool calls: formats (``grammars/``), prompts, grammars, parsing and streamed deltas.
+"""Tool calls: definitions, formats (``grammars/``), prompts, grammars, parsing and streamed events.
 
-Server wiring (one request)::
+Server wiring (one request; ``server/admission.py`` and ``server/run.py``)::
 
-    plan = await asyncio.to_thread(plan_tools, tokenizer, body.tools, body.tool_choice,
-                                   body.parallel_tool_calls, messages=template_messages(body.messages),
-                                   compile_fn=state.compile_fn)
-    prompt_ids = await asyncio.to_thread(plan.encode_prompt, tokenizer)   # plan.messages/template_tools
-    tags = reasoning_tags(state, prompt_ids)
-    GenerationRequest(prompt_ids, params, constraint=plan.constraint,
-                      reasoning=tags if plan.constraint is not None else None)
-    router = plan.make_router(reasoning_tags=(tags.open, tags.close) if tags else None,
-                              start_in_reasoning=bool(tags and tags.opened_in_prompt))
-    # router.feed / finish / finish_reason as any DeltaRouter; stream its deltas as they come
+    tools = check_tools(specs)            # a protocol adapter's ToolSpecs (parse_tools: chat's shape)
+    choice = check_choice(Choice("required"), tools)
+    plan = plan_tools(tokenizer, tools, choice, parallel, messages=messages, compile_grammar=False)
+    prompt_ids = plan.encode_prompt(tokenizer)           # plan.messages / template_tools
+    plan = plan.constrained(tokenizer)                   # the tool grammar, once the prompt fits
+    GenerationRequest(prompt_ids, params, constraint=plan.constraint, reasoning=...)
+    router = plan.make_router(reasoning_tags=..., id_factory=...)
+    # router.feed / finish / finish_reason as any AnswerRouter: Text, Reasoning, CallOpened,
+    # CallArguments, CallClosed events (afm_struct.serving.events)
     if plan.downgraded: headers["X-Grammar-Constraints"] = "downgraded"
 """
 
 from __future__ import annotations
 
-from .definitions import Choice, ToolDef, parse_choice, parse_tools
+from .definitions import Choice, ToolDef, ToolSpec, check_choice, check_tools, parse_choice, parse_tools
 from .formats import FormatTable, ToolFormat, detect_format, load_table
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, TextEvent
 from .plan import ToolPlan, plan_tools
@@ -35,6 +34,9 @@ __all__ = [
     "ToolDef",
     "ToolFormat",
     "ToolPlan",
+    "ToolSpec",
+    "check_choice",
+    "check_tools",
     "detect_format",
     "load_table",
     "new_call_id",

@@ -21,6 +21,7 @@ leaves requests with no strict tool unconstrained (the benchmark's free baseline
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,7 +39,7 @@ from .formats import (
 )
 from .grammar import Compile, compile_tool_grammar
 from .prompt import render_messages
-from .stream import ToolCallRouter
+from .stream import ToolCallRouter, new_call_id
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,13 @@ class ToolPlan:
         return self.tools
 
     def make_router(self, *, reasoning_tags: tuple[str, str] | None = None,
-                    start_in_reasoning: bool = False) -> ToolCallRouter:
-        """A fresh router for this request's output (one per generation)."""
+                    start_in_reasoning: bool = False,
+                    id_factory: Callable[[], str] = new_call_id) -> ToolCallRouter:
+        """A fresh router for this request's output (one per generation); ``id_factory``
+        names its calls."""
         return ToolCallRouter(self.format, detect_calls=self.choice.kind != "none",
                               max_calls=None if self.parallel else 1, reasoning_tags=reasoning_tags,
-                              start_in_reasoning=start_in_reasoning)
+                              start_in_reasoning=start_in_reasoning, id_factory=id_factory)
 
     def encode_prompt(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, *,
                       context_length: int | None = None) -> list[int]:

@@ -1,12 +1,12 @@
-"""Generated text → OpenAI deltas with ``tool_calls``: the tool-call router for the server.
+"""Generated text → answer events with tool calls: the tool-call router of the core.
 
-:class:`ToolCallRouter` has the server's ``DeltaRouter`` shape (``feed`` / ``finish`` /
-``finish_reason``).  It first splits a thinking block off (``reasoning_content``; the block may
-have been opened by the prompt), then runs the answer through the format's
+:class:`ToolCallRouter` is an :class:`~afm_struct.serving.events.AnswerRouter` (``feed`` /
+``finish`` / ``finish_reason``).  It first splits a thinking block off (:class:`Reasoning`; the
+block may have been opened by the prompt), then runs the answer through the format's
 :class:`~afm_struct.tools.parser.CallParser`.  Each call gets an ``index`` and an id
-``call_<hex>``; its first delta carries ``id``, ``type: "function"`` and the whole name, then
-``function.arguments`` fragments follow as they are generated.  A turn with calls finishes
-with ``tool_calls``.  Tool markup never reaches the client as content: the format's tags that
+``call_<hex>``; :class:`CallOpened` carries the whole name, :class:`CallArguments` the
+arguments as they are generated, :class:`CallClosed` says they are complete.  A turn with calls
+finishes with ``tool_calls``.  Tool markup never reaches the client as content: the format's tags that
 the parser leaves in the text (a model echoing ``<tool_response>…</tool_response>`` after a tool
 result, a stray ``</tool_call>``, an opener not followed by a call) are removed by a
 :class:`MarkupStripper`.  Pure state machine: no I/O, no MLX.
@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any
 
 from ..decoding.outputs import FinishReason
+from ..serving.events import AnswerEvent, CallArguments, CallClosed, CallOpened, Reasoning, Text, add_text
 from ..text.markers import Marker, MarkerScanner
 from ..text.reasoning import ReasoningSplitter
 from ..tool_calls import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
 from .scanner import WS
-
-Delta = dict[str, Any]
 
 
 def new_call_id() -> str:
@@ -35,7 +33,7 @@ def new_call_id() -> str:
 
 
 class ToolCallRouter:
-    """``DeltaRouter`` for requests with tools: content, reasoning and streamed tool calls.
+    """``AnswerRouter`` for requests with tools: text, reasoning and streamed tool calls.
 
     ``detect_calls=False`` (``tool_choice: none``) passes the answer through as content;
     ``max_calls=1`` (``parallel_tool_calls: false``) keeps only the first call.
@@ -59,12 +57,12 @@ class ToolCallRouter:
         """The calls made so far, whole (index order)."""
         return self.assembled.calls
 
-    def feed(self, text: str) -> list[Delta]:
-        """Deltas made available by ``text``."""
+    def feed(self, text: str) -> list[AnswerEvent]:
+        """Events made available by ``text``."""
         return self._route(self.splitter.feed(text), final=False)
 
-    def finish(self) -> list[Delta]:
-        """Deltas held back until the end (partial markers, a call cut short)."""
+    def finish(self) -> list[AnswerEvent]:
+        """Events held back until the end (partial markers, a call cut short)."""
         return self._route(self.splitter.feed("", final=True), final=True)
 
     def finish_reason(self, reason: FinishReason, *, whole: bool = False) -> FinishReason:
@@ -80,11 +78,11 @@ class ToolCallRouter:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _route(self, pieces: list[tuple[str, str]], *, final: bool) -> list[Delta]:
-        out: list[Delta] = []
+    def _route(self, pieces: list[tuple[str, str]], *, final: bool) -> list[AnswerEvent]:
+        out: list[AnswerEvent] = []
         for channel, text in pieces:
             if channel == "reasoning":
-                _append_text(out, "reasoning_content", text)
+                add_text(out, Reasoning, text)
             else:
                 self._events(out, self.parser.feed(text))
         if final:
@@ -92,41 +90,34 @@ class ToolCallRouter:
             self._content(out, self.markup.feed("", final=True))
         return out
 
-    def _events(self, out: list[Delta], events: list[Event]) -> None:
+    def _events(self, out: list[AnswerEvent], events: list[Event]) -> None:
         for ev in events:
             if isinstance(ev, TextEvent):
                 self._content(out, self.markup.feed(ev.text))
             elif isinstance(ev, CallStart):
                 self._content(out, self.markup.feed("", final=True))  # held text first, in order
                 self._call_last = False
-                call = {"index": ev.index, "id": self.id_factory(), "type": "function",
-                        "function": {"name": ev.name, "arguments": ""}}
-                self.assembled.add({**call, "function": dict(call["function"])})
-                out.append({"tool_calls": [call]})
+                opened = CallOpened(index=ev.index, id=self.id_factory(), name=ev.name)
+                self.assembled.add({"index": ev.index, "id": opened.id, "type": "function",
+                                    "function": {"name": ev.name, "arguments": ""}})
+                out.append(opened)
             elif isinstance(ev, ArgsEvent):
                 self.assembled.add({"index": ev.index, "function": {"arguments": ev.text}})
-                last = out[-1]["tool_calls"][-1] if out and "tool_calls" in out[-1] else None
-                if last is not None and last["index"] == ev.index:
-                    last["function"]["arguments"] += ev.text  # same step: one fragment
+                last = out[-1] if out else None
+                if isinstance(last, CallOpened) and last.index == ev.index:
+                    last.arguments += ev.text  # same step: one fragment
+                elif isinstance(last, CallArguments) and last.index == ev.index:
+                    last.text += ev.text
                 else:
-                    out.append({"tool_calls": [{"index": ev.index,
-                                                "function": {"arguments": ev.text}}]})
+                    out.append(CallArguments(index=ev.index, text=ev.text))
             elif isinstance(ev, CallEnd):
                 self._call_last = True  # the client parses arguments when the turn finishes
+                out.append(CallClosed(ev.index))
 
-    def _content(self, out: list[Delta], text: str) -> None:
-        _append_text(out, "content", text)
+    def _content(self, out: list[AnswerEvent], text: str) -> None:
+        add_text(out, Text, text)
         if text.strip():
             self._call_last = False
-
-
-def _append_text(out: list[Delta], key: str, text: str) -> None:
-    if not text:
-        return
-    if out and set(out[-1]) == {key}:
-        out[-1][key] += text
-    else:
-        out.append({key: text})
 
 
 class MarkupStripper:

@@ -271,9 +271,15 @@ def test_qwen3_enable_thinking_false_through_the_server(built) -> None:
     with the closed block), thinking is off for that request only, and the call still streams."""
     import asyncio
 
-    from server.completions import prepare
+    from server.admission import prepare
+    from server.chat.adapter import plan_chat
     from server.live import start_server
     from server.schemas import ChatCompletionRequest
+
+    async def prepared(state, body, request_id):
+        plan = await plan_chat(state, ChatCompletionRequest.model_validate(body), request_id=request_id,
+                               profile_key=None)
+        return await prepare(state, plan)
 
     loaded = built["qwen3"][1]
     server = start_server(loaded)
@@ -282,9 +288,7 @@ def test_qwen3_enable_thinking_false_through_the_server(built) -> None:
     quiet_body = {**body, "chat_template_kwargs": {"enable_thinking": False}}
     try:
         quiet, finish = stream_chat(server.url, quiet_body)
-        plans = [asyncio.run(prepare(server.state, ChatCompletionRequest.model_validate(b),
-                                     request_id=f"r{i}", profile_key=None))
-                 for i, b in enumerate((body, quiet_body))]
+        plans = [asyncio.run(prepared(server.state, b, f"r{i}")) for i, b in enumerate((body, quiet_body))]
     finally:
         server.stop()
     tok = loaded.tokenizer

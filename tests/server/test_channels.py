@@ -1,4 +1,5 @@
-"""ContentRouter on the shared reasoning splitter gives, call for call, the deltas of the old one."""
+"""ContentRouter on the shared reasoning splitter gives, call for call, the deltas of the old one
+(its events seen as chat deltas)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,23 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.channels import ContentRouter, _append, make_router
+from afm_struct.serving.events import Reasoning, Text
+from server.channels import ContentRouter, make_router
+from server.chat.encoder import chat_delta
+
+
+def _append(out: list[dict[str, Any]], key: str, text: str) -> None:
+    """server/channels.py's ``_append`` of the old router, verbatim."""
+    if not text:
+        return
+    if out and key in out[-1]:
+        out[-1][key] += text
+    else:
+        out.append({key: text})
+
+
+def _deltas(events: list[Any]) -> list[dict[str, Any]]:
+    return [chat_delta(e) for e in events]
 
 
 class _OldContentRouter:
@@ -71,12 +88,12 @@ def test_content_router_matches_the_old_one_call_for_call(chunks, tags, split, o
     new = ContentRouter(split_reasoning=split, tags=tags, start_in_reasoning=opened)
     old = _OldContentRouter(split_reasoning=split, tags=tags, start_in_reasoning=opened)
     for chunk in chunks:
-        assert new.feed(chunk) == old.feed(chunk)
-    assert new.finish() == old.finish()
+        assert _deltas(new.feed(chunk)) == old.feed(chunk)
+    assert _deltas(new.finish()) == old.finish()
 
 
 def test_make_router_splits_only_with_tags():
     plain = make_router()
-    assert plain.feed("<think>x</think>y") + plain.finish() == [{"content": "<think>x</think>y"}]
+    assert _deltas(plain.feed("<think>x</think>y") + plain.finish()) == [{"content": "<think>x</think>y"}]
     split = make_router(reasoning_tags=("<think>", "</think>"))
-    assert split.feed("<think>x</think> y") + split.finish() == [{"reasoning_content": "x"}, {"content": "y"}]
+    assert split.feed("<think>x</think> y") + split.finish() == [Reasoning("x"), Text("y")]

@@ -72,6 +72,19 @@ def test_validation_error_param_is_the_request_path(serve, extra, param) -> None
     assert err["message"].startswith(param + ":"), err
 
 
+@pytest.mark.parametrize(("messages", "param"), [
+    ([{"role": "tool", "content": "x"}], "messages.0.tool_call_id"),
+    ([{"role": "user"}], "messages.0.content"),
+    ([{"role": "system", "content": "x"}, {"role": "user", "content": None}], "messages.1.content"),
+])
+def test_a_missing_message_field_is_named_as_missing(serve, messages, param) -> None:
+    """A field the message lacks is named with ``missing_required_parameter`` (the path of a
+    field to send, which the request does not hold yet: the suite-wide check accepts it so)."""
+    live = serve()
+    err = _envelope(_post(live.url, json={"messages": messages}), 400)
+    assert (err["param"], err["code"]) == (param, "missing_required_parameter"), err
+
+
 def test_unknown_fields_are_ignored(serve) -> None:
     live = serve()
     r = _post(live.url, json={"messages": USER, "frobnicate": True, "user": "u", "logit_bias": {}})

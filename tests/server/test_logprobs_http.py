@@ -244,18 +244,19 @@ def _entries(text: str, pieces: list[str]) -> list[Any]:
 
 
 def test_routing_drops_swallowed_tokens_and_keeps_held_ones() -> None:
+    from afm_struct.serving.events import Reasoning, Text
     from server.logprobs import LogprobRouting
 
     text = "<think>Plan.</think>\n\nHi <b"
     e = _entries(text, ["<think>", "Plan", ".", "</think>", "\n\n", "Hi", " <", "b"])
     r = LogprobRouting()
     assert r.assign("<think>", [], e[:1]) == []  # the tag: nothing shown yet
-    assert r.assign("Plan.", [{"reasoning_content": "Plan."}], e[1:3]) == [None]
+    assert r.assign("Plan.", [Reasoning("Plan.")], e[1:3]) == [None]
     assert r.assign("</think>\n\n", [], e[3:5]) == []
     # "Hi <" arrives; the router holds " <" (a possible tag) back
-    (slot,) = r.assign("Hi <", [{"content": "Hi"}], e[5:7])
+    (slot,) = r.assign("Hi <", [Text("Hi")], e[5:7])
     assert [x.token for x in slot] == ["Hi"]  # not the tags, not the whitespace, not " <"
-    (slot,) = r.assign("b", [{"content": " <b"}], e[7:])
+    (slot,) = r.assign("b", [Text(" <b")], e[7:])
     assert [x.token for x in slot] == [" <", "b"]
 
 

@@ -1,15 +1,19 @@
-"""Pure protocol encoding: chunk shapes, SSE framing, envelopes (no server)."""
+"""Pure protocol encoding: chat chunk shapes, SSE framing (with event types), envelopes (no server)."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from afm_struct.decoding.generator import Usage
 from afm_struct.errors import GenerationError, OverloadedError, SchemaError
+from afm_struct.serving.events import ResponseIdentity
 from server import sse
+from server.chat import chunks
 from server.errors import validation_error
 
-IDENT = sse.StreamIdentity(id="chatcmpl-abc", created=1700000000, model="m")
+IDENT = ResponseIdentity(id="chatcmpl-abc", created=1700000000, model="m")
 
 
 def _decode_event(raw: bytes) -> dict:
@@ -25,22 +29,30 @@ def test_event_framing_is_one_compact_data_line() -> None:
     assert sse.DONE == b"data: [DONE]\n\n"
 
 
+def test_named_events_carry_an_event_line() -> None:
+    raw = sse.encode_event({"type": "response.created", "n": 1}, event="response.created")
+    assert raw == b'event: response.created\ndata: {"type":"response.created","n":1}\n\n'
+    for bad in ("", "a\nb", "a\rb"):
+        with pytest.raises(ValueError):
+            sse.encode_event({}, event=bad)
+
+
 def test_delta_chunk_shape() -> None:
-    chunk = _decode_event(sse.encode_event(sse.delta_chunk(IDENT, {"role": "assistant", "content": "Hi"})))
+    chunk = _decode_event(sse.encode_event(chunks.delta_chunk(IDENT, {"role": "assistant", "content": "Hi"})))
     assert chunk == {"id": "chatcmpl-abc", "object": "chat.completion.chunk", "created": 1700000000,
                      "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"},
                                                 "logprobs": None, "finish_reason": None}]}
 
 
 def test_finish_chunk_has_empty_delta_and_reason() -> None:
-    chunk = sse.finish_chunk(IDENT, "cancelled")
+    chunk = chunks.finish_chunk(IDENT, "cancelled")
     assert chunk["choices"][0]["delta"] == {}
     assert chunk["choices"][0]["finish_reason"] == "cancelled"
     assert chunk["id"] == IDENT.id and chunk["object"] == "chat.completion.chunk"
 
 
 def test_usage_chunk_has_empty_choices_and_top_level_usage() -> None:
-    chunk = sse.usage_chunk(IDENT, Usage(prompt_tokens=18, completion_tokens=9))
+    chunk = chunks.usage_chunk(IDENT, Usage(prompt_tokens=18, completion_tokens=9))
     assert chunk["choices"] == []
     assert chunk["usage"] == {"prompt_tokens": 18, "completion_tokens": 9, "total_tokens": 27}
     assert chunk["id"] == IDENT.id and chunk["model"] == "m" and chunk["created"] == IDENT.created
@@ -48,7 +60,7 @@ def test_usage_chunk_has_empty_choices_and_top_level_usage() -> None:
 
 def test_error_chunk_marks_error_three_ways() -> None:
     err = GenerationError("generation failed: boom")
-    chunk = sse.error_chunk(IDENT, err)
+    chunk = chunks.error_chunk(IDENT, err)
     choice = chunk["choices"][0]
     assert choice["finish_reason"] == "error"
     assert "boom" in choice["delta"]["content"]
@@ -67,27 +79,27 @@ def test_error_envelope_fields() -> None:
 
 
 def test_profile_event_has_no_choices() -> None:
-    event = sse.profile_event("afm_profile", {"decode_tok_s": 1.0})
+    event = chunks.profile_event("afm_profile", {"decode_tok_s": 1.0})
     assert event == {"afm_profile": {"decode_tok_s": 1.0}}
 
 
 def test_completion_body_omits_empty_channels() -> None:
-    body = sse.completion_body(IDENT, content="x", reasoning_content=None, tool_calls=None,
+    body = chunks.completion_body(IDENT, content="x", reasoning_content=None, tool_calls=None,
                                finish_reason="stop", usage=Usage(3, 4))
     assert body["object"] == "chat.completion"
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "x"}
     assert body["usage"]["total_tokens"] == 7
-    body = sse.completion_body(IDENT, content="a", reasoning_content="r", tool_calls=None,
+    body = chunks.completion_body(IDENT, content="a", reasoning_content="r", tool_calls=None,
                                finish_reason="length", usage=Usage(1, 1))
     assert body["choices"][0]["message"]["reasoning_content"] == "r"
 
 
 def test_cancellation_bodies() -> None:
-    assert sse.cancellation_body("r1", True) == {"id": "r1", "object": "chat.completion.cancellation",
+    assert chunks.cancellation_body("r1", True) == {"id": "r1", "object": "chat.completion.cancellation",
                                                  "cancelled": True}
     from afm_struct.errors import NotFoundError
 
-    body = sse.cancellation_body("r2", False, NotFoundError("gone"))
+    body = chunks.cancellation_body("r2", False, NotFoundError("gone"))
     assert body["cancelled"] is False and body["error"]["type"] == "not_found_error"
 
 

@@ -1,8 +1,8 @@
-"""The tool-call seam: a DeltaRouter that emits tool_calls deltas flows through both paths.
+"""The tool-call seam: an AnswerRouter that emits tool-call events flows through both paths.
 
-The real tool-call parser is the tools issue; this plugs a toy one into ``make_router`` to pin
-down the wire shape the server produces for it (deltas by index, ``finish_reason:
-"tool_calls"``, merged calls in non-streaming responses) and that the client assembles it.
+This plugs a toy router into the run's ``make_router`` to pin down the wire shape the chat
+encoder produces for its events (deltas by index, ``finish_reason: "tool_calls"``, merged calls
+in non-streaming responses) and that the client assembles it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from afm_struct.client import Client
-from server import completions
+from afm_struct.serving.events import CallArguments, CallClosed, CallOpened
+from server import run
 
 from .conftest import USER, decode, stream_raw
 
@@ -23,23 +24,23 @@ class ToyToolRouter:
         self.index = -1
         self.buf = ""
 
-    def feed(self, text: str) -> list[dict]:
-        out = []
+    def feed(self, text: str) -> list:
+        out: list = []
         self.buf += text
         while ";" in self.buf:
             piece, self.buf = self.buf.split(";", 1)
             name, frag = piece.strip().split("|", 1)
             if name:
+                if self.index >= 0:
+                    out.append(CallClosed(self.index))
                 self.index += 1
-                out.append({"tool_calls": [{"index": self.index, "id": f"call_{self.index}",
-                                            "type": "function",
-                                            "function": {"name": name, "arguments": frag}}]})
+                out.append(CallOpened(self.index, f"call_{self.index}", name, arguments=frag))
             else:
-                out.append({"tool_calls": [{"index": self.index, "function": {"arguments": frag}}]})
+                out.append(CallArguments(self.index, frag))
         return out
 
-    def finish(self) -> list[dict]:
-        return []
+    def finish(self) -> list:
+        return [CallClosed(self.index)] if self.index >= 0 else []
 
     def finish_reason(self, reason: str, *, whole: bool = False) -> str:
         return "tool_calls" if self.index >= 0 and reason == "stop" else reason
@@ -53,7 +54,7 @@ EXPECTED = [
 
 @pytest.fixture
 def tool_server(serve, monkeypatch):
-    monkeypatch.setattr(completions, "make_router", ToyToolRouter)
+    monkeypatch.setattr(run, "make_router", ToyToolRouter)
     return serve(SCRIPT)
 
 

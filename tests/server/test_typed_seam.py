@@ -12,14 +12,17 @@ import pytest
 from afm_struct.decoding.outputs import Finished, FinishReason, Timings, Usage
 from afm_struct.downgrade import is_downgraded
 from afm_struct.grammar.spec import Mode, Rung
+from afm_struct.serving.events import ResponseIdentity
 from server import schemas, sse
+from server.chat import chunks
 
-IDENT = sse.StreamIdentity(id="chatcmpl-abc", created=1700000000, model="m")
+IDENT = ResponseIdentity(id="chatcmpl-abc", created=1700000000, model="m")
 
 
 def test_wire_modules_do_not_import_mlx() -> None:
     # A fresh interpreter: this test process has MLX loaded already.
     code = ("import sys, server.sse, server.profile, server.channels, server.logprobs, "
+            "server.chat.chunks, server.chat.encoder, afm_struct.serving.events, "
             "afm_struct.text.markers, afm_struct.text.reasoning, "
             "afm_struct.decoding.outputs; "
             "print(sorted(m for m in sys.modules if m == 'mlx' or m.startswith('mlx.')))")
@@ -29,9 +32,9 @@ def test_wire_modules_do_not_import_mlx() -> None:
 
 @pytest.mark.parametrize("reason", list(FinishReason))
 def test_finish_reasons_encode_to_the_same_bytes_as_their_strings(reason: FinishReason) -> None:
-    assert sse.encode_event(sse.finish_chunk(IDENT, reason)) == \
-        sse.encode_event(sse.finish_chunk(IDENT, reason.value))  # type: ignore[arg-type]
-    body = sse.completion_body(IDENT, content="x", reasoning_content=None, tool_calls=None,
+    assert sse.encode_event(chunks.finish_chunk(IDENT, reason)) == \
+        sse.encode_event(chunks.finish_chunk(IDENT, reason.value))  # type: ignore[arg-type]
+    body = chunks.completion_body(IDENT, content="x", reasoning_content=None, tool_calls=None,
                                finish_reason=reason, usage=Usage(1, 2))
     plain = {**body, "choices": [{**body["choices"][0], "finish_reason": reason.value}]}
     # As starlette's JSONResponse renders a body.

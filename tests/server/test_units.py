@@ -8,19 +8,22 @@ import json
 import pytest
 
 from afm_struct.errors import InvalidRequestError, NotFoundError, SchemaError, UnknownToolError
+from afm_struct.serving.events import Reasoning, Text
+from afm_struct.serving.plan import OutputFormat
 from afm_struct.tools import Choice, parse_choice, parse_tools
 from server.cancel import InflightRegistry, RequestIdConflictError
 from server.channels import ContentRouter
-from server.request import check_model, check_n, sampling_params, template_messages
+from server.chat.adapter import check_n, output_format, sampling_params, template_messages
+from server.request import check_model
 from server.schemas import ChatCompletionRequest
 from server.structured import plan_structured, sanitize_json_text
 
 
 def _route(router: ContentRouter, pieces: list[str]) -> tuple[str, str]:
     content, reasoning = "", ""
-    for d in [*(x for p in pieces for x in router.feed(p)), *router.finish()]:
-        content += d.get("content", "")
-        reasoning += d.get("reasoning_content", "")
+    for e in [*(x for p in pieces for x in router.feed(p)), *router.finish()]:
+        content += e.text if isinstance(e, Text) else ""
+        reasoning += e.text if isinstance(e, Reasoning) else ""
     return content, reasoning
 
 
@@ -102,9 +105,20 @@ def test_invalid_schema_is_a_400_with_path(tokenizer) -> None:
             "name": "t", "strict": True, "schema": {"type": "object", "properties": {"a": {"type": 5}}}}}})
     # The grammar compiler checks the meta-schema and reports the JSON path of the problem.
     with pytest.raises(SchemaError) as exc:
-        asyncio.run(plan_structured(tokenizer, req.response_format))
+        asyncio.run(plan_structured(tokenizer, output_format(req.response_format)))
     assert exc.value.status == 400 and "$.properties.a.type" in exc.value.message
     assert exc.value.param == "response_format.json_schema.schema"
+
+
+@pytest.mark.parametrize("schema", [{"type": "object", "properties": {"a": {"type": 5}}},  # meta-schema
+                                    {"type": "integer", "minimum": 3, "maximum": 1}])  # no instance
+def test_schema_errors_name_the_path_the_output_format_came_from(tokenizer, schema) -> None:
+    """The core names where another protocol carries its schema (the Responses API's
+    ``text.format.schema``), not chat's ``response_format``: the param comes with the format."""
+    fmt = OutputFormat("json_schema", schema=schema, strict=True, name="t", param="text.format.schema")
+    with pytest.raises(SchemaError) as exc:
+        asyncio.run(plan_structured(tokenizer, fmt))
+    assert exc.value.param == "text.format.schema"
 
 
 def test_registry_lifecycle() -> None:

@@ -1,10 +1,14 @@
-"""Shared helpers for the tools tests: tool definitions and delta assembly."""
+"""Shared helpers for the tools tests: tool definitions, and the router's events seen as chat
+deltas (the chat encoder's view) and assembled."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+
+from afm_struct.serving.events import AnswerEvent
+from server.chat.encoder import chat_delta
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city", "strict": True,
@@ -16,6 +20,11 @@ TIME = {"type": "function", "function": {"name": "get_time", "description": "The
 SEARCH = {"type": "function", "function": {
     "name": "search", "description": "Search the web",
     "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+
+
+def as_deltas(events: list[AnswerEvent]) -> list[dict[str, Any]]:
+    """The chat deltas of a router's events (a call's closing has none)."""
+    return [d for d in map(chat_delta, events) if d is not None]
 
 
 def assemble(deltas: list[dict[str, Any]]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from afm_struct.decoding.generator import Finished, GenerationRequest, Generator
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.tools import ToolPlan, plan_tools
 
-from .conftest import TIME, WEATHER, assemble, check_first_deltas
+from .conftest import TIME, WEATHER, as_deltas, assemble, check_first_deltas
 
 pytestmark = pytest.mark.model
 
@@ -33,10 +33,10 @@ def generate(embedded, plan: ToolPlan, max_tokens: int = 48) -> tuple[list[dict[
     text, reason = "", ""
     for ev in gen.generate(request):
         if isinstance(ev, TextDelta):
-            deltas += router.feed(ev.text)
+            deltas += as_deltas(router.feed(ev.text))
         else:
             assert isinstance(ev, Finished)
-            deltas += router.finish()
+            deltas += as_deltas(router.finish())
             text, reason = ev.text, router.finish_reason(ev.reason)
     return deltas, text, reason
 

@@ -24,7 +24,7 @@ from server.live import LiveServer, start_server
 
 from ..decoding.randomized import examples
 from ..server.conftest import decode, stream_raw
-from .conftest import WEATHER, assemble
+from .conftest import WEATHER, as_deltas, assemble
 
 FORMATS = load_table().formats
 WORDS = ["hi", "ok", "x=1", "<b>", "a/b", "|", "_", ">", "<", "]", "21°C", "é"]
@@ -32,8 +32,8 @@ WORDS = ["hi", "ok", "x=1", "<b>", "a/b", "|", "_", ">", "<", "]", "21°C", "é"
 
 def route(fmt: Any, chunks: list[str], **kwargs: Any) -> list[dict[str, Any]]:
     router = ToolCallRouter(fmt, **kwargs)
-    deltas = [d for chunk in chunks for d in router.feed(chunk)]
-    return deltas + router.finish()
+    deltas = [d for chunk in chunks for d in as_deltas(router.feed(chunk))]
+    return deltas + as_deltas(router.finish())
 
 
 def content_of(deltas: list[dict[str, Any]]) -> str:

@@ -17,7 +17,7 @@ from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.testing import scripted_loaded_model
 from afm_struct.tools import ToolPlan, plan_tools
 
-from .conftest import SEARCH, TIME, WEATHER, assemble, check_first_deltas
+from .conftest import SEARCH, TIME, WEATHER, as_deltas, assemble, check_first_deltas
 
 USER = [{"role": "user", "content": "Weather in Paris?"}]
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
@@ -36,10 +36,10 @@ def run(tokenizer, plan: ToolPlan, script: str, *, reasoning: ReasoningTags | No
     finished = None
     for ev in gen.generate(request):
         if isinstance(ev, TextDelta):
-            deltas += router.feed(ev.text)
+            deltas += as_deltas(router.feed(ev.text))
         else:
             finished = ev
-            deltas += router.finish()
+            deltas += as_deltas(router.finish())
     assert isinstance(finished, Finished) and finished.reason != "error", finished
     return deltas, finished, router.finish_reason(finished.reason)
 

@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletionChunk
 from afm_struct.client import StreamAssembler
 from afm_struct.tools import ToolCallRouter, load_table
 
-from .conftest import assemble, check_first_deltas
+from .conftest import as_deltas, assemble, check_first_deltas
 from .test_parser import CASES
 
 HERMES = load_table().get("hermes")
@@ -27,9 +27,9 @@ def route(text: str, cuts: list[int], **kwargs: Any) -> tuple[list[dict[str, Any
     deltas: list[dict[str, Any]] = []
     prev = 0
     for cut in [*cuts, len(text)]:
-        deltas += router.feed(text[prev:cut])
+        deltas += as_deltas(router.feed(text[prev:cut]))
         prev = cut
-    deltas += router.finish()
+    deltas += as_deltas(router.finish())
     return deltas, router
 
 
@@ -162,7 +162,7 @@ def test_assembler_and_sdk_agree_on_every_parser_case(case: int) -> None:
     router = ToolCallRouter(load_table().get(fmt_name))
     deltas: list[dict[str, Any]] = []
     for cut in range(0, len(text), 3):
-        deltas += router.feed(text[cut:cut + 3])
-    deltas += router.finish()
+        deltas += as_deltas(router.feed(text[cut:cut + 3]))
+    deltas += as_deltas(router.finish())
     check_first_deltas(deltas)
     assert_agree(deltas, router.finish_reason("stop"))

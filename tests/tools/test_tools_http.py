@@ -18,19 +18,10 @@ from openai.types.chat import ChatCompletionChunk
 
 from afm_struct.client import Client, StreamAssembler
 from afm_struct.testing import scripted_loaded_model
+from server.live import LiveServer, start_server
+from server.settings import ServerSettings
 
 from .conftest import TIME, WEATHER
-
-try:  # the server package may be mid-change; these tests need it only once tools are wired
-    import server.completions as _completions
-    from server.live import LiveServer, start_server
-    from server.settings import ServerSettings
-    WIRED = hasattr(_completions, "plan_tools")  # the server imports the planner once wired
-except Exception:  # pragma: no cover - import problems mean: not wired
-    WIRED = False
-
-pytestmark = pytest.mark.skipif(not WIRED, reason="server wiring pending: server/ does not call "
-                                "afm_struct.tools.plan_tools yet")
 
 MODEL = "SmolLM2-135M-Instruct"
 USER = [{"role": "user", "content": "What is the weather in Paris right now?"}]

@@ -1,0 +1,159 @@
+"""One request as the engine serves it, whatever protocol carried it: the generation plan.
+
+A protocol adapter (``server/chat/adapter.py`` for Chat Completions) checks its request and
+reads it into a :class:`GenerationPlan`; the core (``server/admission.py``, ``server/run.py``)
+renders, compiles, admits and runs the plan, and never looks at the request again.
+
+Errors name the request path of a bad value (``param``), and paths are the protocol's: chat's
+``messages`` is the Responses API's ``input``, a chat tool's schema sits at
+``tools.0.function.parameters`` and a Responses one at ``tools.0.parameters``.  So the plan
+carries where its parts came from: :attr:`OutputFormat.param`, each tool's path (checked by
+:func:`afm_struct.tools.check_tools`), the field that set the budget (:attr:`Budget.param`) and
+:class:`RequestPaths` for what the engine names in its own terms.
+
+Plain frozen dataclasses: no pydantic, no HTTP, no protocol shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..decoding.sampling import SamplingParams
+from ..errors import AfmError
+from ..grammar.spec import ConstraintRequest, JsonObjectRequest, JsonSchemaRequest, ToolDef
+from ..tools.definitions import Choice
+
+# What the engine calls the conversation in the ``param`` of its errors (prompt too long, a
+# control token in request text, context overflow).
+ENGINE_CONVERSATION = "messages"
+
+
+# The chat-template variable that switches a model's thinking on or off (Qwen3's; templates
+# without a switch ignore it).
+THINKING_SWITCH = "enable_thinking"
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The turns to render with the chat template, as its dicts (``role``, ``content``, and
+    ``name``, ``tool_calls``, ``tool_call_id`` where they apply; ``developer`` already read as
+    ``system``).  ``template_kwargs`` are extra template variables as the caller sent them
+    (chat's ``chat_template_kwargs``).  ``thinking`` is the protocol's reasoning setting (the
+    Responses API's ``reasoning.effort``): None leaves the template's default, True / False
+    set its thinking switch unless ``template_kwargs`` set it already."""
+
+    messages: list[dict[str, Any]]
+    template_kwargs: dict[str, Any] | None = None
+    thinking: bool | None = None
+
+    def template_variables(self) -> dict[str, Any] | None:
+        """The extra variables to render the template with (None: none)."""
+        if self.thinking is None:
+            return self.template_kwargs
+        return {THINKING_SWITCH: self.thinking, **(self.template_kwargs or {})}
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """How the answer's text is constrained: free ``text``, any JSON object, or an instance of
+    ``schema`` (``strict``: the caller asked for exact enforcement, and is told when it is
+    served best-effort).  ``param`` is where the schema sits in the request."""
+
+    kind: Literal["text", "json_object", "json_schema"] = "text"
+    schema: dict[str, Any] | bool | None = None
+    strict: bool = False
+    name: str | None = None
+    param: str | None = None
+
+    def constraint_request(self) -> ConstraintRequest | None:
+        """The grammar compiler's request for this format (None: free text, nothing to compile)."""
+        if self.kind == "json_object":
+            return JsonObjectRequest()
+        if self.kind == "json_schema":
+            schema = self.schema if self.schema is not None else True
+            if self.param is None:
+                return JsonSchemaRequest(schema=schema, strict=self.strict, name=self.name)
+            return JsonSchemaRequest(schema=schema, strict=self.strict, name=self.name, param=self.param)
+        return None
+
+
+TEXT = OutputFormat()
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """The tools the model may call (checked: :func:`afm_struct.tools.check_tools`), the
+    normalized ``tool_choice`` and whether calls may run in parallel (None: the default, yes)."""
+
+    tools: tuple[ToolDef, ...] = ()
+    choice: Choice = field(default_factory=lambda: Choice("none"))
+    parallel: bool | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How ``sampling.max_tokens`` was set.  ``explicit``: the request asked for that many
+    tokens, so a prompt that leaves fewer is a 400, never a smaller budget (else it is a ceiling
+    the context may lower).  ``param``: the request field that set it, or would have."""
+
+    explicit: bool
+    param: str
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How the answer goes back: streamed or whole, with the usage event when streamed, and
+    the profile asked for (its key, ``X-AFM-Profile``)."""
+
+    stream: bool = False
+    include_usage: bool = False
+    profile: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestPaths:
+    """Where the parts the engine names in its own terms sit in this protocol's request."""
+
+    conversation: str = ENGINE_CONVERSATION
+
+    def rename(self, err: AfmError) -> AfmError:
+        """``err`` with an engine-named ``param`` replaced by this protocol's path."""
+        if err.param == ENGINE_CONVERSATION:
+            err.param = self.conversation
+        return err
+
+    @contextmanager
+    def naming(self) -> Iterator[None]:
+        """Errors raised inside name this protocol's paths (:meth:`rename`)."""
+        try:
+            yield
+        except AfmError as err:
+            self.rename(err)
+            raise
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """Everything the core needs to serve one request.
+
+    ``request_id`` is the correlation ID (``X-Request-ID``: cancels name it); ``model`` the
+    served name to echo; ``id_prefix`` the protocol's prefix of the response id the core makes
+    once the request is admissible (``chatcmpl-``).  ``logprobs``: None (off) or how many
+    alternatives per token (0-20).  ``close_on_length``: None takes the server's setting.
+    """
+
+    request_id: str
+    model: str
+    conversation: Conversation
+    sampling: SamplingParams
+    budget: Budget
+    id_prefix: str
+    output: OutputFormat = TEXT
+    tools: ToolUse = field(default_factory=ToolUse)
+    logprobs: int | None = None
+    close_on_length: bool | None = None
+    delivery: Delivery = field(default_factory=Delivery)
+    paths: RequestPaths = field(default_factory=RequestPaths)

@@ -1,0 +1,191 @@
+"""A generation plan → an admitted run: everything that happens before any header is sent.
+
+:func:`prepare` renders and tokenizes the plan's conversation (a prompt that cannot fit is
+refused first), compiles its output format and tool grammar, and makes the response's identity;
+:func:`admit` registers the correlation ID and submits to the scheduler.  Every failure here is
+an HTTP error, whatever the protocol: errors name the protocol's request paths (the plan says
+where its parts came from).  Compile and tokenize run off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from afm_struct.decoding.closing import check_budget
+from afm_struct.decoding.events import GenerationRequest
+from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
+from afm_struct.serving.events import ResponseIdentity
+from afm_struct.serving.plan import GenerationPlan
+from afm_struct.tools import ToolPlan, plan_tools
+
+from .memory import RELEASE_AFTER_TOKENS, release_free_memory
+from .profile import TokenCounter
+from .run import Run
+from .state import ServerState
+from .structured import StructuredPlan, plan_structured
+
+
+@dataclass
+class Prepared:
+    """An admissible request, not yet submitted."""
+
+    plan: GenerationPlan
+    ident: ResponseIdentity
+    generation: GenerationRequest
+    structured: StructuredPlan
+    counter: TokenCounter
+    started: float
+    reasoning: ReasoningTags | None = None
+    tools: ToolPlan | None = None
+
+    @property
+    def downgraded(self) -> bool:
+        """A strict schema or strict tool grammar runs best-effort (``X-Grammar-Constraints``).
+
+        Each plan decided its own flag by :func:`afm_struct.downgrade.is_downgraded`; the
+        response is downgraded when either is.
+        """
+        return self.structured.downgraded or bool(self.tools and self.tools.downgraded)
+
+
+async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | None = None) -> Prepared:
+    """Render, tokenize (a prompt that cannot fit is refused here), then compile the
+    constraint; 400/404 errors raised here.  ``started``: when the request arrived (profiles)."""
+    started = time.perf_counter() if started is None else started
+    tokenizer = state.loaded.tokenizer
+    conversation = plan.conversation
+    # The prompt first: one that cannot fit is refused before any grammar is compiled, and one
+    # whose length alone says so before it is tokenized.
+    with plan.paths.naming():
+        tool_plan = await plan_request_tools(state, plan)
+        prompt_ids = await asyncio.get_running_loop().run_in_executor(
+            TOKENIZER_THREAD, tokenize_prompt, state, conversation.messages, tool_plan,
+            conversation.template_variables())
+        # an explicit budget is not lowered: 400 if it cannot fit
+        fit = not plan.budget.explicit
+        state.scheduler.generator.max_tokens_for(
+            GenerationRequest(prompt_ids=prompt_ids, params=plan.sampling, fit_to_context=fit))
+    structured = await plan_structured(tokenizer, plan.output, compile_fn=state.compile_fn)
+    if tool_plan is not None:
+        tool_plan = await asyncio.to_thread(tool_plan.constrained, tokenizer, compile_fn=state.compile_fn)
+    constraint = structured.constraint
+    if tool_plan is not None and tool_plan.constraint is not None:
+        # One mask per request: the tool grammar (which allows free text where the format does)
+        # wins; a JSON output format then runs best-effort, deferred and sanitized.
+        structured = structured.without_mask("a tool grammar owns the mask")
+        constraint = tool_plan.constraint
+    reasoning = reasoning_tags(state, prompt_ids)
+    counter = TokenCounter()
+    close = state.settings.close_on_length if plan.close_on_length is None else plan.close_on_length
+    generation = GenerationRequest(prompt_ids=prompt_ids, params=plan.sampling, constraint=constraint,
+                                   logits_processors=[counter], request_id=plan.request_id,
+                                   close_on_length=close, logprobs=plan.logprobs,
+                                   stops_cut_grammar=tool_plan is None,
+                                   fit_to_context=fit,
+                                   # the mask governs the answer, after any thinking block
+                                   reasoning=reasoning if constraint is not None else None)
+    if close and constraint is not None:
+        # No output can be valid when the budget is below the shortest one the grammar allows:
+        # refused now (a 400 naming both numbers) rather than closed to text that cannot parse.
+        with plan.paths.naming():
+            await asyncio.to_thread(check_request_budget, state, plan, generation, tool_plan)
+    ident = ResponseIdentity(id=state.ids.new_id(plan.id_prefix), created=state.ids.created(),
+                             model=plan.model)
+    return Prepared(plan=plan, ident=ident, generation=generation, structured=structured,
+                    counter=counter, started=started, reasoning=reasoning, tools=tool_plan)
+
+
+async def plan_request_tools(state: ServerState, plan: GenerationPlan) -> ToolPlan | None:
+    """The tools plan's prompt and call router, or None without tools; its grammar is compiled
+    later (:meth:`ToolPlan.constrained`), once the prompt is known to fit."""
+    use = plan.tools
+    if not use.tools:
+        return None
+    return await asyncio.to_thread(plan_tools, state.loaded.tokenizer, use.tools, use.choice, use.parallel,
+                                   messages=plan.conversation.messages, compile_fn=state.compile_fn,
+                                   compile_grammar=False)
+
+
+# Prompts are rendered and tokenized on one thread: its glibc arena alone holds what a long
+# prompt took, so the free top of the arena that malloc_trim cannot return is one thread's, and
+# is reused by the next long prompt (with a pool, every worker's arena kept its own).  Two
+# encodes in parallel were no faster than one after the other (measured on 2 cores).
+TOKENIZER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="afm-tokenize")
+
+
+def tokenize_prompt(state: ServerState, messages: list[dict[str, Any]], tool_plan: ToolPlan | None,
+                    template_kwargs: dict[str, Any] | None) -> list[int]:
+    """The prompt's token ids (on :data:`TOKENIZER_THREAD`: rendering and tokenizing a long
+    chat take a while).  A prompt its length alone shows to be too long is refused before tokenizing; a
+    long one gives the memory tokenizing it took back to the OS."""
+    tokenizer = state.loaded.tokenizer
+    context = state.loaded.info.context_length
+    if tool_plan is not None:
+        ids = tool_plan.encode_prompt(tokenizer, template_kwargs, context_length=context)
+    else:
+        ids = tokenizer.encode_chat(messages, template_kwargs=template_kwargs, context_length=context)
+    if len(ids) >= RELEASE_AFTER_TOKENS:
+        release_free_memory()
+    return ids
+
+
+def check_request_budget(state: ServerState, plan: GenerationPlan, generation: GenerationRequest,
+                         tool_plan: ToolPlan | None) -> None:
+    """400 when the completion budget (the generator's: the plan's, or what the context leaves
+    after the prompt) cannot hold the shortest output the constraint allows (see
+    decoding/closing.py); with tools, the shortest whose calls are already whole and valid.
+    The error names the field that set the budget (:attr:`Budget.param`)."""
+    budget = state.scheduler.generator.max_tokens_for(generation)  # its own 400 on overflow
+    usable = None if tool_plan is None else (lambda text: calls_are_whole(tool_plan, text))
+    check_budget(generation.constraint, state.loaded.tokenizer, budget, param=plan.budget.param,
+                 limited_by_context=budget < generation.params.max_tokens, usable=usable)
+
+
+def calls_are_whole(tool_plan: ToolPlan, text: str) -> bool:
+    """True when ``text`` (a cut output) already holds at least one call, every call valid."""
+    router = tool_plan.make_router()
+    router.feed(text)
+    router.finish()
+    calls = router.calls
+    return bool(calls) and all(tool_plan.validate_call(c.name or "", c.arguments).ok for c in calls)
+
+
+def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags | None:
+    """The thinking tags to split on: the model's own (auto), ``<think>`` (forced) or none."""
+    mode = state.settings.reasoning
+    if mode == "off":
+        return None
+    # Only the prompt's tail matters (does the template pre-open the block?).
+    tail = state.loaded.tokenizer.decode(prompt_ids[-8:])
+    if mode == "think":
+        if tail.rstrip().endswith("</think>"):  # closed by the template: no thinking this turn
+            return None
+        return ReasoningTags(opened_in_prompt=tail.rstrip().endswith("<think>"))
+    return detect_reasoning_tags(state.loaded.tokenizer, tail)
+
+
+def admit(state: ServerState, prepared: Prepared) -> Run:
+    """Register the request ID (409 if in flight) and submit (503 when full, 400 on overflow)."""
+    entry = state.registry.register(prepared.plan.request_id)
+    try:
+        handle = state.scheduler.submit(prepared.generation, loop=asyncio.get_running_loop())
+    except BaseException:
+        state.registry.discard(entry)
+        raise
+    state.registry.attach(entry, handle)
+    return Run(state, prepared, entry, handle)
+
+
+def response_headers(prepared: Prepared) -> dict[str, str]:
+    """Headers beyond the correlation IDs (added by the middleware for every response)."""
+    headers: dict[str, str] = {}
+    if prepared.plan.delivery.stream:
+        headers.update({"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                        "X-Accel-Buffering": "no"})
+    if prepared.downgraded:
+        headers["X-Grammar-Constraints"] = "downgraded"
+    return headers

@@ -1,0 +1,149 @@
+"""Run events → Chat Completions' wire: SSE chunks (:class:`ChatStream`) or one
+``chat.completion`` body (:class:`ChatCompletion`).
+
+Pure state machines over :mod:`afm_struct.serving.events`: no I/O, no MLX.  One chunk per
+answer event (its ``delta``), the first with ``role``; asked-for logprobs ride every content and
+tool-call chunk (possibly empty), never reasoning; then the finish chunk (or the error chunk,
+which replaces it), the usage chunk when ``stream_options.include_usage``, the profile event,
+``[DONE]``.  A call's closing is implicit in chat (the client parses arguments at the end).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from afm_struct.decoding.outputs import FinishReason, Usage
+from afm_struct.serving.events import (
+    AnswerEvent,
+    CallArguments,
+    CallOpened,
+    Entries,
+    Event,
+    Failed,
+    Finish,
+    ProfileReport,
+    Reasoning,
+    ResponseIdentity,
+    Text,
+    UsageReport,
+)
+from afm_struct.tool_calls import ToolCallAssembler
+
+from .. import sse
+from ..logprobs import logprobs_object
+from .chunks import completion_body, delta_chunk, error_chunk, finish_chunk, profile_event, usage_chunk
+
+Delta = dict[str, Any]
+
+
+def chat_delta(event: AnswerEvent) -> Delta | None:
+    """The ``delta`` of an answer event (None: the event has none in chat, a call's closing)."""
+    if isinstance(event, Text):
+        return {"content": event.text}
+    if isinstance(event, Reasoning):
+        return {"reasoning_content": event.text}
+    if isinstance(event, CallOpened):
+        return {"tool_calls": [{"index": event.index, "id": event.id, "type": "function",
+                                "function": {"name": event.name, "arguments": event.arguments}}]}
+    if isinstance(event, CallArguments):
+        return {"tool_calls": [{"index": event.index, "function": {"arguments": event.text}}]}
+    return None
+
+
+def _entries(event: AnswerEvent) -> Entries | None:
+    return event.logprobs if isinstance(event, Text | CallOpened | CallArguments) else None
+
+
+class ChatStream:
+    """A streamed chat completion's SSE bytes, event by event.
+
+    ``logprobs``: the request asked for them (every content / tool-call chunk then carries a
+    logprobs object); ``include_usage``: the usage chunk is sent."""
+
+    def __init__(self, ident: ResponseIdentity, *, logprobs: bool, include_usage: bool) -> None:
+        self.ident = ident
+        self.logprobs = logprobs
+        self.include_usage = include_usage
+        self._first = True  # no chunk sent yet: the next one carries the role
+
+    def encode(self, event: Event) -> list[bytes]:
+        """The SSE events for ``event`` (possibly none)."""
+        if isinstance(event, Finish | Failed):
+            out = []
+            if self._first:  # nothing was said: the role still opens the message
+                out.append(self._chunk({"role": "assistant", "content": ""}))
+            self._first = False
+            end = (error_chunk(self.ident, event.error) if isinstance(event, Failed)
+                   else finish_chunk(self.ident, event.reason))
+            return [*out, sse.encode_event(end)]
+        if isinstance(event, UsageReport):
+            return [sse.encode_event(usage_chunk(self.ident, event.usage))] if self.include_usage else []
+        if isinstance(event, ProfileReport):
+            return [sse.encode_event(profile_event(event.key, event.report))]
+        delta = chat_delta(event)
+        if delta is None:
+            return []
+        if self._first:
+            delta = {"role": "assistant", **delta}
+            self._first = False
+        lp = None
+        if self.logprobs and not isinstance(event, Reasoning):
+            lp = logprobs_object(_entries(event) or [])
+        return [self._chunk(delta, lp)]
+
+    def end(self) -> list[bytes]:
+        """What closes the stream: ``data: [DONE]``."""
+        return [sse.DONE]
+
+    def _chunk(self, delta: Delta, logprobs: dict[str, Any] | None = None) -> bytes:
+        return sse.encode_event(delta_chunk(self.ident, delta, logprobs))
+
+
+class ChatCompletion:
+    """A non-streamed ``chat.completion``, assembled from the run's events; a failure is raised
+    (the status is not sent yet)."""
+
+    def __init__(self, ident: ResponseIdentity, *, logprobs: bool) -> None:
+        self.ident = ident
+        self.logprobs = logprobs
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls = ToolCallAssembler()
+        self._entries: Entries = []
+        self._reason: FinishReason | None = None
+        self._usage = Usage()
+        self._profile: ProfileReport | None = None
+
+    def add(self, event: Event) -> None:
+        """Take one event (:class:`Failed` raises its error)."""
+        if isinstance(event, Failed):
+            raise event.error
+        if isinstance(event, Finish):
+            self._reason = event.reason
+        elif isinstance(event, UsageReport):
+            self._usage = event.usage
+        elif isinstance(event, ProfileReport):
+            self._profile = event
+        else:
+            self._entries.extend(_entries(event) or ())
+            if isinstance(event, Text):
+                self._content.append(event.text)
+            elif isinstance(event, Reasoning):
+                self._reasoning.append(event.text)
+            else:
+                self._calls.add_delta(chat_delta(event) or {})
+
+    def body(self) -> dict[str, Any]:
+        """The ``chat.completion`` (after the run's :class:`Finish`)."""
+        assert self._reason is not None, "the run has not finished"
+        content = "".join(self._content)
+        body = completion_body(
+            self.ident, content=content if content or not self._calls.calls else None,
+            reasoning_content="".join(self._reasoning) or None,
+            tool_calls=self._calls.to_list() or None,
+            finish_reason=self._reason, usage=self._usage,
+            logprobs=logprobs_object(self._entries) if self.logprobs else None)
+        if self._profile is not None:
+            body[self._profile.key] = self._profile.report
+        return body
+

@@ -1,0 +1,208 @@
+"""An admitted generation, as typed events: what every protocol's response is written from.
+
+:class:`Run` turns the scheduler's text deltas into answer events (through the request's
+router; logprob entries ride the events that show their tokens; best-effort JSON is held back
+and sanitized at the end), then the end events (:class:`Finish` or :class:`Failed`, usage, the
+profile).  :func:`sse_body` writes a run through a protocol's stream encoder, :func:`collect`
+through its body encoder: the encoders are pure, the I/O is here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from afm_struct.decoding.outputs import Finished, FinishReason, TextDelta, Timings, Usage
+from afm_struct.decoding.scheduler import Handle
+from afm_struct.errors import AfmError, GenerationError, internal_error
+from afm_struct.serving.events import (
+    AnswerEvent,
+    AnswerRouter,
+    CallArguments,
+    CallOpened,
+    EndEvent,
+    Entries,
+    Event,
+    Failed,
+    Finish,
+    ProfileReport,
+    Text,
+    UsageReport,
+)
+
+from .cancel import Inflight
+from .channels import make_router
+from .logprobs import LogprobRouting, within
+from .profile import PROFILE_EXTENDED, ProfileSampler, build_extended, build_profile, read_energy_uj
+from .state import ServerState
+
+if TYPE_CHECKING:
+    from .admission import Prepared
+
+
+class Run:
+    """An admitted generation: its answer events, then its end events; closes idempotently."""
+
+    def __init__(self, state: ServerState, prepared: Prepared, entry: Inflight, handle: Handle) -> None:
+        self.state = state
+        self.prepared = prepared
+        self.entry = entry
+        self.handle = handle
+        self._outcome: tuple[FinishReason, Finished, AfmError | None] | None = None
+        self._energy0 = read_energy_uj()
+        self._sampler: ProfileSampler | None = None
+        if prepared.plan.delivery.profile == PROFILE_EXTENDED:
+            self._sampler = ProfileSampler(prepared.counter, state.settings.profile_interval_s).start()
+
+    @property
+    def request_id(self) -> str:
+        """The correlation ID (``X-Request-ID``)."""
+        return self.prepared.plan.request_id
+
+    def close(self) -> None:
+        """Stop generation if still running (client gone) and release the request ID."""
+        if not self.handle.finished.is_set():
+            self.handle.cancel()
+        self.state.registry.complete(self.entry)
+        if self._sampler is not None:
+            self._sampler.stop()
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Every event: :meth:`answer`, then :meth:`ending`."""
+        async for event in self.answer():
+            yield event
+        for end in self.ending():
+            yield end
+
+    async def answer(self) -> AsyncIterator[AnswerEvent]:
+        """The answer's events in order, each with the logprob entries it carries when asked
+        for; afterwards the outcome is known (:meth:`ending`)."""
+        prepared = self.prepared
+        structured = prepared.structured
+        tags = prepared.reasoning
+        pair = (tags.open, tags.close) if tags else None
+        opened = bool(tags and tags.opened_in_prompt)
+        tool_plan = prepared.tools
+        router: AnswerRouter = (
+            tool_plan.make_router(reasoning_tags=pair, start_in_reasoning=opened,
+                                  id_factory=lambda: self.state.ids.new_id("call_"))
+            if tool_plan is not None else make_router(reasoning_tags=pair, start_in_reasoning=opened))
+        deferred: list[str] = []
+        deferred_entries: Entries = []
+        routing = LogprobRouting() if prepared.plan.logprobs is not None else None
+
+        def route(text: str, events: list[AnswerEvent], entries: Entries | None) -> list[AnswerEvent]:
+            slots = routing.assign(text, events, entries) if routing is not None else [None] * len(events)
+            out: list[AnswerEvent] = []
+            for event, slot in zip(events, slots, strict=True):
+                if isinstance(event, Text) and structured.defer:
+                    # best-effort JSON: held back for sanitizing at the end
+                    deferred.append(event.text)
+                    deferred_entries.extend(slot or ())
+                    continue
+                if isinstance(event, Text | CallOpened | CallArguments):
+                    event.logprobs = slot
+                out.append(event)
+            return out
+
+        async for event in self.handle.events():
+            if isinstance(event, TextDelta):
+                for item in route(event.text, router.feed(event.text), event.logprobs):
+                    yield item
+                continue
+            assert isinstance(event, Finished)
+            for item in route("", router.finish(), None):
+                yield item
+            cancelled = self.state.registry.complete(self.entry)
+            if event.reason == FinishReason.ERROR:
+                err = event.error or GenerationError("generation failed")
+                self._outcome = (FinishReason.ERROR, event, err)
+                break
+            if deferred:
+                raw = "".join(deferred)
+                text = structured.sanitize(raw)
+                if text:
+                    yield Text(text, within(deferred_entries, raw, text) if routing else None)
+            reason = (FinishReason.CANCELLED if cancelled
+                      else router.finish_reason(event.reason, whole=event.whole))
+            self._outcome = (reason, event, None)
+        if self._outcome is None:  # defensive: the event stream ended without a Finished
+            self.fail(GenerationError("the server is shutting down"))
+
+    def fail(self, err: AfmError) -> None:
+        """End the run with ``err``, a failure outside the generator (usage: the prompt)."""
+        usage = Usage(prompt_tokens=len(self.prepared.generation.prompt_ids))
+        self._outcome = (FinishReason.ERROR, Finished(FinishReason.ERROR, usage, Timings(), ""), err)
+
+    def ending(self) -> Iterator[EndEvent]:
+        """How the run ended (after :meth:`answer`): :class:`Finish` or :class:`Failed`, the
+        usage, and the profile when asked for."""
+        assert self._outcome is not None, "ending() before the answer ended"
+        reason, finished, err = self._outcome
+        yield Failed(err) if err is not None else Finish(reason)
+        yield UsageReport(finished.usage)
+        report = self.profile(finished)
+        key = self.prepared.plan.delivery.profile
+        if report is not None and key is not None:
+            yield ProfileReport(key, report)
+
+    def profile(self, finished: Finished) -> dict[str, Any] | None:
+        """The profile payload for this run, if one was asked for."""
+        key = self.prepared.plan.delivery.profile
+        if key is None:
+            return None
+        samples = self._sampler.stop() if self._sampler is not None else []
+        wall = time.perf_counter() - self.prepared.started
+        summary = build_profile(self.state.loaded, finished, request_id=self.request_id,
+                                wall_s=wall, blas=self.state.blas,
+                                energy_uj=(self._energy0, read_energy_uj()))
+        if key == PROFILE_EXTENDED:
+            return build_extended(summary, samples, self.state.settings.profile_interval_s)
+        return summary
+
+
+class StreamEncoder(Protocol):
+    """A protocol's streamed response: its SSE events for each run event, then its close."""
+
+    def encode(self, event: Event) -> list[bytes]:
+        """The SSE bytes for ``event`` (possibly none)."""
+
+    def end(self) -> list[bytes]:
+        """What closes the stream (chat: ``data: [DONE]``)."""
+
+
+class BodyEncoder(Protocol):
+    """A protocol's whole response body, assembled from the run's events."""
+
+    def add(self, event: Event) -> None:
+        """Take one event (a failure raises: the status is not sent yet)."""
+
+    def body(self) -> dict[str, Any]:
+        """The response body."""
+
+
+async def sse_body(run: Run, encoder: StreamEncoder) -> AsyncIterator[bytes]:
+    """The SSE byte stream of ``run``: a failure once the status is sent (a server bug while
+    streaming) is reported in-band, as the run's end."""
+    try:
+        async for event in run.answer():
+            for frame in encoder.encode(event):
+                yield frame
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a server bug mid-stream: the status is sent, so report in-band
+        run.fail(internal_error(exc, [run.request_id], what="streaming failed"))
+    for end in run.ending():
+        for frame in encoder.encode(end):
+            yield frame
+    for frame in encoder.end():
+        yield frame
+
+
+async def collect(run: Run, encoder: BodyEncoder) -> dict[str, Any]:
+    """The whole body of ``run``; a generation error is raised (headers not sent yet)."""
+    async for event in run.events():
+        encoder.add(event)
+    return encoder.body()
