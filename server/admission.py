@@ -18,11 +18,11 @@ from typing import Any
 from afm_struct.decoding.closing import check_budget
 from afm_struct.decoding.events import GenerationRequest
 from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
+from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.serving.events import ResponseIdentity
 from afm_struct.serving.plan import GenerationPlan
 from afm_struct.tools import ToolPlan, plan_tools
 
-from .memory import RELEASE_AFTER_TOKENS, release_free_memory
 from .profile import TokenCounter
 from .run import Run
 from .state import ServerState

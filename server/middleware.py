@@ -6,7 +6,7 @@
 * :class:`BodyLimitMiddleware` bounds a request body: over the size limit, 413 — from
   Content-Length before reading, or while reading a chunked body (it reads the bounded body,
   then replays it); not all there within the body timeout, 408.  Both close the connection.
-  After a large body, the heap's free pages go back to the OS (:mod:`server.memory`).
+  After a large body, the heap's free pages go back to the OS (:mod:`afm_struct.heap`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from afm_struct.errors import AfmError, InvalidRequestError, PayloadTooLargeError, RequestTimeoutError
+from afm_struct.heap import release_free_memory
 
-from .memory import release_free_memory
 from .sse import error_envelope
 
 # Printable ASCII without '/' (the ID is a path segment of the cancel route), bounded length.

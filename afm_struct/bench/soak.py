@@ -313,7 +313,9 @@ async def soak(url: str, minutes: float, concurrency: int, seed: int, burst_ever
         wall = time.perf_counter() - start
         memory_task.cancel()
         await asyncio.gather(memory_task, return_exceptions=True)
-        await asyncio.sleep(1.0)  # cancelled and disconnected rows free their slots
+        # Cancelled and disconnected rows free their slots, and the idle server gives its free
+        # heap back (after 2 s idle: SchedulerLimits.idle_release_s), so "end" is the idle size.
+        await asyncio.sleep(5.0)
         last = await health() or {}
         rss["end"] = last.get("rss_bytes")
     return summarize(rows, url=url, minutes=minutes, concurrency=concurrency, seed=seed, wall=wall,

@@ -102,6 +102,7 @@ def summarize(rows: list[dict[str, Any]], *, url: str, minutes: float, concurren
     known = [b for _, b, _, _ in samples if b] + [b for b in rss.values() if b]
     rss = {**rss, "peak": max(known) if known else None}
     growth = (rss["end"] / warm - 1) if warm and rss.get("end") else None
+    busy_drift = _busy_drift(samples, wall)
     cancels = [r for r in ordinary if r["action"] == "cancel" and "cancel_ok" in r]
     harmed = [r for r in ordinary if r.get("outcome") == "error"]
     # 503 is admission control (a full queue, with Retry-After), not a failure.
@@ -151,6 +152,7 @@ def summarize(rows: list[dict[str, Any]], *, url: str, minutes: float, concurren
                     "by_kind": hostile_by_kind(hostile), **hostile_info},
         "rss_bytes": rss, "rss_growth_from_warm": growth, "rss_end_over_warm": end_ratio,
         "rss_peak_over_warm": _ratio(rss.get("peak"), warm),
+        "rss_busy_drift": busy_drift,
         "rss_samples": [[t, b] for t, b, _, _ in samples],
         "health": {"probes": len(samples), "failures": sum(e is not None for *_, e in samples),
                    "errors": dict(Counter(e for *_, e in samples if e is not None)),
@@ -222,6 +224,7 @@ def markdown(report: dict[str, Any]) -> str:
         ("RSS end / warm", "-" if ratio is None else f"{ratio:.3f}" if growth is None
          else f"{ratio:.3f} ({growth * 100:+.1f}%)"),
         ("RSS growth from warm", "-" if growth is None else f"{growth * 100:+.1f}%"),
+        ("RSS under traffic, last 5 min / first 5 min after warm-up", _drift_cell(report)),
         ("/health probes failed", "-" if "health" not in report else
          f"{report['health']['failures']}/{report['health']['probes']} "
          f"{report['health'].get('errors') or ''} (slowest {report['health']['max_latency_s']} s)"),
@@ -251,3 +254,27 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {h['rid']} | {h['kind']} | {h['error']} | {h['t0']}-{h['t1']} "
                          f"| {h['hostile_in_flight']} ({h.get('hostile_failed_in_flight', 0)}) | {nearest} |")
     return "\n".join(lines)
+
+
+def _busy_drift(samples: list[tuple[float, int | None, float, str | None]],
+                wall: float, window_s: float = 300.0) -> dict[str, float] | None:
+    """Median RSS under traffic in the first ``window_s`` after warm-up against the last.
+
+    "end" is the idle size; this compares busy with busy, so a leak shows as a late median
+    above the early one even when idle trimming hides it at the end.
+    """
+    warm_t = min(60.0, wall / 2)
+    early = sorted(b for t, b, _, _ in samples if b and warm_t <= t < warm_t + window_s)
+    late = sorted(b for t, b, _, _ in samples if b and t >= max(wall - window_s, warm_t + window_s))
+    if not early or not late:
+        return None
+    e, la = early[len(early) // 2], late[len(late) // 2]
+    return {"early_median": e, "late_median": la, "late_over_early": round(la / e, 4)}
+
+
+def _drift_cell(report: dict[str, Any]) -> str:
+    drift = report.get("rss_busy_drift")
+    if not drift:
+        return "-"
+    return (f"{_mb(drift['late_median'])} / {_mb(drift['early_median'])} = "
+            f"{drift['late_over_early']:.3f} (medians)")

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import AfmError, OverloadedError, UnavailableError, internal_error
+from ..heap import IdleRelease
 from .generator import Event, Finished, FinishReason, GenerationRequest, Generator, Timings, Usage
 from .join_wait import JoinWait
 
@@ -88,6 +89,8 @@ class SchedulerLimits:
     # Longest a running batch holds its next pass for requests replacing finished rows (only
     # while clients are seen to send them that fast; 0 turns it off): see join_wait.py.
     join_wait_ms: float = 40.0
+    # Idle this long, the heap's free pages go back to the OS (afm_struct/heap.py; < 0: never).
+    idle_release_s: float = 2.0
 
 
 class Scheduler:
@@ -105,6 +108,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.join_wait = JoinWait(max_wait_s=self.limits.join_wait_ms / 1e3)
+        self.idle_release = IdleRelease(self.limits.idle_release_s)
         # Requests that joined the pass right after the rows they replaced finished.
         self.refill_joins = 0
         # Why the thread died (None while it serves); set once, under the lock.
@@ -182,6 +186,9 @@ class Scheduler:
             self._admit(block=not self.generator.has_work)
             if self.generator.has_work:
                 self._iterate()
+                self.idle_release.busy(time.perf_counter())
+            else:
+                self.idle_release.poll(time.perf_counter())
         self._drain()
 
     def _iterate(self) -> None:
