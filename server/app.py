@@ -83,6 +83,6 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
                        timeout_s=settings.body_timeout_s)
     # Outside the body limit (a caller without a key is refused before its body is read), inside
     # the request IDs (a 401 still carries them).
-    app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys)
+    app.add_middleware(ApiKeyMiddleware, keys=settings.keys)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response has the IDs
     return app
