@@ -49,6 +49,12 @@ def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def pg_spec(postgres: PostgresServer) -> str:
+    """A new, empty PostgreSQL store, as its ``--responses-store`` URL."""
+    return postgres.create_schema(f"store_{next(_databases)}")
+
+
+@pytest.fixture
 def reopen(store_spec: str) -> Iterator[Callable[[], ResponseStore]]:
     """Opens the store of ``store_spec`` (as a restarted server would); all closed at the end."""
     opened: list[ResponseStore] = []
