@@ -57,8 +57,18 @@ def test_another_tenants_cancel_through_the_balancer_is_an_unknown_id(cluster: C
 def test_two_tenants_with_one_id_are_each_routed_to_their_own_stream(cluster: Cluster) -> None:
     """Six IDs, each streamed by both tenants at once (leastconn spreads the twelve streams);
     each tenant cancels its own through the balancer, which must pick the replica holding that
-    tenant's stream."""
-    ids = [f"shared-{i}" for i in range(6)]
+    tenant's stream.  The case that matters is one ID's two streams on different replicas;
+    leastconn's spread depends on timing (once seen to pair every ID on one replica), so
+    rounds repeat, with new IDs, until one has such a split (at most three)."""
+    for attempt in range(3):
+        if _one_round_of_shared_ids(cluster, [f"shared-{attempt}-{i}" for i in range(6)]):
+            return
+    raise AssertionError("in three rounds, every ID's two streams ran on one replica")
+
+
+def _one_round_of_shared_ids(cluster: Cluster, ids: list[str]) -> bool:
+    """Both tenants stream every ID of ``ids`` and each cancels its own: every cancel must be
+    accepted and every stream end cancelled.  Whether some ID's streams ran on two replicas."""
     cancels: dict[tuple[str, str], httpx.Response] = {}
 
     async def main() -> list[tuple[str, str, StreamResult]]:
@@ -93,8 +103,7 @@ def test_two_tenants_with_one_id_are_each_routed_to_their_own_stream(cluster: Cl
     for tenant, rid, result in results:
         assert result.complete and result.finish_reason == "cancelled", (tenant, rid, result.finish_reason)
     replicas = {(t, rid): r.replica for t, rid, r in results}
-    split = [rid for rid in ids if replicas[("a", rid)] != replicas[("b", rid)]]
-    assert split, f"every ID's two streams ran on one replica: {replicas}"
+    return any(replicas[("a", rid)] != replicas[("b", rid)] for rid in ids)
 
 
 _EXAMPLES = itertools.count()
