@@ -32,6 +32,7 @@ from .schemas import (
     ModelList,
 )
 from .state import ServerState
+from .tenants import tenant_of
 
 router = APIRouter()
 log = logging.getLogger("afm_struct.server")
@@ -92,7 +93,7 @@ async def respond(request: Request, state: ServerState, prepared: Prepared, *,
                   ) -> StreamingResponse | JSONResponse:
     """Admit ``prepared`` and answer with the protocol's encoders: SSE (``stream``) or one
     JSON body (``body``), the run stopped when the client goes away."""
-    run = admit(state, prepared, owner=request.state.tenant.owner)
+    run = admit(state, prepared, owner=tenant_of(request).owner)
     headers = response_headers(prepared)
     if prepared.plan.delivery.stream:
         return SSEResponse(sse_body(run, stream()), headers=headers, on_close=run.close)
@@ -110,7 +111,7 @@ async def respond(request: Request, state: ServerState, prepared: Prepared, *,
 async def cancel_completion(request_id: str, request: Request) -> JSONResponse:
     """Cancel the in-flight request whose X-Request-ID is ``request_id``, if the caller's key
     owns it: another tenant's request answers exactly as an unknown ID."""
-    tenant = request.state.tenant
+    tenant = tenant_of(request)
     err = _state(request).registry.cancel(tenant.owner, request_id)
     if err is not None:
         return JSONResponse(cancellation_body(request_id, False, err), status_code=404)

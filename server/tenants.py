@@ -18,6 +18,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 # A key's name: shown in logs and metrics, so plain and short.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -32,6 +33,18 @@ class Tenant:
 
 
 ANONYMOUS = Tenant("anonymous", "anonymous")
+
+
+def tenant_of(request: Any) -> Tenant:
+    """The tenant a request belongs to (a Starlette ``Request``, or an ASGI scope), as the
+    API key middleware (:mod:`server.auth`) set it: the owner of whatever the request creates
+    or names (in-flight IDs, stored responses).  Raises RuntimeError where the middleware did
+    not run, rather than guess an owner."""
+    scope = request if isinstance(request, dict) else request.scope
+    tenant = scope.get("state", {}).get("tenant")
+    if not isinstance(tenant, Tenant):
+        raise RuntimeError("no tenant on this request: ApiKeyMiddleware must wrap the app")
+    return tenant
 
 
 def key_digest(secret: str) -> str:

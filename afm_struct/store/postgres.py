@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10
 # pg_advisory_xact_lock key of the migrations ("afm" "rs" in ASCII).
 _MIGRATION_LOCK = 0x61666D7273
-# Attempts of one put racing another put of the same (owner, id).
+# Attempts of one put racing another put creating the same (owner, id): the loser's insert
+# fails on the unique key, and its next attempt finds the row and replaces it.
 _PUT_ATTEMPTS = 3
 
 
@@ -37,6 +38,7 @@ class PostgresStore(SqlStore):
     reached or migrated."""
 
     placeholder = "%s"
+    lock_row = " FOR UPDATE"
 
     def __init__(self, url: str) -> None:
         try:

@@ -38,6 +38,9 @@ class SqlStore:
     """:class:`~.protocol.ResponseStore` over a DB-API connection (see the subclasses)."""
 
     placeholder = "?"
+    # Appended to the read of a response about to be replaced, to lock its row ("" where the
+    # transaction already excludes other writers, as SQLite's BEGIN IMMEDIATE does).
+    lock_row = ""
     description = "a response store"
 
     def _transaction(self, *, write: bool) -> AbstractContextManager[Any]:
@@ -61,8 +64,9 @@ class SqlStore:
         """See :meth:`.protocol.ResponseStore.put`."""
         response = response.with_item_ids()
         with self._transaction(write=True) as cur:
-            old = self._run(cur, "SELECT seq, previous_response_id FROM responses "
-                                 "WHERE owner = ? AND id = ?", (response.owner, response.id)).fetchone()
+            # Locked (PostgreSQL): a concurrent put of the same id waits, then sees this one's.
+            old = self._run(cur, "SELECT seq, previous_response_id FROM responses WHERE owner = ? "
+                                 f"AND id = ?{self.lock_row}", (response.owner, response.id)).fetchone()
             if old is not None and old[1] != response.previous_response_id:
                 raise InvalidRequestError(
                     f"stored response {response.id!r} continues {old[1]!r}: a replacement cannot "
@@ -75,13 +79,18 @@ class SqlStore:
                     raise InvalidRequestError(
                         f"response {response.id!r} cannot continue {response.previous_response_id!r}: "
                         "that chain already leads back to it", param="previous_response_id")
-            if old is not None:
-                self._delete_seq(cur, old[0])
-            seq = self._run(cur, f"INSERT INTO responses ({_COLUMNS.removeprefix('seq, ')}) "
-                                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-                            (response.id, response.owner, response.status, response.created_at,
-                             response.model, to_json(response.metadata), response.previous_response_id,
-                             to_json(response.extra))).fetchone()[0]
+            fields = (response.status, response.created_at, response.model, to_json(response.metadata),
+                      to_json(response.extra))
+            if old is not None:  # replaced in place: the row (and its lock) stays
+                seq = old[0]
+                self._run(cur, "UPDATE responses SET status = ?, created_at = ?, model = ?, "
+                               "metadata = ?, extra = ? WHERE seq = ?", (*fields, seq))
+                self._run(cur, "DELETE FROM response_items WHERE response_seq = ?", (seq,))
+            else:
+                seq = self._run(cur, "INSERT INTO responses (status, created_at, model, metadata, extra, "
+                                     "id, owner, previous_response_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                                     "RETURNING seq", (*fields, response.id, response.owner,
+                                                       response.previous_response_id)).fetchone()[0]
             rows = [(seq, kind, position, item["id"], to_json(item))
                     for kind, items in (("input", response.input_items), ("output", response.output_items))
                     for position, item in enumerate(items)]

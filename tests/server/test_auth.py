@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from afm_struct.errors import AfmError
 from server import auth
 from server.settings import ServerSettings
+from server.tenants import ANONYMOUS, ApiKey, key_digest, tenant_of
 
 from .conftest import USER
 
@@ -169,3 +171,30 @@ def test_named_keys_reach_the_server_from_a_key_file(tmp_path: Path, serve: Any)
         assert r.status_code == 200
     _assert_401(httpx.get(f"{live.url}/v1/models", headers={"Authorization": "Bearer acme"}),
                 "invalid API key")
+
+
+def _tenant_seen(keys: tuple[ApiKey, ...], headers: list[tuple[bytes, bytes]],
+                 path: str = "/v1/models") -> Any:
+    """What :func:`tenant_of` says inside an app behind the key middleware (None: refused)."""
+    seen: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(tenant_of(scope))
+
+    async def send(message: Any) -> None:
+        pass
+
+    scope = {"type": "http", "path": path, "headers": headers}
+    asyncio.run(auth.ApiKeyMiddleware(app, keys)(scope, None, send))  # type: ignore[arg-type]
+    return seen[0] if seen else None
+
+
+def test_tenant_of_is_the_keys_tenant_and_one_implicit_owner_without_keys() -> None:
+    assert _tenant_seen((), []) == ANONYMOUS  # no keys: everyone is the one owner
+    keys = (ApiKey("k-named-1234", name="acme"), ApiKey("k-bare-5678"))
+    assert _tenant_seen(keys, [(b"authorization", b"Bearer k-named-1234")]).owner == "name:acme"
+    bare = _tenant_seen(keys, [(b"authorization", b"Bearer k-bare-5678")])
+    assert bare.owner == "key:" + key_digest("k-bare-5678") and "k-bare-5678" not in repr(bare)
+    assert _tenant_seen(keys, [(b"authorization", b"Bearer wrong")]) is None
+    with pytest.raises(RuntimeError, match="ApiKeyMiddleware"):
+        tenant_of({"type": "http", "state": {}})

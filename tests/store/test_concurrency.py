@@ -59,3 +59,41 @@ def test_three_processes_writing_at_once_lose_nothing(store_spec: str, tmp_path:
 def test_processes_opening_a_new_store_together_migrate_it_once(store_spec: str, tmp_path: Path) -> None:
     run_writers(store_spec, 1, tmp_path / "go")  # nothing created before: all three migrate
     assert count_rows(store_spec) == (WRITERS, WRITERS * 2)
+
+
+def test_two_connections_replacing_one_response_at_once_leave_one_whole(store_spec: str) -> None:
+    """Two store instances (two connections) put the same (owner, id) over and over at once:
+    no put fails, and the response left is one of theirs, whole (PostgreSQL: the loser of a
+    race on the unique key retries; SQLite: writers take turns)."""
+    import threading
+
+    from afm_struct.store import StoredResponse
+
+    stores = [open_store(store_spec), open_store(store_spec)]
+    failures: list[BaseException] = []
+    go = threading.Barrier(2)
+
+    def writer(n: int) -> None:
+        try:
+            go.wait()
+            for round_ in range(25):
+                stores[n].put(StoredResponse(
+                    id="resp_same", owner="name:a", status="completed", created_at=round_, model="m",
+                    input_items=[{"content": f"writer {n} round {round_} item {i}"} for i in range(3)]))
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    try:
+        assert not failures, failures
+        assert count_rows(store_spec) == (1, 3)
+        left = stores[0].get("name:a", "resp_same")
+        writer_round = left.input_items[0]["content"].rsplit(" item", 1)[0]
+        assert [i["content"] for i in left.input_items] == [f"{writer_round} item {i}" for i in range(3)]
+    finally:
+        for store in stores:
+            store.close()
