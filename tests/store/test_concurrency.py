@@ -5,6 +5,7 @@ counted and every chain read back."""
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -29,12 +30,17 @@ def count_rows(spec: str) -> tuple[int, int]:
         return tuple(conn.execute(q).fetchone()[0] for q in queries)  # type: ignore[return-value]
 
 
+def _env() -> dict[str, str]:
+    paths = [str(ROOT), os.environ.get("PYTHONPATH")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+
+
 def run_writers(spec: str, count: int, go: Path) -> None:
     """Run the writer processes (they start storing once ``go`` exists); each must exit 0."""
-    paths = [str(ROOT), os.environ.get("PYTHONPATH")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    env = _env()
     procs = [subprocess.Popen([sys.executable, "-m", "tests.store.writers", spec, str(w), str(count),
-                               str(go)], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+                               str(go)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
              for w in range(WRITERS)]
     go.touch()
     for proc in procs:
@@ -97,3 +103,26 @@ def test_two_connections_replacing_one_response_at_once_leave_one_whole(store_sp
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_killed_writer_loses_no_response_it_stored(store_spec: str, tmp_path: Path) -> None:
+    """SIGKILL a writer in the middle of its puts: every id it saw stored is there, whole, after
+    a reopen, and no response is there half (each has its two items)."""
+    go = tmp_path / "go"
+    go.touch()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.store.writers", store_spec, "0", "100000",
+                             str(go)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    stored = [proc.stdout.readline().strip() for _ in range(40)]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert all(stored), proc.stderr.read() if proc.stderr else ""
+    responses, items = count_rows(store_spec)
+    assert responses >= len(stored) and items == 2 * responses  # nothing half-stored
+    store = open_store(store_spec)
+    try:
+        chain = store.conversation(owner_of(0), stored[-1])
+        assert [i["content"] for i in chain] == [f"{rid} {kind}" for rid in stored for kind in ("in", "out")]
+    finally:
+        store.close()

@@ -2,7 +2,8 @@
 
 Opens the store ``SPEC``, waits until the file ``GO`` exists (so every writer starts at once),
 then stores COUNT responses ``w<WRITER>-<n>``, each continuing the one before, for the owner
-``tenant-<WRITER % 2>`` (writers 0 and 2 share an owner).  Exits 0 when all are stored.
+``tenant-<WRITER % 2>`` (writers 0 and 2 share an owner), printing each id once ``put``
+returned.  Exits 0 when all are stored.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main(spec: str, writer: int, count: int, go: Path) -> int:
             previous_response_id=previous,
             input_items=[{"type": "message", "role": "user", "content": f"{rid} in"}],
             output_items=[{"type": "message", "role": "assistant", "content": f"{rid} out"}]))
+        print(rid, flush=True)  # stored: the kill test holds the store to every id printed
         previous = rid
     store.close()
     return 0
