@@ -32,7 +32,9 @@ class ResponseStore(Protocol):
         The same id again by the same owner replaces it (a response that was in progress, now
         finished); its ``previous_response_id`` cannot change.  Raises NotFoundError
         (``param: previous_response_id``) when a new response continues one the owner does not
-        have, and InvalidRequestError when a link would change or make a cycle.
+        have, and InvalidRequestError when a link would change or make a cycle.  Items,
+        metadata and extra must be JSON values (NaN and infinities are not): ValueError or
+        TypeError otherwise, a caller's bug.
         """
         ...
 
