@@ -26,6 +26,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED)
 	@bash scripts/install-blas.sh $(BIN)/python
 	@bash scripts/install-haproxy.sh
+	@bash scripts/install-postgresql.sh
 	@touch $(STAMP)
 
 serve: setup

@@ -168,9 +168,10 @@ def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags |
     return detect_reasoning_tags(state.loaded.tokenizer, tail)
 
 
-def admit(state: ServerState, prepared: Prepared) -> Run:
-    """Register the request ID (409 if in flight) and submit (503 when full, 400 on overflow)."""
-    entry = state.registry.register(prepared.plan.request_id)
+def admit(state: ServerState, prepared: Prepared, *, owner: str) -> Run:
+    """Register the request ID under its ``owner`` (409 if that owner has it in flight) and
+    submit (503 when full, 400 on overflow)."""
+    entry = state.registry.register(owner, prepared.plan.request_id)
     try:
         handle = state.scheduler.submit(prepared.generation, loop=asyncio.get_running_loop())
     except BaseException:

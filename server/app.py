@@ -19,6 +19,7 @@ from afm_struct import __version__
 from afm_struct.decoding.generator import Generator
 from afm_struct.decoding.scheduler import Scheduler, SchedulerLimits
 from afm_struct.models.loader import LoadedModel
+from afm_struct.store import ResponseStore
 
 from .auth import ApiKeyMiddleware
 from .cancel import InflightRegistry
@@ -47,9 +48,10 @@ def _openapi_without_422(app: FastAPI) -> dict[str, Any]:
 
 
 def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
-               compile_fn: Compile | None = None) -> FastAPI:
+               compile_fn: Compile | None = None, response_store: ResponseStore | None = None) -> FastAPI:
     """The app serving ``loaded``; ``compile_fn`` replaces the default grammar compiler (CLI
-    options, tests)."""
+    options, tests).  ``response_store`` (None: responses are not stored) is the app's from
+    then on, in ``app.state.response_store``, and closed at shutdown."""
     settings = settings or ServerSettings()
 
     @asynccontextmanager
@@ -73,9 +75,12 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
             yield
         finally:
             scheduler.stop()
+            if response_store is not None:
+                response_store.close()
 
     app = FastAPI(title="afm-struct", version=__version__, lifespan=lifespan,
                   description="OpenAI-compatible chat completions with grammar-constrained output.")
+    app.state.response_store = response_store
     install_error_handlers(app)
     app.include_router(router)
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
@@ -83,6 +88,6 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
                        timeout_s=settings.body_timeout_s)
     # Outside the body limit (a caller without a key is refused before its body is read), inside
     # the request IDs (a 401 still carries them).
-    app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys)
+    app.add_middleware(ApiKeyMiddleware, keys=settings.keys)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response has the IDs
     return app

@@ -95,11 +95,17 @@ def error_response(err: AfmError) -> JSONResponse:
     return JSONResponse(error_envelope(err), status_code=err.status, headers=headers)
 
 
+def _log_tag(request: Request) -> str:
+    """``request <id>, tenant <label>`` for log lines (the label, never the key)."""
+    tenant = getattr(request.state, "tenant", None)
+    tag = f"request {getattr(request.state, 'request_id', None) or '-'}"
+    return f"{tag}, tenant {tenant.label}" if tenant is not None else tag
+
+
 async def _on_afm_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AfmError)
     if exc.status >= 500:
-        request_id = getattr(_request.state, "request_id", None)
-        log.error("request failed (request %s): %s", request_id or "-", exc.message)
+        log.error("request failed (%s): %s", _log_tag(_request), exc.message)
     return error_response(exc)
 
 
@@ -145,7 +151,7 @@ async def _on_http(_request: Request, exc: Exception) -> Response:
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     request_id = getattr(request.state, "request_id", None)
-    log.error("unexpected server error (request %s)", request_id or "-", exc_info=exc)
+    log.error("unexpected server error (%s)", _log_tag(request), exc_info=exc)
     # The exception's text stays in the log: clients get a fixed message and the ID to quote.
     response = error_response(GenerationError(
         "internal server error; the server log has the details under this request's ID",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -31,8 +32,10 @@ from .schemas import (
     ModelList,
 )
 from .state import ServerState
+from .tenants import tenant_of
 
 router = APIRouter()
+log = logging.getLogger("afm_struct.server")
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 500, 503)
@@ -90,7 +93,7 @@ async def respond(request: Request, state: ServerState, prepared: Prepared, *,
                   ) -> StreamingResponse | JSONResponse:
     """Admit ``prepared`` and answer with the protocol's encoders: SSE (``stream``) or one
     JSON body (``body``), the run stopped when the client goes away."""
-    run = admit(state, prepared)
+    run = admit(state, prepared, owner=tenant_of(request).owner)
     headers = response_headers(prepared)
     if prepared.plan.delivery.stream:
         return SSEResponse(sse_body(run, stream()), headers=headers, on_close=run.close)
@@ -106,10 +109,13 @@ async def respond(request: Request, state: ServerState, prepared: Prepared, *,
 @router.post("/v1/chat/completions/{request_id}/cancel", response_model=CancellationResponse,
              responses={404: {"model": CancellationResponse}})
 async def cancel_completion(request_id: str, request: Request) -> JSONResponse:
-    """Cancel the in-flight request whose X-Request-ID is ``request_id``."""
-    err = _state(request).registry.cancel(request_id)
+    """Cancel the in-flight request whose X-Request-ID is ``request_id``, if the caller's key
+    owns it: another tenant's request answers exactly as an unknown ID."""
+    tenant = tenant_of(request)
+    err = _state(request).registry.cancel(tenant.owner, request_id)
     if err is not None:
         return JSONResponse(cancellation_body(request_id, False, err), status_code=404)
+    log.info("request %s cancelled (tenant %s)", request_id, tenant.label)
     return JSONResponse(cancellation_body(request_id, True))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .tenants import ApiKey, distinct_keys
+
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -45,9 +47,10 @@ class ServerSettings:
     close_on_length: bool = True
     # Names the server answers to in ``model`` and lists in /v1/models (empty: the model's id).
     served_model_names: tuple[str, ...] = ()
-    # Bearer keys accepted on every route but /health (empty: no authentication). Kept out of
-    # the repr so settings can be logged.
-    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    # Bearer keys accepted on every route but /health (empty: no authentication), each naming
+    # its tenant or not (a bare string is an unnamed key). Kept out of the repr so settings can
+    # be logged.
+    api_keys: tuple[ApiKey | str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.profile_interval_s <= 0.25:
@@ -66,8 +69,14 @@ class ServerSettings:
             raise ValueError("a served model name must not be empty")
         if len(set(self.served_model_names)) != len(self.served_model_names):
             raise ValueError("served model names must be distinct")
-        if any(not key or key != key.strip() for key in self.api_keys):
+        if any(isinstance(key, str) and (not key or key != key.strip()) for key in self.api_keys):
             raise ValueError("an API key must be non-empty and without surrounding spaces")
+        object.__setattr__(self, "api_keys", distinct_keys(self.api_keys))
+
+    @property
+    def keys(self) -> tuple[ApiKey, ...]:
+        """The accepted keys (``api_keys`` as :class:`ApiKey` values)."""
+        return self.api_keys  # type: ignore[return-value]  # normalized in __post_init__
 
     def model_names(self, model_id: str) -> tuple[str, ...]:
         """The names requests may send as ``model``, the first one echoed by default."""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# Servers the tests start from the command line keep their default response store
+# ($XDG_DATA_HOME/afm-struct/responses.sqlite3) in a throwaway directory, not the user's.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="afm-struct-test-data-")
 
 import pytest
 

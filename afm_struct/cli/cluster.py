@@ -8,9 +8,11 @@ the same port (HAProxy takes it back once its health check passes); Ctrl-C or SI
 HAProxy, then every replica, and removes the run directory unless it was given (``--run-dir``)
 or something went wrong (its logs are kept).
 
-API keys given to the cluster (``--api-key``, ``--api-key-file``, ``AFM_STRUCT_API_KEYS``) are
-handed to the replicas in their environment, not on their command line (where ``ps`` would
-show them); HAProxy passes ``Authorization`` through and probes the open ``/health``.
+API keys given to the cluster (``--api-key``, ``--api-key-file``, ``AFM_STRUCT_API_KEYS``), with
+their tenant names, are handed to the replicas in their environment, not on their command line
+(where ``ps`` would show them); HAProxy passes ``Authorization`` through, probes the open
+``/health``, and routes a cancel by its ID and a digest of its key (a request ID is unique per
+tenant only).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ DEFAULT_REPLICAS = 3
 # restarting a replica that cannot start would only spin.
 _CRASH_WINDOW_S = 30.0
 _MAX_QUICK_CRASHES = 3
+# HAProxy's owner of a request (the template's ${owner}): SHA-256 of the bearer token, the
+# scheme matched in any case and spaces dropped as the replicas do; without keys, one owner.
+# (Single quotes: HAProxy expands environment variables inside double quotes.)
+OWNER_FROM_KEY = ("req.hdr(authorization),regsub('^[Bb][Ee][Aa][Rr][Ee][Rr] +',),"
+                  "regsub(' +$',),sha2(256),hex")
+OWNER_WITHOUT_KEYS = "str(open)"
 
 
 def haproxy_maxconn(wanted: int = 4096) -> int:
@@ -109,7 +117,7 @@ class Cluster:
     port: int
     serve_args: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[Any, ...] = ()  # ApiKey values (or bare key strings)
     haproxy: str | None = None
     template: Path = TEMPLATE
     run_dir: Path | None = None
@@ -125,6 +133,12 @@ class Cluster:
                 check_replica_ports(tuple(self.replica_ports), self.replicas, self.port)
             except ValueError as exc:
                 raise ClusterError(str(exc)) from None
+        from server.tenants import distinct_keys
+
+        try:
+            self.api_keys = distinct_keys(self.api_keys)
+        except ValueError as exc:
+            raise ClusterError(str(exc)) from None
         self.haproxy = self.haproxy or shutil.which("haproxy")
         if self.haproxy is None:
             raise ClusterError(f"haproxy is not installed; {HAPROXY_HINT}")
@@ -162,7 +176,8 @@ class Cluster:
         try:
             return string.Template(self.template.read_text()).substitute(
                 bind=f"{self.host}:{self.port}", stats_socket=str(self.stats_socket),
-                retries=str(max(1, self.replicas - 1)), servers=servers, maxconn=str(haproxy_maxconn()))
+                retries=str(max(1, self.replicas - 1)), servers=servers, maxconn=str(haproxy_maxconn()),
+                owner=OWNER_FROM_KEY if self.api_keys else OWNER_WITHOUT_KEYS)
         except (KeyError, ValueError) as exc:
             raise ClusterError(f"the HAProxy template {self.template} has an unknown or malformed "
                                f"placeholder ({exc}); write a literal dollar as $$") from None
@@ -172,8 +187,9 @@ class Cluster:
     def _spawn_replica(self, replica: Replica) -> None:
         env = dict(os.environ)
         env.pop("AFM_STRUCT_API_KEYS", None)
-        if self.api_keys:
-            env["AFM_STRUCT_API_KEYS"] = ",".join(self.api_keys)
+        if self.api_keys:  # one key a line, named as given (server.auth.parse_keys)
+            env["AFM_STRUCT_API_KEYS"] = "\n".join(f"{k.name}: {k.secret}" if k.name else k.secret
+                                                    for k in self.api_keys)
         cmd = [*serve_command(), "serve", "--host", "127.0.0.1", "--port", str(replica.port),
                *self.serve_args]
         with open(replica.log_path, "ab") as log:

@@ -11,6 +11,8 @@ from ..errors import AfmError
 # --model scripted[:TOKENS_PER_S]: the deterministic test model (afm_struct.testing) over HTTP.
 SCRIPTED_SPEC = "scripted"
 SCRIPTED_DEFAULT_TOKENS_PER_S = 50.0
+# The --responses-store value when the option is not given.
+STORE_ENV = "AFM_STRUCT_RESPONSES_STORE"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,7 +83,15 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
         help="require 'Authorization: Bearer KEY' on every route but /health (repeatable; also "
              "AFM_STRUCT_API_KEYS, comma-separated, and --api-key-file)")
     add("--api-key-file", default=None, metavar="PATH",
-        help="a file of accepted API keys, one per line (# starts a comment)")
+        help="a file of accepted API keys, one per line, or 'name: key' lines naming each "
+             "key's tenant (# starts a comment)")
+    add("--responses-store", default=None, metavar="PATH|postgresql://...",
+        help="where stored responses (the Responses API's store) are kept: a SQLite file, which "
+             "the replicas of one host may share, or a PostgreSQL URL for several hosts (also "
+             f"{STORE_ENV}, which keeps a password off the command line; default "
+             "$XDG_DATA_HOME/afm-struct/responses.sqlite3)")
+    add("--no-store", dest="store", action="store_false",
+        help="keep no responses (requests asking to store them are answered, not stored)")
     return actions
 
 
@@ -100,6 +110,21 @@ def parse_scripted_spec(spec: str | None) -> float | None:
         raise AfmError(f"--model {spec}: TOKENS_PER_S must be a number in (0, 100000], "
                        f"e.g. {SCRIPTED_SPEC}:{SCRIPTED_DEFAULT_TOKENS_PER_S:g}")
     return value
+
+
+def open_response_store(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Any:
+    """The response store the options name (None with --no-store), opened and migrated.
+    Raises StoreError naming the path (or the database) when it cannot be used."""
+    import os
+
+    from ..store import open_store
+
+    spec = args.responses_store or (os.environ if environ is None else environ).get(STORE_ENV) or None
+    if not args.store:
+        if args.responses_store:
+            raise AfmError("--no-store and --responses-store contradict each other: give one")
+        return None
+    return open_store(spec)
 
 
 def _progress(message: str) -> None:
@@ -138,6 +163,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"afm-struct: warning: serving on {settings.host} without an API key: anyone who can "
               f"reach port {settings.port} can use the model; set --api-key, --api-key-file or "
               f"{ENV_VAR}", file=sys.stderr, flush=True)
+    # Before the model: a bad store path fails in a second, not after the load.
+    store = open_response_store(args)
+    print(f"afm-struct: responses stored in {store.description}" if store is not None else
+          "afm-struct: responses not stored (--no-store)", file=sys.stderr, flush=True)
     print(f"afm-struct: loading {args.model or 'the embedded model'}", file=sys.stderr, flush=True)
     if tokens_per_s is not None:
         from ..testing import served_scripted_model
@@ -160,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
     def compile_fn(tokenizer: Any, request: Any) -> Any:
         return compile_constraint(tokenizer, request, options)
 
-    uvicorn.run(create_app(loaded, settings, compile_fn=compile_fn), host=settings.host, port=settings.port,
+    app = create_app(loaded, settings, compile_fn=compile_fn, response_store=store)
+    uvicorn.run(app, host=settings.host, port=settings.port,
                 log_level=settings.log_level, timeout_graceful_shutdown=5,
                 http=http_protocol(settings))
     return 0

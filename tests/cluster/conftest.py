@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from afm_struct.cli.cluster import Cluster, free_port
+from server.tenants import ApiKey
 
 if shutil.which("haproxy") is None:
     pytest.skip("haproxy is not installed (make setup installs it on Debian; brew install haproxy "
@@ -24,6 +25,9 @@ if shutil.which("haproxy") is None:
 
 KEY = "cluster-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+# A second tenant, named in the key list as a key file would name it (tests/cluster/test_tenancy.py).
+KEY_B = "cluster-test-key-b"
+AUTH_B = {"Authorization": f"Bearer {KEY_B}"}
 TOKENS_PER_S = 50
 # Per replica: 8 generate together, 12 wait; 3 replicas hold 60 requests.
 MAX_ACTIVE, MAX_QUEUE = 8, 12
@@ -32,11 +36,13 @@ USER = [{"role": "user", "content": "count"}]
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three scripted replicas behind HAProxy, with an API key, supervised (restarts).  Its run
-    directory is pytest's: a test kills a replica, and the cluster keeps its directory then."""
+    """Three scripted replicas behind HAProxy, with two tenants' API keys (one named),
+    supervised (restarts).  Its run directory is pytest's: a test kills a replica, and the
+    cluster keeps its directory then."""
     c = Cluster(3, free_port(), ["--model", f"scripted:{TOKENS_PER_S}", "--log-level", "warning",
                                  "--max-active", str(MAX_ACTIVE), "--max-queue", str(MAX_QUEUE)],
-                api_keys=(KEY,), log=lambda _line: None, run_dir=tmp_path_factory.mktemp("cluster"))
+                api_keys=(KEY, ApiKey(KEY_B, name="tenant-b")), log=lambda _line: None,
+                run_dir=tmp_path_factory.mktemp("cluster"))
     c.start()
     c.supervise_in_background()
     yield c

@@ -19,6 +19,8 @@ import pytest
 from afm_struct.cli import build_parser
 from afm_struct.cli import cluster as cluster_cli
 from afm_struct.cli.cluster import Cluster, ClusterError, forwarded_args, free_port
+from server.auth import ENV_VAR, load_api_keys
+from server.tenants import ApiKey
 
 EXE = str(Path(sys.executable).with_name("afm-struct"))
 
@@ -33,6 +35,33 @@ def test_serve_options_are_forwarded_and_keys_are_not() -> None:
     assert forwarded == ["--model", "scripted:80", "--served-model-name", "a", "--served-model-name", "b",
                          "--log-level", "warning", "--max-queue", "4", "--no-close-on-length"]
     assert "secret" not in forwarded
+
+
+def test_keys_reach_the_replicas_with_their_names_and_haproxy_keys_cancels_on_the_owner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replicas get the keys (named as in the key file) in their environment; the config
+    routes cancels by ID and key digest with keys, by ID alone without (one tenant)."""
+    keyed = Cluster(2, 18082, ["--model", "scripted"], run_dir=tmp_path,
+                    api_keys=(ApiKey("sk-a", name="acme"), "sk-b"))
+    config = keyed.render_config()
+    assert f"http-request set-var(txn.owner) {cluster_cli.OWNER_FROM_KEY}" in config
+    assert "stick match path,field(5,/),url_dec,concat(/,txn.owner) if is_cancel" in config
+    assert "sk-a" not in config and "acme" not in config
+    seen: dict[str, str] = {}
+
+    class Recorder:
+        def __init__(self, cmd: list[str], **kwargs: object) -> None:
+            seen.update(kwargs["env"])  # type: ignore[arg-type]
+            seen["cmd"] = " ".join(cmd)
+            self.pid = 0
+
+    monkeypatch.setattr(cluster_cli.subprocess, "Popen", Recorder)
+    keyed._spawn_replica(keyed.members[0])
+    assert load_api_keys([], None, {ENV_VAR: seen[ENV_VAR]}) == keyed.api_keys
+    assert [k.name for k in keyed.api_keys] == ["acme", None]
+    assert "sk-a" not in seen["cmd"]
+    open_config = Cluster(2, 18083, run_dir=tmp_path).render_config()
+    assert f"set-var(txn.owner) {cluster_cli.OWNER_WITHOUT_KEYS}" in open_config
 
 
 def test_missing_haproxy_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -123,17 +123,21 @@ def test_schema_errors_name_the_path_the_output_format_came_from(tokenizer, sche
 
 def test_registry_lifecycle() -> None:
     reg = InflightRegistry(remember=2)
-    entry = reg.register("a")
+    entry = reg.register("o", "a")
     with pytest.raises(RequestIdConflictError) as exc:
-        reg.register("a")
+        reg.register("o", "a")
     assert exc.value.status == 409
-    assert reg.cancel("a") is None  # accepted before a handle exists; applied on attach
+    other = reg.register("p", "a")  # another owner's "a" is another request
+    assert reg.cancel("o", "a") is None  # accepted before a handle exists; applied on attach
     assert reg.complete(entry) is True
-    err = reg.cancel("a")
+    err = reg.cancel("o", "a")
     assert err is not None and err.status == 404 and "completed" in err.message
-    err = reg.cancel("never")
+    err = reg.cancel("q", "a")  # neither in flight nor completed for this owner
     assert err is not None and "unknown" in err.message
-    again = reg.register("a")  # an ID may be reused once its request is over
+    err = reg.cancel("o", "never")
+    assert err is not None and "unknown" in err.message
+    assert reg.complete(other) is False  # the cancel of o's "a" did not reach p's
+    again = reg.register("o", "a")  # an ID may be reused once its request is over
     assert reg.complete(again) is False
 
 
