@@ -61,6 +61,8 @@ SO_OPTIONS = ("disable_fallback", "disable_any_whitespace", "disable_additional_
 # An unknown top-level field whose name holds one of these asks for a constraint: refused.
 CONSTRAINT_WORDS = re.compile(r"guided|grammar|regex|schema|ebnf|gbnf|lark|choice|structur|constrain"
                               r"|format|json|pattern", re.IGNORECASE)
+# Keys near a schema's place that name it differently (``input_schema``, ``params``, ``args``).
+TOOL_SCHEMA_WORDS = re.compile(r"param|input|arg", re.IGNORECASE)
 REFUSED_HINTS: dict[str, str] = {
     "functions": "the legacy function-calling fields are not supported; send tools",
     "function_call": "the legacy function-calling fields are not supported; send tool_choice",
@@ -261,12 +263,31 @@ def response_format_schema(fmt: Any) -> OutputFormat | None:
 
 
 def check_response_format_extra(fmt: Any) -> None:
-    """400 for a key of ``response_format`` that this server does not read but that asks for a
-    constraint (``{"type": "json_schema", "schema": ...}`` would otherwise lose its schema)."""
-    extra = getattr(fmt, "model_extra", None) or {}
-    for name in extra:
+    """400 for a key of ``response_format`` (or of its ``json_schema``) that this server does not
+    read but that asks for a constraint: ``{"type": "json_schema", "schema": ...}`` or a
+    misspelt ``json_schema.schema`` would otherwise lose the schema."""
+    for name in getattr(fmt, "model_extra", None) or {}:
         if CONSTRAINT_WORDS.search(name) or name == "strict":
             raise _unsupported(f"response_format.{name}",
                                f"is not read for response_format type {fmt.type!r}, so it is refused "
                                "rather than ignored (json_schema: put name, schema and strict inside "
                                "response_format.json_schema)")
+    spec = getattr(fmt, "json_schema", None)
+    for name in getattr(spec, "model_extra", None) or {}:
+        if CONSTRAINT_WORDS.search(name) or TOOL_SCHEMA_WORDS.search(name):
+            raise _unsupported(f"response_format.json_schema.{name}",
+                               "is not a json_schema key this server reads (name, description, schema, "
+                               "strict), so it is refused rather than ignored")
+
+
+def check_tool_extra(tools: Any) -> None:
+    """400 for a key of a tool's ``function`` that this server does not read but that looks like
+    its arguments' schema (Anthropic's ``input_schema``, a misspelt ``parameters``): dropped, the
+    tool would take no arguments at all."""
+    for i, tool in enumerate(tools or ()):
+        for name in getattr(tool.function, "model_extra", None) or {}:
+            if CONSTRAINT_WORDS.search(name) or TOOL_SCHEMA_WORDS.search(name):
+                raise _unsupported(f"tools.{i}.function.{name}",
+                                   "is not a function key this server reads (name, description, "
+                                   "parameters, strict), so it is refused rather than ignored; the "
+                                   "arguments' schema goes in parameters")

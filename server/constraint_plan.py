@@ -15,6 +15,7 @@ from afm_struct.serving.plan import OutputFormat
 
 from .constraint_fields import (
     check_response_format_extra,
+    check_tool_extra,
     read_constraint_fields,
     response_format_schema,
 )
@@ -27,6 +28,7 @@ def read_request_constraint(body: ChatCompletionRequest) -> OutputFormat | None:
     fmt = body.response_format
     if fmt is not None:
         check_response_format_extra(fmt)
+    check_tool_extra(body.tools)
     from_format = response_format_schema(fmt)
     asks_json = fmt is not None and fmt.type != "text"
     tools = "tools" if body.tools and body.tool_choice != "none" else None

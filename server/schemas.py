@@ -53,6 +53,8 @@ class ChatMessage(BaseModel):
 class FunctionDefinition(BaseModel):
     """A function the model may call."""
 
+    model_config = ConfigDict(extra="allow")  # checked: server.constraint_fields
+
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -82,7 +84,7 @@ class NamedToolChoice(BaseModel):
 class JsonSchemaSpec(BaseModel):
     """``response_format.json_schema``."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, extra="allow")  # checked: server.constraint_fields
 
     name: Annotated[str, Field(min_length=1, max_length=64)]
     description: str | None = None

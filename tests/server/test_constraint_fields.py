@@ -173,6 +173,10 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}, "schema": CLOSED}},
      "response_format.schema", UNSUPPORTED),
     ({"response_format": {"type": "text", "regex": CODE}}, "response_format.regex", UNSUPPORTED),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "Schema": CLOSED}}},
+     "response_format.json_schema.Schema", UNSUPPORTED),
+    ({"tools": [{"type": "function", "function": {"name": "f", "input_schema": CLOSED}}]},
+     "tools.0.function.input_schema", UNSUPPORTED),
     ({"response_format": {"type": "structural_tag", "structures": []}}, "response_format", "invalid_value"),
 ]
 
@@ -247,3 +251,10 @@ def test_fields_that_ask_for_no_constraint_are_accepted(live, fields) -> None:
     response = post(live.url, **fields)
     assert content(response) == "Hello there, world!"
     assert "x-afm-constraint-mode" not in response.headers
+
+
+def test_unknown_benign_keys_of_a_tool_are_still_ignored(live) -> None:
+    tools = [{"type": "function", "function": {"name": "lookup", "examples": ["x"],
+                                               "parameters": TOOLS[0]["function"]["parameters"]}}]
+    response = post(live.url, tools=tools, tool_choice="none")
+    assert content(response) == "Hello there, world!"
