@@ -94,14 +94,28 @@ def _schema(value: Any, param: str, *, close_objects: bool = False, exact_only: 
     return OutputFormat("json_schema", schema=value, strict=True, param=param, exact_only=exact_only)
 
 
+# Where a JSON Schema holds subschemas: maps of them, lists (or one), and single ones.
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_SCHEMA_ONES = ("not", "if", "then", "else", "additionalProperties", "additionalItems", "contains",
+                "propertyNames", "unevaluatedProperties", "unevaluatedItems")
+
+
 def closed_objects(schema: Any) -> Any:
-    """``schema`` with ``additionalProperties: false`` on every object that lists ``properties``
-    and says nothing of others (vLLM's ``disable_additional_properties``); a copy."""
-    if isinstance(schema, list):
-        return [closed_objects(s) for s in schema]
+    """``schema`` with ``additionalProperties: false`` on every (sub)schema that lists
+    ``properties`` and says nothing of others (vLLM's ``disable_additional_properties``); a
+    copy.  Only subschema positions are walked: ``const``/``enum`` values are data."""
     if not isinstance(schema, dict):
         return schema
-    out = {k: closed_objects(v) for k, v in schema.items()}
+    out = dict(schema)
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed_objects(sub) for name, sub in out[key].items()}
+    for key in (*_SCHEMA_LISTS, *_SCHEMA_ONES):
+        if isinstance(out.get(key), list):
+            out[key] = [closed_objects(sub) for sub in out[key]]
+        elif key in out:
+            out[key] = closed_objects(out[key])
     if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
         out["additionalProperties"] = False
     return out
