@@ -43,5 +43,8 @@ def read_request_constraint(body: ChatCompletionRequest) -> OutputFormat | None:
 
 
 async def dialect_output(body: ChatCompletionRequest) -> OutputFormat | None:
-    """:func:`read_request_constraint`, off the event loop."""
-    return await asyncio.to_thread(read_request_constraint, body)
+    """:func:`read_request_constraint`: off the event loop when extra fields may hold a grammar
+    to convert; without them it is a few cheap checks."""
+    if body.model_extra:
+        return await asyncio.to_thread(read_request_constraint, body)
+    return read_request_constraint(body)

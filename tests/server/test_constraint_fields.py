@@ -7,12 +7,15 @@ below: every output that matches was forced by the mask the field compiled to.
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
 import httpx
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .conftest import USER, decode, stream_raw
 
@@ -258,3 +261,47 @@ def test_unknown_benign_keys_of_a_tool_are_still_ignored(live) -> None:
                                                "parameters": TOOLS[0]["function"]["parameters"]}}]
     response = post(live.url, tools=tools, tool_choice="none")
     assert content(response) == "Hello there, world!"
+
+
+# Each way of asking for a constraint, alone valid; any two at once must be refused.
+SOURCES: dict[str, tuple[dict[str, Any], Any]] = {
+    "guided_regex": ({"guided_regex": CODE}, matches_regex),
+    "guided_choice": ({"guided_choice": CHOICES}, one_of_the_choices),
+    "guided_grammar": ({"guided_grammar": YES_NO_GBNF}, parses_yes_no),
+    "guided_json": ({"guided_json": CLOSED}, follows_closed),
+    "structured_outputs.regex": ({"structured_outputs": {"regex": CODE}}, matches_regex),
+    "regex": ({"regex": CODE}, matches_regex),
+    "ebnf": ({"ebnf": YES_NO_GBNF}, parses_yes_no),
+    "json_schema": ({"json_schema": CLOSED}, follows_closed),
+    "grammar": ({"grammar": YES_NO_GBNF}, parses_yes_no),
+    "format": ({"format": "json"}, is_an_object),
+    "response_format": ({"response_format": {"type": "json_object"}}, is_an_object),
+    "tools": ({"tools": TOOLS, "tool_choice": "required"}, None),
+}
+EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or 12
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES"),
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(sorted(SOURCES)), min_size=1, max_size=3, unique=True))
+def test_any_combination_is_enforced_alone_or_refused_together(live, names) -> None:
+    """One source alone is enforced; a dialect field with any other source is a 400 naming two
+    of them (response_format with tools is the one old combination that is served)."""
+    fields: dict[str, Any] = {}
+    for name in names:
+        fields.update(SOURCES[name][0])
+    response = post(live.url, **fields)
+    if set(names) <= {"response_format", "tools"}:
+        assert response.status_code == 200, response.text
+        holds = SOURCES[names[0]][1]
+        if len(names) == 1 and holds is not None:
+            assert holds(content(response))
+        return
+    if len(names) == 1:
+        assert SOURCES[names[0]][1](content(response))
+        return
+    err = error(response)
+    assert err["code"] == "conflicting_constraints", err
+    words = set(re.findall(r"[\w.]+", err["message"]))
+    named = [n for n in names if n in words]
+    assert len(named) >= 2 and err["param"] in names, (names, err)
