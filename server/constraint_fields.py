@@ -144,8 +144,10 @@ def _json_object(param: str) -> OutputFormat:
     return OutputFormat("json_object", strict=True, param=param)
 
 
-def _read(kind: str, value: Any, param: str) -> OutputFormat:
-    """The output format one field asks for."""
+def read_field(kind: str, value: Any, param: str) -> OutputFormat:
+    """The output format one field asks for: ``kind`` as in :data:`TOP_LEVEL` (Ollama's
+    ``format`` on its own API is ``read_field("json_or_schema", value, "format")``); 400s for a
+    malformed value, naming ``param``."""
     if kind == "schema":
         return _schema(value, param)
     if kind == "regex":
@@ -216,7 +218,7 @@ def _structured_outputs(value: Any) -> OutputFormat | None:
                        exact_only=exact_only)
     if options.get("disable_additional_properties"):
         raise _invalid(f"{param}.disable_additional_properties", "applies to json schemas only")
-    return dataclasses.replace(_read(SO_KINDS[kind], value[kind], where), exact_only=exact_only)
+    return dataclasses.replace(read_field(SO_KINDS[kind], value[kind], where), exact_only=exact_only)
 
 
 def check_unknown(extra: Mapping[str, Any]) -> None:
@@ -251,7 +253,7 @@ def read_constraint_fields(extra: Mapping[str, Any], *, response_format: str | N
         value = extra.get(name)
         if value is None or (name == "format" and value == ""):
             continue
-        found.append(_read(kind, value, name))
+        found.append(read_field(kind, value, name))
     so = extra.get("structured_outputs")
     if so is not None:
         read = _structured_outputs(so)
