@@ -117,6 +117,8 @@ def _at_field(exc: InvalidRequestError, fmt: OutputFormat) -> InvalidRequestErro
         detail = (exc.detail.replace("invalid grammar:", "invalid grammar (after conversion from GBNF to "
                                      "Lark):", 1) if fmt.converted else exc.detail)
         return SchemaError(detail, path=f"$.{fmt.param}", param=fmt.param)
-    if not exc.param:
-        exc.param = fmt.param
+    if exc.param in (None, "", "pattern", "grammar"):
+        # e.g. a forced run over the lexer budget, told at the compiler's own "$.pattern"
+        message = exc.message.replace("$.pattern", f"$.{fmt.param}").replace("$.grammar", f"$.{fmt.param}")
+        return type(exc)(message, param=fmt.param)
     return exc

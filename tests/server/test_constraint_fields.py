@@ -205,6 +205,12 @@ INVALID: list[tuple[dict[str, Any], str, str]] = [
 ]
 
 
+def test_a_regex_over_the_lexer_budget_is_a_400_at_its_field(live) -> None:
+    err = error(post(live.url, structured_outputs={"regex": "a{200000}"}))
+    assert (err["param"], err["code"]) == ("structured_outputs.regex", "grammar_too_complex"), err
+    assert "$.structured_outputs.regex" in err["message"], err
+
+
 @pytest.mark.parametrize("fields, param, phrase", INVALID, ids=[p for _, p, _ in INVALID])
 def test_an_invalid_constraint_is_a_400_at_its_field(live, fields, param, phrase) -> None:
     err = error(post(live.url, **fields))
