@@ -23,6 +23,7 @@ from afm_struct.serving.events import ResponseIdentity
 from afm_struct.serving.plan import GenerationPlan
 from afm_struct.tools import ToolPlan, plan_tools
 
+from .constraint_mode import mode_headers
 from .profile import TokenCounter
 from .run import Run
 from .state import ServerState
@@ -189,4 +190,5 @@ def response_headers(prepared: Prepared) -> dict[str, str]:
                         "X-Accel-Buffering": "no"})
     if prepared.downgraded:
         headers["X-Grammar-Constraints"] = "downgraded"
+    headers.update(mode_headers(prepared.structured, prepared.tools))
     return headers

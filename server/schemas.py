@@ -1,7 +1,8 @@
 """Pydantic models of the HTTP boundary (the only place pydantic is used).
 
-Requests follow OpenAI's chat-completions shape; unknown fields are ignored (pydantic's default
-``extra="ignore"``) so clients written for other servers keep working.  Response models exist
+Requests follow OpenAI's chat-completions shape.  Unknown fields are kept (``extra="allow"``) for
+:mod:`server.constraint_fields`, which enforces or refuses other servers' constraint fields and
+ignores the rest, so clients written for other servers keep working.  Response models exist
 for the OpenAPI document; responses themselves are built as plain dicts by :mod:`server.sse`.
 """
 
@@ -52,6 +53,8 @@ class ChatMessage(BaseModel):
 class FunctionDefinition(BaseModel):
     """A function the model may call."""
 
+    model_config = ConfigDict(extra="allow")  # checked: server.constraint_fields
+
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -81,7 +84,7 @@ class NamedToolChoice(BaseModel):
 class JsonSchemaSpec(BaseModel):
     """``response_format.json_schema``."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, extra="allow")  # checked: server.constraint_fields
 
     name: Annotated[str, Field(min_length=1, max_length=64)]
     description: str | None = None
@@ -92,17 +95,24 @@ class JsonSchemaSpec(BaseModel):
 class ResponseFormatText(BaseModel):
     """Free text (the default)."""
 
+    model_config = ConfigDict(extra="allow")  # checked: server.constraint_fields
+
     type: Literal["text"]
 
 
 class ResponseFormatJsonObject(BaseModel):
-    """Any JSON object."""
+    """Any JSON object; with ``schema`` (llama.cpp's form) an instance of that schema."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     type: Literal["json_object"]
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
 
 
 class ResponseFormatJsonSchema(BaseModel):
     """JSON conforming to a schema."""
+
+    model_config = ConfigDict(extra="allow")
 
     type: Literal["json_schema"]
     json_schema: JsonSchemaSpec
@@ -124,7 +134,8 @@ class ChatCompletionRequest(BaseModel):
     """``POST /v1/chat/completions``."""
 
     # NaN and Infinity are not JSON numbers (Python's reader takes them, and 1e400 as inf).
-    model_config = ConfigDict(allow_inf_nan=False)
+    # Unknown fields are kept for server.constraint_fields (other servers' constraint fields).
+    model_config = ConfigDict(allow_inf_nan=False, extra="allow")
 
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     model: str | None = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from afm_struct.downgrade import is_downgraded
+from afm_struct.errors import InvalidRequestError, SchemaError
 from afm_struct.grammar.engine import Matcher
 from afm_struct.grammar.spec import Mode, Rung
 from afm_struct.grammar.validation import sanitize_json_text
@@ -81,15 +82,43 @@ def default_compiler() -> Compile:
 async def plan_structured(tokenizer: Tokenizer, fmt: OutputFormat | None, *,
                           compile_fn: Compile | None = None) -> StructuredPlan:
     """Validate and compile the output format (off the event loop); raise 400-class errors
-    naming where the request holds the schema (``fmt.param``)."""
+    naming where the request holds the schema, pattern or grammar (``fmt.param``)."""
     request = fmt.constraint_request() if fmt is not None else None
     if fmt is None or request is None:
         return TEXT_PLAN
     strict = fmt.strict
     compile_fn = compile_fn or default_compiler()
-    compiled = await asyncio.to_thread(compile_fn, tokenizer, request)
+    try:
+        compiled = await asyncio.to_thread(compile_fn, tokenizer, request)
+    except InvalidRequestError as exc:
+        moved = _at_field(exc, fmt)
+        if moved is exc:
+            raise
+        raise moved from exc
     # Mode(...) also takes the mode's string value, which a test's stand-in compiler may give.
     mode = Mode(compiled.mode)
-    return StructuredPlan(constraint=compiled, json_output=True, enforced=mode is Mode.ENFORCED,
+    if fmt.exact_only and mode is not Mode.ENFORCED:
+        raise InvalidRequestError(
+            f"{fmt.param} cannot be enforced exactly here ({compiled.reason or 'downgraded'}) and "
+            "exact enforcement was required (structured_outputs.disable_fallback); simplify the "
+            "constraint or allow fallback", param=fmt.param, code="constraint_not_exact")
+    return StructuredPlan(constraint=compiled, json_output=fmt.json_output, enforced=mode is Mode.ENFORCED,
                           downgraded=is_downgraded(strict, mode), reason=compiled.reason,
                           sanitize=compiled.sanitize, strict=strict)
+
+
+def _at_field(exc: InvalidRequestError, fmt: OutputFormat) -> InvalidRequestError:
+    """A compile error of a regex or grammar format, naming where the request holds it (the
+    compiler names its own request's ``pattern`` / ``grammar``); JSON kinds already do."""
+    if fmt.json_output or fmt.param is None:
+        return exc
+    if isinstance(exc, SchemaError):
+        # A converted grammar's positions are in the Lark it became, which the message says.
+        detail = (exc.detail.replace("invalid grammar:", "invalid grammar (after conversion from GBNF to "
+                                     "Lark):", 1) if fmt.converted else exc.detail)
+        return SchemaError(detail, path=f"$.{fmt.param}", param=fmt.param)
+    if exc.param in (None, "", "pattern", "grammar"):
+        # e.g. a forced run over the lexer budget, told at the compiler's own "$.pattern"
+        message = exc.message.replace("$.pattern", f"$.{fmt.param}").replace("$.grammar", f"$.{fmt.param}")
+        return type(exc)(message, param=fmt.param)
+    return exc

@@ -23,7 +23,14 @@ from typing import Any, Literal
 
 from ..decoding.sampling import SamplingParams
 from ..errors import AfmError
-from ..grammar.spec import ConstraintRequest, JsonObjectRequest, JsonSchemaRequest, ToolDef
+from ..grammar.spec import (
+    ConstraintRequest,
+    JsonObjectRequest,
+    JsonSchemaRequest,
+    LarkRequest,
+    RegexRequest,
+    ToolDef,
+)
 from ..tools.definitions import Choice
 
 # What the engine calls the conversation in the ``param`` of its errors (prompt too long, a
@@ -58,15 +65,26 @@ class Conversation:
 
 @dataclass(frozen=True)
 class OutputFormat:
-    """How the answer's text is constrained: free ``text``, any JSON object, or an instance of
-    ``schema`` (``strict``: the caller asked for exact enforcement, and is told when it is
-    served best-effort).  ``param`` is where the schema sits in the request."""
+    """How the answer's text is constrained: free ``text``, any JSON object, an instance of
+    ``schema``, a whole-output ``regex`` or a Lark ``grammar`` (both in ``text``).  ``strict``:
+    the caller asked for exact enforcement, and is told when it is served best-effort;
+    ``exact_only``: refuse it rather than serve it best-effort; ``converted``: the grammar was
+    written in GBNF / EBNF (its compile errors then speak of the Lark it became).  ``param`` is
+    where the schema, pattern or grammar sits in the request."""
 
-    kind: Literal["text", "json_object", "json_schema"] = "text"
+    kind: Literal["text", "json_object", "json_schema", "regex", "grammar"] = "text"
     schema: dict[str, Any] | bool | None = None
     strict: bool = False
     name: str | None = None
     param: str | None = None
+    text: str | None = None
+    exact_only: bool = False
+    converted: bool = False
+
+    @property
+    def json_output(self) -> bool:
+        """The answer is JSON (held back and sanitized when served best-effort)."""
+        return self.kind in ("json_object", "json_schema")
 
     def constraint_request(self) -> ConstraintRequest | None:
         """The grammar compiler's request for this format (None: free text, nothing to compile)."""
@@ -77,6 +95,10 @@ class OutputFormat:
             if self.param is None:
                 return JsonSchemaRequest(schema=schema, strict=self.strict, name=self.name)
             return JsonSchemaRequest(schema=schema, strict=self.strict, name=self.name, param=self.param)
+        if self.kind == "regex":
+            return RegexRequest(self.text or "")
+        if self.kind == "grammar":
+            return LarkRequest(self.text or "")
         return None
 
 

@@ -26,6 +26,7 @@ from afm_struct.serving.plan import (
 )
 from afm_struct.tools import parse_choice, parse_tools
 
+from ..constraint_plan import dialect_output
 from ..request import check_model, check_values
 from ..schemas import (
     ChatCompletionRequest,
@@ -62,7 +63,7 @@ async def plan_chat(state: ServerState, body: ChatCompletionRequest, *, request_
         budget=Budget(explicit=body.max_completion_tokens is not None or body.max_tokens is not None,
                       param="max_completion_tokens" if body.max_completion_tokens else "max_tokens"),
         id_prefix=ID_PREFIX,
-        output=output_format(body.response_format),
+        output=await dialect_output(body) or output_format(body.response_format),
         tools=ToolUse(tools, choice, body.parallel_tool_calls),
         logprobs=logprobs, close_on_length=body.afm_close_on_length,
         delivery=Delivery(stream=body.stream,
