@@ -7,6 +7,9 @@ from collections.abc import Iterable
 import mlx.core as mx
 import numpy as np
 
+# The int32 bit pattern of float32 -inf.
+_NEG_INF_BITS = int(np.array(0xFF800000, dtype=np.uint32).view(np.int32))
+
 
 def bitmask_allows_all(row: np.ndarray, vocab_size: int) -> bool:
     """True when every token below ``vocab_size`` is allowed (the apply step can be skipped)."""
@@ -37,14 +40,23 @@ def apply_bitmask(logits: mx.array, bitmask: np.ndarray) -> mx.array:
     """``logits`` (B, V) with disallowed tokens set to -inf; ``bitmask`` is (B, ceil(V/32)) int32.
 
     Tokens past the mask (a model vocabulary padded beyond the tokenizer's) are disallowed.
+    One vectorised application for the whole batch, on the logits' device: the packed words
+    go up (V/8 bytes a row, not V booleans), are unpacked there into an additive bias of
+    exactly 0 or -inf, and added.  Adding keeps every allowed logit bit for bit; MLX's CPU
+    ``where`` over a boolean (B, V) was ~5x slower than this (32 rows x 128k: ~45 ms vs ~8 ms).
     """
-    # Unpacked on the host: no MLX constants shared across threads (MLX streams are per
-    # thread) and a single upload of the boolean row per step.
-    words = np.ascontiguousarray(np.asarray(bitmask, dtype=np.int32))
-    unpacked = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little").astype(bool)
-    vocab = logits.shape[-1]
-    width = unpacked.shape[-1]
+    words = mx.array(np.ascontiguousarray(bitmask, dtype=np.int32))
+    rows, vocab = words.shape[0], logits.shape[-1]
+    # Built per call: MLX arrays are not shared across threads (streams are per thread).
+    shifts = mx.arange(32, dtype=mx.int32)
+    bits = ((words[:, :, None] >> shifts) & 1).reshape(rows, -1)
+    width = bits.shape[-1]
     if width < vocab:
-        unpacked = np.pad(unpacked, ((0, 0), (0, vocab - width)))
-    allowed = mx.array(unpacked[:, :vocab])
-    return mx.where(allowed, logits, mx.array(float("-inf"), dtype=logits.dtype))
+        bits = mx.concatenate([bits, mx.zeros((rows, vocab - width), dtype=mx.int32)], axis=1)
+    elif width > vocab:
+        bits = bits[:, :vocab]
+    # bit 1 -> 0x00000000 (0.0), bit 0 -> 0xFF800000 (-inf): (bit - 1) & the -inf pattern.
+    bias = ((bits - 1) & _NEG_INF_BITS).view(mx.float32)
+    if logits.dtype != mx.float32:
+        bias = bias.astype(logits.dtype)  # 0 and -inf are exact in every float type
+    return logits + bias
