@@ -219,12 +219,9 @@ class Generator:
             except Exception as exc:  # a model failure ends the requests of this group only
                 self._fail(group, exc)
                 continue
-            for seq in group.rows:
-                if seq.logits is not None:
-                    try:
-                        self.fill_mask(seq)  # on the CPU while the forward pass runs
-                    except Exception as exc:  # this row's grammar: it alone ends
-                        fail(seq, exc)
+            # On the CPU while the forward pass runs: one bitmask for the group's rows, filled
+            # in one call; a row whose grammar fails ends alone.
+            self.fill_mask.fill_rows([seq for seq in group.rows if seq.logits is not None], fail)
         self.batch.drop_done()
 
     def prefill_some(self) -> None:

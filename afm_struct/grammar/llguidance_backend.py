@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import llguidance
@@ -19,7 +20,7 @@ import llguidance.numpy
 import numpy as np
 
 from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
-from .engine import EXACT_COMPILE, SchemaCompileOptions, mask_words
+from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, mask_words
 from .spec import CompileOptions
 
 # Parser limits bound compile work and memory (≈1–2 kB per lexer state) independently of the
@@ -45,6 +46,26 @@ def ll_tokenizer_for(tokenizer: Any) -> Any:
         ll = llguidance.hf.from_tokenizer(tokenizer.hf, n_vocab=int(tokenizer.vocab_size))
         _LL_TOKENIZERS[id(tokenizer)] = (tokenizer, ll)
         return ll
+
+
+_EXECUTOR: llguidance.LLExecutor | None = None
+
+
+def fill_masks_together(pairs: Sequence[tuple[llguidance.LLMatcher, int]], bitmask: np.ndarray) -> None:
+    """For each ``(matcher, row)``: that row of ``bitmask`` := the matcher's next-token mask,
+    all in one call.
+
+    llguidance's executor computes them on its thread pool with the GIL released (the
+    server's event loop and MLX's own threads go on meanwhile).  A matcher that fails is left
+    in its error state with its row as llguidance leaves it; the call itself does not raise.
+    """
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        with _LL_LOCK:
+            if _EXECUTOR is None:
+                _EXECUTOR = llguidance.LLExecutor()
+    llguidance.numpy.fill_next_token_bitmask_par(
+        _EXECUTOR, list(pairs), bitmask)
 
 
 class BackendCompileError(Exception):
@@ -91,6 +112,10 @@ class LLGuidanceMatcher:
             return
         self._m.unsafe_compute_mask_ptr(row[: self._words].ctypes.data, self._words * 4)
         row[self._words:] = 0
+
+    def batch_fill(self) -> BatchFill:
+        """This matcher's row in a batch fill (:func:`fill_masks_together`)."""
+        return BatchFill(fill_masks_together, self._m, self._words)
 
     def advance(self, token: int) -> bool:
         """Consume ``token``; False (and stopped) if the grammar rejects it."""
