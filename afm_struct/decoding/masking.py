@@ -22,18 +22,20 @@ def bitmask_allows_all(row: np.ndarray, vocab_size: int) -> bool:
 def allows_most(row: np.ndarray, vocab_size: int) -> bool:
     """True when the row allows more than half of the vocabulary: free text, where a grammar
     excludes only special tokens and stray bytes, as opposed to a structure it constrains."""
-    return int(np.unpackbits(row.view(np.uint8)).sum()) * 2 > vocab_size
+    # A popcount of the words: unpacking the bits first cost ~10x (~0.3 ms a row at 128k).
+    return int(np.bitwise_count(row.view(np.uint32)).sum()) * 2 > vocab_size
 
 
 def set_tokens(row: np.ndarray, tokens: Iterable[int], allowed: bool) -> None:
     """Set or clear the bits of ``tokens`` in one bitmask row (in place)."""
+    words = row.view(np.uint32)  # Python ints on an unsigned view: no sign juggling per bit
+    n = words.shape[0]
     for t in tokens:
         word, bit = divmod(int(t), 32)
-        if word >= row.shape[0]:
+        if word >= n:
             continue
-        value = np.uint32(row[word].view(np.uint32))
-        value = value | np.uint32(1 << bit) if allowed else value & ~np.uint32(1 << bit)
-        row[word] = np.array(value, dtype=np.uint32).view(np.int32)
+        value = int(words[word])
+        words[word] = value | (1 << bit) if allowed else value & ~(1 << bit)
 
 
 def apply_bitmask(logits: mx.array, bitmask: np.ndarray) -> mx.array:

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.decoding.masking import apply_bitmask, bitmask_allows_all, set_tokens
+from afm_struct.decoding.masking import allows_most, apply_bitmask, bitmask_allows_all, set_tokens
 from afm_struct.grammar.engine import allocate_bitmask
 
 from .randomized import examples
@@ -83,3 +83,18 @@ def test_apply_is_exact_against_a_reference(rows, vocab, extra_words, seed, dtyp
     want = np.where(allowed, np.array(logits.astype(mx.float32)), -np.inf)
     assert np.array_equal(got, want)
     assert apply_bitmask(logits, mask).dtype == logits.dtype
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(vocab=st.integers(1, 300), seed=st.integers(0, 2**32 - 1),
+       edits=st.lists(st.tuples(st.integers(0, 330), st.booleans()), max_size=12))
+def test_set_tokens_and_allows_most_against_a_reference(vocab, seed, edits):
+    rng = np.random.default_rng(seed)
+    row = rng.integers(-2**31, 2**31, size=(vocab + 31) // 32, dtype=np.int64).astype(np.int32)
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little").astype(bool)
+    for token, allowed in edits:
+        set_tokens(row, [token], allowed)
+        if token < bits.shape[0]:
+            bits[token] = allowed
+    assert np.array_equal(np.unpackbits(row.view(np.uint8), bitorder="little").astype(bool), bits)
+    assert allows_most(row, vocab) == (int(bits.sum()) * 2 > vocab)
