@@ -124,14 +124,18 @@ def run_steps(mode: str, rows: Rows, filler: Any, logits: Any, forward_s: float,
     from afm_struct.decoding.masking import apply_bitmask
 
     filler.together = mode == "batch"
-    apply = apply_bitmask if mode == "batch" else where_apply
+    apply = apply_bitmask if mode == "batch" else where_apply  # (before issue 31 they are one)
     for _ in range(steps):
         t0 = time.perf_counter()
         forward = pool.submit(time.sleep, forward_s)  # the device computes the pass meanwhile
         if mode != "free":
             before = [r.timings.mask_s for r in rows.rows]
             f0 = time.perf_counter()
-            filler.fill_rows(rows.rows, _raise)
+            if hasattr(filler, "fill_rows"):
+                filler.fill_rows(rows.rows, _raise)
+            else:  # a build before issue 31 (the "before" run): a mask per row, stacked to sample
+                for r in rows.rows:
+                    filler(r)
             out["fill_us"].append((time.perf_counter() - f0) / len(rows.rows) * 1e6)
             if mode == "rows":
                 spent = zip(rows.rows, before, strict=True)
@@ -140,7 +144,10 @@ def run_steps(mode: str, rows: Rows, filler: Any, logits: Any, forward_s: float,
         if mode == "free":
             mx.eval(mx.argmax(logits, axis=-1))
         else:
-            bitmask = rows.rows[0].mask.base  # the step's one bitmask (MaskFiller.fill_rows)
+            if hasattr(filler, "fill_rows"):
+                bitmask = rows.rows[0].mask.base  # the step's one bitmask (MaskFiller.fill_rows)
+            else:
+                bitmask = np.concatenate([r.mask for r in rows.rows])
             mx.eval(mx.argmax(apply(logits, bitmask), axis=-1))
             rows.advance()
         out["step_ms"].append((time.perf_counter() - t0) * 1e3)
