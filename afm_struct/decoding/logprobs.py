@@ -80,15 +80,11 @@ class TokenTable:
 
 
 def token_table(tokenizer: Any) -> TokenTable:
-    """The (shared) :class:`TokenTable` of ``tokenizer``."""
-    table = getattr(tokenizer, "_afm_token_table", None)
-    if table is None:
-        table = TokenTable(tokenizer)
-        try:
-            tokenizer._afm_token_table = table
-        except AttributeError:  # a tokenizer with __slots__: no sharing, still correct
-            pass
-    return table
+    """The (shared) :class:`TokenTable` of ``tokenizer``: its
+    :class:`~afm_struct.grammar.tokenizer_state.TokenizerState` owns it."""
+    from ..grammar.tokenizer_state import state_of
+
+    return state_of(tokenizer).token_table
 
 
 # -- device math -----------------------------------------------------------------------------

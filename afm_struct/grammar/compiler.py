@@ -16,7 +16,6 @@ import dataclasses
 import json
 import logging
 import re
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +46,7 @@ from .spec import (
     ToolCallRequest,
     ValidationOutcome,
 )
+from .tokenizer_state import state_of
 from .tool_schema import tool_call_schema
 from .validation import sanitize_json_text, validate_json
 from .worker import WorkerLimitError, run_with_timeout
@@ -289,19 +289,10 @@ class ConstraintCompiler:
         return self._result(request, Rung.EXACT, grammar, None, backend="llguidance")
 
 
-_COMPILERS: dict[tuple[int, CompileOptions], ConstraintCompiler] = {}
-_COMPILERS_LOCK = threading.Lock()
-
-
 def get_compiler(tokenizer: Any, options: CompileOptions | None = None) -> ConstraintCompiler:
-    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``."""
-    options = options or CompileOptions()
-    key = (id(tokenizer), options)
-    with _COMPILERS_LOCK:
-        compiler = _COMPILERS.get(key)
-        if compiler is None or compiler.tokenizer is not tokenizer:
-            compiler = _COMPILERS[key] = ConstraintCompiler(tokenizer, options)
-        return compiler
+    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``: its
+    :class:`~.tokenizer_state.TokenizerState` owns one per set of options."""
+    return state_of(tokenizer).compiler(options)
 
 
 def compile_constraint(tokenizer: Any, request: ConstraintRequest,

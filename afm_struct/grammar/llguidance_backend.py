@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import llguidance
-import llguidance.hf
 import llguidance.numpy
 import numpy as np
 
 from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
 from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, mask_words
 from .spec import CompileOptions
+from .tokenizer_state import state_of
 
 # Parser limits bound compile work and memory (≈1–2 kB per lexer state) independently of the
 # wall-clock timeout: a grammar that would blow them fails fast instead of running away.
@@ -33,19 +33,13 @@ DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
 _OVER_LIMITS = frozenset({"LexerTooComplex", "ParserTooComplex"})
 _LIMIT_MESSAGE = re.compile(r"too many (expressions|states)|too complex|exceeds max_", re.IGNORECASE)
 
-_LL_TOKENIZERS: dict[int, tuple[Any, Any]] = {}
 _LL_LOCK = threading.Lock()
 
 
 def ll_tokenizer_for(tokenizer: Any) -> Any:
-    """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build)."""
-    with _LL_LOCK:
-        hit = _LL_TOKENIZERS.get(id(tokenizer))
-        if hit is not None and hit[0] is tokenizer:
-            return hit[1]
-        ll = llguidance.hf.from_tokenizer(tokenizer.hf, n_vocab=int(tokenizer.vocab_size))
-        _LL_TOKENIZERS[id(tokenizer)] = (tokenizer, ll)
-        return ll
+    """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build):
+    its :class:`~.tokenizer_state.TokenizerState` owns it."""
+    return state_of(tokenizer).ll_tokenizer
 
 
 _EXECUTOR: llguidance.LLExecutor | None = None
