@@ -18,7 +18,11 @@ schema of the pool).  Per step, every mode does what the generator does:
 Modes alternate in blocks of steps, so load on the machine falls on all of them alike.
 Reported per vocabulary and batch size: the step's p50 (ms) and its ratio to the free step,
 the mask fill per row and token (µs, p50 of a step's fill / rows), the rows/batch fill ratio,
-and the single masks' p50/p99 (µs, row by row).
+and the single masks' p50/p99 (µs, row by row).  Wall times on a shared, loaded machine
+measure the queue for a core as much as the work, so the CPU times are reported too (all the
+process's threads: the fill's, and what follows the pass: apply, sample, advance), with the
+step they imply on an idle host: ``max(forward, fill CPU / cores the fill uses) + after-pass
+CPU`` (one core one by one, at most two together), against ``forward + after-pass CPU`` free.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import numpy as np
 from .masks import DEFAULT_DIR
 
 MODES = ("free", "rows", "batch")
+SERIES = ("step_ms", "fill_us", "mask_us", "fill_cpu_ms", "post_cpu_ms")
 
 
 def where_apply(logits: Any, bitmask: np.ndarray) -> Any:
@@ -94,6 +99,7 @@ class Rows:
         self.next = 0
         self.rows = [self._fresh() for _ in range(batch)]
         self.rejected = 0
+        self.bitmask: np.ndarray | None = None
 
     def _fresh(self) -> Any:
         constraint, ids = self.pool[self.next % len(self.pool)]
@@ -130,26 +136,29 @@ def run_steps(mode: str, rows: Rows, filler: Any, logits: Any, forward_s: float,
         forward = pool.submit(time.sleep, forward_s)  # the device computes the pass meanwhile
         if mode != "free":
             before = [r.timings.mask_s for r in rows.rows]
-            f0 = time.perf_counter()
-            if hasattr(filler, "fill_rows"):
-                filler.fill_rows(rows.rows, _raise)
+            f0, c0 = time.perf_counter(), time.process_time()  # CPU of every thread (llguidance's too)
+            if hasattr(filler, "fill_rows"):  # into the batch's bitmask, reused (as a group's)
+                rows.bitmask = filler.fill_rows(rows.rows, _raise, rows.bitmask)
             else:  # a build before issue 31 (the "before" run): a mask per row, stacked to sample
                 for r in rows.rows:
                     filler(r)
             out["fill_us"].append((time.perf_counter() - f0) / len(rows.rows) * 1e6)
+            out["fill_cpu_ms"].append((time.process_time() - c0) * 1e3)
             if mode == "rows":
                 spent = zip(rows.rows, before, strict=True)
                 out["mask_us"].extend((r.timings.mask_s - b) * 1e6 for r, b in spent)
         forward.result()
+        p0 = time.process_time()
         if mode == "free":
             mx.eval(mx.argmax(logits, axis=-1))
         else:
             if hasattr(filler, "fill_rows"):
-                bitmask = rows.rows[0].mask.base  # the step's one bitmask (MaskFiller.fill_rows)
+                bitmask = rows.bitmask[:len(rows.rows)]  # the step's one bitmask
             else:
                 bitmask = np.concatenate([r.mask for r in rows.rows])
             mx.eval(mx.argmax(apply(logits, bitmask), axis=-1))
             rows.advance()
+        out["post_cpu_ms"].append((time.process_time() - p0) * 1e3)
         out["step_ms"].append((time.perf_counter() - t0) * 1e3)
 
 
@@ -180,16 +189,24 @@ def bench_vocab(name: str, args: argparse.Namespace) -> dict[str, Any]:
             logits = mx.random.normal((batch, int(tokenizer.vocab_size)), key=mx.random.key(batch))
             mx.eval(logits)
             rows = {m: Rows(pool, batch) for m in MODES if m != "free"}
-            times: dict[str, dict[str, list[float]]] = {m: {"step_ms": [], "fill_us": [], "mask_us": []}
+            times: dict[str, dict[str, list[float]]] = {m: {k: [] for k in SERIES}
                                                         for m in MODES}
             for m in MODES:  # warm-up, not recorded
                 run_steps(m, rows.get(m, rows["batch"]), filler, logits, args.forward_ms / 1e3, 3, threads,
-                          {"step_ms": [], "fill_us": [], "mask_us": []})
+                          {k: [] for k in SERIES})
             for _ in range(max(1, args.steps // args.block)):
                 for m in MODES:
                     run_steps(m, rows.get(m, rows["batch"]), filler, logits, args.forward_ms / 1e3,
                               args.block, threads, times[m])
             med = {m: float(np.median(times[m]["step_ms"])) for m in MODES}
+            post = {m: float(np.median(times[m]["post_cpu_ms"])) for m in MODES}
+            fill_cpu = {m: float(np.median(times[m]["fill_cpu_ms"])) for m in ("rows", "batch")}
+            fwd = args.forward_ms
+            # The step on an idle host, from CPU times: the fill overlaps the device's pass (one
+            # core one by one, both cores together), the rest follows it.
+            idle = {"free": fwd + post["free"],
+                    "rows": max(fwd, fill_cpu["rows"]) + post["rows"],
+                    "batch": max(fwd, fill_cpu["batch"] / min(2, os.cpu_count() or 1)) + post["batch"]}
             fill = {m: float(np.median(times[m]["fill_us"])) for m in ("rows", "batch")}
             masks = np.asarray(times["rows"]["mask_us"])
             result["batches"][str(batch)] = {
@@ -197,6 +214,10 @@ def bench_vocab(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 "ratio_to_free": {m: round(med[m] / med["free"], 3) for m in ("rows", "batch")},
                 "fill_us_per_row_p50": {m: round(v, 2) for m, v in fill.items()},
                 "fill_rows_over_batch": round(fill["rows"] / fill["batch"], 2),
+                "fill_cpu_ms_p50": {m: round(v, 3) for m, v in fill_cpu.items()},
+                "post_cpu_ms_p50": {m: round(v, 3) for m, v in post.items()},
+                "idle_step_ms_estimate": {m: round(v, 3) for m, v in idle.items()},
+                "idle_ratio_to_free": {m: round(idle[m] / idle["free"], 3) for m in ("rows", "batch")},
                 "mask_us": {"p50": round(float(np.percentile(masks, 50)), 1),
                             "p99": round(float(np.percentile(masks, 99)), 1)},
                 "rejected_valid_tokens": {m: r.rejected for m, r in rows.items()},
@@ -210,8 +231,9 @@ def markdown_table(report: dict[str, Any]) -> str:
     lines = [f"Forward pass {report['forward_ms']} ms (scripted), {report['steps']} steps per mode; "
              f"load average {report['load_average']}, {report['cpus']} CPUs.", "",
              "| vocabulary | batch | free step (ms) | rows step (ms) / ratio | batch step (ms) / ratio | "
-             "fill µs/row: rows / batch (x) | mask p50 / p99 (µs) |",
-             "|---|---|---|---|---|---|---|"]
+             "fill µs/row: rows / batch (x) | mask p50 / p99 (µs) | fill CPU ms: rows / batch "
+             "| after-pass CPU ms: free / rows / batch | idle estimate ratio: rows / batch |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for v in report["vocabularies"]:
         for batch, r in v["batches"].items():
             s, q, f = r["step_ms_p50"], r["ratio_to_free"], r["fill_us_per_row_p50"]
@@ -219,7 +241,11 @@ def markdown_table(report: dict[str, Any]) -> str:
                          f"{s['rows']:.2f} / "
                          f"{q['rows']:.2f}x | {s['batch']:.2f} / {q['batch']:.2f}x | {f['rows']:.1f} / "
                          f"{f['batch']:.1f} ({r['fill_rows_over_batch']:.2f}x) | "
-                         f"{r['mask_us']['p50']:.1f} / {r['mask_us']['p99']:.1f} |")
+                         f"{r['mask_us']['p50']:.1f} / {r['mask_us']['p99']:.1f} | "
+                         f"{r['fill_cpu_ms_p50']['rows']:.2f} / {r['fill_cpu_ms_p50']['batch']:.2f} | "
+                         f"{r['post_cpu_ms_p50']['free']:.2f} / {r['post_cpu_ms_p50']['rows']:.2f} / "
+                         f"{r['post_cpu_ms_p50']['batch']:.2f} | {r['idle_ratio_to_free']['rows']:.3f} / "
+                         f"{r['idle_ratio_to_free']['batch']:.3f} |")
     return "\n".join(lines)
 
 

@@ -222,7 +222,9 @@ class Generator:
                 continue
             # On the CPU while the forward pass runs: one bitmask for the group's rows, filled
             # in one call; a row whose grammar fails ends alone.
-            self.fill_mask.fill_rows([seq for seq in group.rows if seq.logits is not None], fail)
+            # The group's bitmask is free again: its rows sampled from it before this pass.
+            group.bitmask = self.fill_mask.fill_rows([seq for seq in group.rows if seq.logits is not None],
+                                                     fail, group.bitmask)
         self.batch.drop_done()
 
     def prefill_some(self) -> None:
@@ -242,7 +244,8 @@ class Generator:
         if ready:
             # Each row's own steps are its own: a failure there ends that row (fail), and the
             # others carry on as if it had never been in the batch.
-            tokens, stats = sample_rows(ready, on_error=lambda i, exc: fail(ready[i], exc))
+            tokens, stats = sample_rows(ready, on_error=lambda i, exc: fail(ready[i], exc),
+                                        bitmask=group.bitmask)
             for seq, token, st in zip(ready, tokens, stats, strict=True):
                 if seq.done:
                     continue

@@ -14,6 +14,8 @@ _NEG_INF_BITS = int(np.array(0xFF800000, dtype=np.uint32).view(np.int32))
 def bitmask_allows_all(row: np.ndarray, vocab_size: int) -> bool:
     """True when every token below ``vocab_size`` is allowed (the apply step can be skipped)."""
     full, rem = divmod(vocab_size, 32)
+    if full and row[0] != -1:  # most constrained masks: decided by the first word
+        return False
     if not (row[:full] == -1).all():
         return False
     return rem == 0 or (int(row[full]) & ((1 << rem) - 1)) == (1 << rem) - 1
