@@ -249,6 +249,35 @@ def markdown_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(reports: list[dict[str, Any]], path: Path) -> None:
+    """Step time against batch size, free and constrained (one by one, together), one panel
+    per vocabulary: wall p50 (solid) and the idle-host estimate (dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    vocabs = [v for r in reports for v in r["vocabularies"]]
+    fig, axes = plt.subplots(1, len(vocabs), figsize=(4.2 * len(vocabs), 3.6), squeeze=False)
+    for ax, v in zip(axes[0], vocabs, strict=True):
+        sizes = [int(b) for b in v["batches"]]
+        for mode, color in (("free", "tab:gray"), ("rows", "tab:red"), ("batch", "tab:blue")):
+            wall = [v["batches"][str(b)]["step_ms_p50"][mode] for b in sizes]
+            idle = [v["batches"][str(b)]["idle_step_ms_estimate"][mode] for b in sizes]
+            ax.plot(sizes, wall, "-o", color=color, label=f"{mode} (wall)")
+            ax.plot(sizes, idle, "--", color=color, label=f"{mode} (idle est.)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(b) for b in sizes])
+        ax.set_title(f"{v['vocab']} ({v['vocab_size']:,} tokens)")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("step (ms)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and write the JSON report (and a markdown table beside it)."""
     from .vocabularies import VOCABULARIES
@@ -270,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
     table = markdown_table(report)
     out.with_suffix(".md").write_text(f"`{report['command']}`\n\n{table}\n")
     print(table)
+    if args.plot:
+        plot([report], Path(args.plot))
     return 0
 
 
@@ -289,4 +320,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--schemas", default=str(DEFAULT_DIR), help="folder of MaskBench JSON files")
     parser.add_argument("--timeout", type=float, default=10.0, help="compile time limit (s)")
     parser.add_argument("--out", required=True, help="where to write the JSON report")
+    parser.add_argument("--plot", default=None, help="also draw step time against batch size (PNG)")
     parser.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m afm_struct.bench.step --plot OUT.png REPORT.json ...``: one figure from reports."""
+    parser = argparse.ArgumentParser(description="plot bench step reports")
+    parser.add_argument("reports", nargs="+")
+    parser.add_argument("--plot", required=True)
+    args = parser.parse_args(argv)
+    plot([json.loads(Path(r).read_text()) for r in args.reports], Path(args.plot))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
