@@ -44,11 +44,34 @@ def apply_bitmask(logits: mx.array, bitmask: np.ndarray) -> mx.array:
     """``logits`` (B, V) with disallowed tokens set to -inf; ``bitmask`` is (B, ceil(V/32)) int32.
 
     Tokens past the mask (a model vocabulary padded beyond the tokenizer's) are disallowed.
-    One vectorised application for the whole batch, on the logits' device: the packed words
-    go up (V/8 bytes a row, not V booleans), are unpacked there into an additive bias of
-    exactly 0 or -inf, and added.  Adding keeps every allowed logit bit for bit; MLX's CPU
-    ``where`` over a boolean (B, V) was ~5x slower than this (32 rows x 128k: ~45 ms vs ~8 ms).
+    One vectorised application for the whole batch: on a GPU, on the device
+    (:func:`apply_on_device`); on the CPU, unpacked by numpy (:func:`apply_on_host`), which
+    measured faster there on real masks (mostly zeros: 32 x 128k, 6.7 ms CPU against 8.2;
+    64 x 151k, 36 against 60).
     """
+    if mx.default_device().type == mx.DeviceType.gpu:
+        return apply_on_device(logits, bitmask)
+    return apply_on_host(logits, bitmask)
+
+
+def apply_on_host(logits: mx.array, bitmask: np.ndarray) -> mx.array:
+    """:func:`apply_bitmask` with the bits unpacked on the host into one boolean (B, V) upload
+    and a ``where``."""
+    # No MLX constants shared across threads (MLX streams are per thread).
+    words = np.ascontiguousarray(np.asarray(bitmask, dtype=np.int32))
+    unpacked = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little").astype(bool)
+    vocab = logits.shape[-1]
+    width = unpacked.shape[-1]
+    if width < vocab:
+        unpacked = np.pad(unpacked, ((0, 0), (0, vocab - width)))
+    allowed = mx.array(unpacked[:, :vocab])
+    return mx.where(allowed, logits, mx.array(float("-inf"), dtype=logits.dtype))
+
+
+def apply_on_device(logits: mx.array, bitmask: np.ndarray) -> mx.array:
+    """:func:`apply_bitmask` on the logits' device: the packed words go up (V/8 bytes a row,
+    not V booleans) and are unpacked there into an additive bias of exactly 0 or -inf (adding
+    keeps every allowed logit bit for bit)."""
     words = mx.array(np.ascontiguousarray(bitmask, dtype=np.int32))
     rows, vocab = words.shape[0], logits.shape[-1]
     # Built per call: MLX arrays are not shared across threads (streams are per thread).
