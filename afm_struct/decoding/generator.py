@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
@@ -66,6 +66,9 @@ from .sequence import BatchGroup, SequenceState
 from .step_sampling import sample_rows
 from .stops import StopMatcher
 
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
+
 # A packed ragged step feeds each row at most this many pending tokens (bounds a step's time
 # when a row has a long forced run or prompt tail).
 PACKED_FEED_MAX = 32
@@ -78,7 +81,7 @@ class Generator:
     """Owns the model, the decode batch and the prefiller; its phases (see the module
     docstring) advance every active sequence by one token (or run) per iteration."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, context_length: int,
+    def __init__(self, model: Any, tokenizer: Tokenizer, *, context_length: int,
                  make_cache: Callable[[], list[Any]], vocab_size: int | None = None,
                  max_batch: int = 8, prefill_budget: int = PREFILL_CHUNK,
                  busy_prefill_budget: int = 128, prefix_cache_size: int = 16,

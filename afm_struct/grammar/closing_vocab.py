@@ -16,9 +16,12 @@ separators seen and the length of the value being written.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 # Characters that end an open value, and those that separate values.
 CLOSERS = frozenset('"]}')
@@ -293,7 +296,7 @@ class ClosingVocab:
         return cls([t for _, t, _ in keep], [text for _, _, text in keep], [k for k, _, _ in keep])
 
 
-def closing_vocab_for(tokenizer: Any) -> ClosingVocab:
+def closing_vocab_for(tokenizer: Tokenizer) -> ClosingVocab:
     """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once (~0.3 s):
     its :class:`~.tokenizer_state.TokenizerState` owns it."""
     from .tokenizer_state import state_of
@@ -301,7 +304,7 @@ def closing_vocab_for(tokenizer: Any) -> ClosingVocab:
     return state_of(tokenizer).closing_vocab
 
 
-def build_closing_vocab(tokenizer: Any) -> ClosingVocab:
+def build_closing_vocab(tokenizer: Tokenizer) -> ClosingVocab:
     """Build the candidate vocabulary of ``tokenizer`` (use :func:`closing_vocab_for`)."""
     hf = getattr(tokenizer, "hf", tokenizer)
     eos = {int(i) for i in getattr(tokenizer, "eos_token_ids", ()) or ()}

@@ -12,7 +12,7 @@ import json
 import re
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.numpy
@@ -22,6 +22,9 @@ from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
 from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, mask_words
 from .spec import CompileOptions
 from .tokenizer_state import state_of
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 # Parser limits bound compile work and memory (≈1–2 kB per lexer state) independently of the
 # wall-clock timeout: a grammar that would blow them fails fast instead of running away.
@@ -36,7 +39,7 @@ _LIMIT_MESSAGE = re.compile(r"too many (expressions|states)|too complex|exceeds 
 _LL_LOCK = threading.Lock()
 
 
-def ll_tokenizer_for(tokenizer: Any) -> Any:
+def ll_tokenizer_for(tokenizer: Tokenizer) -> Any:
     """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build):
     its :class:`~.tokenizer_state.TokenizerState` owns it."""
     return state_of(tokenizer).ll_tokenizer
@@ -183,7 +186,7 @@ class LLGuidanceBackend:
 
     name = "llguidance"
 
-    def __init__(self, tokenizer: Any, options: CompileOptions | None = None, *,
+    def __init__(self, tokenizer: Tokenizer, options: CompileOptions | None = None, *,
                  limits: dict[str, int] | None = None) -> None:
         self.vocab_size = int(tokenizer.vocab_size)
         self.words = mask_words(self.vocab_size)

@@ -22,7 +22,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 # Tokenizers without a ``derived`` slot (a bare HF tokenizer): their state, held only as long
 # as the tokenizer lives.
@@ -33,7 +36,7 @@ _DETACHED_LOCK = threading.Lock()
 class TokenizerState:
     """The structures derived from one tokenizer; each built once, on first use, thread-safe."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer | Any) -> None:
         # Weak: the tokenizer owns this state, not the other way round (no cycle to keep alive).
         self._tokenizer = weakref.ref(tokenizer)
         self._lock = threading.Lock()
@@ -102,7 +105,7 @@ class TokenizerState:
         _ = self.ll_tokenizer, self.closing_vocab
 
 
-def state_of(tokenizer: Any) -> TokenizerState:
+def state_of(tokenizer: Tokenizer | Any) -> TokenizerState:
     """The one :class:`TokenizerState` of ``tokenizer``."""
     state = getattr(tokenizer, "derived", None)
     if isinstance(state, TokenizerState):
