@@ -90,6 +90,8 @@ class MaskFiller:
         done: set[int] = set()
         width = bitmask.shape[1]
         for (fill_fn, words), members in groups.items():
+            if len(members) < 2:
+                continue  # one row: the engine's thread pool would only add a hand-off
             index = [i for _, i in members]
             try:
                 if words == width:  # the usual case: straight into the batch's bitmask
