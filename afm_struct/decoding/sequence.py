@@ -63,3 +63,5 @@ class BatchGroup:
     # A lone sequence keeps its plain cache (no padding masks); the batch cache is built
     # when a second sequence joins.
     batched: bool = False
+    # The bitmask the rows' next masks are filled into, reused step after step (MaskFiller).
+    bitmask: np.ndarray | None = None

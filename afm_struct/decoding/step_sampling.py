@@ -21,14 +21,28 @@ from .masking import apply_bitmask
 from .sequence import SequenceState
 
 
+def _filled_together(rows: Sequence[SequenceState], bitmask: np.ndarray | None,
+                     words: int) -> np.ndarray | None:
+    """``bitmask[:len(rows)]`` when row i's mask is row i of it for every row (the group's
+    masks as :meth:`MaskFiller.fill_rows` left them): applied as is, with no copy."""
+    if bitmask is None or bitmask.shape[0] < len(rows) or bitmask.shape[1] != words:
+        return None
+    start, stride = bitmask.ctypes.data, bitmask.strides[0]
+    for i, r in enumerate(rows):
+        if r.matcher is None or r.mask is None or r.mask.ctypes.data != start + i * stride:
+            return None
+    return bitmask[:len(rows)]
+
+
 def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exception], None] | None = None,
-                ) -> tuple[list[int], list[RowStats | None]]:
+                bitmask: np.ndarray | None = None) -> tuple[list[int], list[RowStats | None]]:
     """The next token of each row, and its logprob stats for the rows that asked (else None).
 
     A failure in one row's own part (its mask row, its processors, its sampler) goes to
     ``on_error(i, exc)`` and that row's token is -1; the other rows sample exactly as without
     it.  Without ``on_error`` such a failure is raised.  The stacked logits, the masking op and
-    the one synchronisation are the group's: their failures are raised.
+    the one synchronisation are the group's: their failures are raised.  ``bitmask``: the
+    group's (``BatchGroup.bitmask``), applied in place when the rows' masks are its rows in order.
     """
     failed: set[int] = set()
 
@@ -41,8 +55,11 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
     logits = rows[0].logits if len(rows) == 1 else mx.concatenate([r.logits for r in rows], axis=0)
     assert logits is not None
     masked = [i for i, r in enumerate(rows) if r.matcher is not None and not r.mask_all]
-    if masked:
-        words = mask_words(logits.shape[-1])
+    words = mask_words(logits.shape[-1])
+    together = _filled_together(rows, bitmask, words) if masked else None
+    if together is not None:
+        logits = apply_bitmask(logits, together)
+    elif masked:
         bitmask = np.full((len(rows), words), -1, dtype=np.int32)
         for i in masked:
             try:

@@ -15,11 +15,13 @@ separators seen and the length of the value being written.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 # Characters that end an open value, and those that separate values.
 CLOSERS = frozenset('"]}')
@@ -294,16 +296,16 @@ class ClosingVocab:
         return cls([t for _, t, _ in keep], [text for _, _, text in keep], [k for k, _, _ in keep])
 
 
-_VOCABS: dict[int, tuple[Any, ClosingVocab]] = {}
-_VOCABS_LOCK = threading.Lock()
+def closing_vocab_for(tokenizer: Tokenizer) -> ClosingVocab:
+    """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once (~0.3 s):
+    its :class:`~.tokenizer_state.TokenizerState` owns it."""
+    from .tokenizer_state import state_of
+
+    return state_of(tokenizer).closing_vocab
 
 
-def closing_vocab_for(tokenizer: Any) -> ClosingVocab:
-    """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once (~0.3 s)."""
-    with _VOCABS_LOCK:
-        hit = _VOCABS.get(id(tokenizer))
-        if hit is not None and hit[0] is tokenizer:
-            return hit[1]
+def build_closing_vocab(tokenizer: Tokenizer) -> ClosingVocab:
+    """Build the candidate vocabulary of ``tokenizer`` (use :func:`closing_vocab_for`)."""
     hf = getattr(tokenizer, "hf", tokenizer)
     eos = {int(i) for i in getattr(tokenizer, "eos_token_ids", ()) or ()}
     size = int(getattr(tokenizer, "vocab_size", len(hf)))
@@ -315,8 +317,4 @@ def closing_vocab_for(tokenizer: Any) -> ClosingVocab:
     pieces = hf.convert_ids_to_tokens(list(range(size)))
     short = [i for i, p in enumerate(pieces) if p is not None and len(p) <= 6 and i not in skip]
     texts = zip(short, hf.batch_decode([[i] for i in short]), strict=True)
-    vocab = ClosingVocab.build(texts, special)
-    with _VOCABS_LOCK:
-        _VOCABS[id(tokenizer)] = (tokenizer, vocab)
-    return vocab
-
+    return ClosingVocab.build(texts, special)

@@ -16,10 +16,9 @@ import dataclasses
 import json
 import logging
 import re
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AfmError, InvalidRequestError, SchemaError
 from .cache import LRUCache
@@ -47,9 +46,13 @@ from .spec import (
     ToolCallRequest,
     ValidationOutcome,
 )
+from .tokenizer_state import state_of
 from .tool_schema import tool_call_schema
 from .validation import sanitize_json_text, validate_json
 from .worker import WorkerLimitError, run_with_timeout
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +128,7 @@ def _tokenizer_identity(tokenizer: Any) -> str:
 class ConstraintCompiler:
     """Compiles requests for one tokenizer with one set of options; thread-safe."""
 
-    def __init__(self, tokenizer: Any, options: CompileOptions | None = None) -> None:
+    def __init__(self, tokenizer: Tokenizer, options: CompileOptions | None = None) -> None:
         self.options = options = options or CompileOptions()
         if options.backend not in BACKENDS:
             raise InvalidRequestError(f"unknown grammar backend {options.backend!r}; use one of {BACKENDS}",
@@ -289,22 +292,13 @@ class ConstraintCompiler:
         return self._result(request, Rung.EXACT, grammar, None, backend="llguidance")
 
 
-_COMPILERS: dict[tuple[int, CompileOptions], ConstraintCompiler] = {}
-_COMPILERS_LOCK = threading.Lock()
+def get_compiler(tokenizer: Tokenizer, options: CompileOptions | None = None) -> ConstraintCompiler:
+    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``: its
+    :class:`~.tokenizer_state.TokenizerState` owns one per set of options."""
+    return state_of(tokenizer).compiler(options)
 
 
-def get_compiler(tokenizer: Any, options: CompileOptions | None = None) -> ConstraintCompiler:
-    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``."""
-    options = options or CompileOptions()
-    key = (id(tokenizer), options)
-    with _COMPILERS_LOCK:
-        compiler = _COMPILERS.get(key)
-        if compiler is None or compiler.tokenizer is not tokenizer:
-            compiler = _COMPILERS[key] = ConstraintCompiler(tokenizer, options)
-        return compiler
-
-
-def compile_constraint(tokenizer: Any, request: ConstraintRequest,
+def compile_constraint(tokenizer: Tokenizer, request: ConstraintRequest,
                        options: CompileOptions | None = None) -> CompiledConstraint:
     """Compile ``request`` for ``tokenizer``: enforced, downgraded (with a reason), or SchemaError."""
     return get_compiler(tokenizer, options).compile(request)

@@ -11,8 +11,9 @@ allowed (llguidance's layout).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -73,6 +74,22 @@ def allocate_bitmask(batch: int, vocab_size: int) -> np.ndarray:
     return np.zeros((batch, mask_words(vocab_size)), dtype=np.int32)
 
 
+@dataclass(frozen=True)
+class BatchFill:
+    """How a matcher's mask can be filled together with other rows' in one engine call.
+
+    ``fill(pairs, bitmask)`` writes the mask of each ``(handle, row)`` pair into that row of
+    ``bitmask`` (``(rows, words)`` int32, C-contiguous), for every pair at once; ``fill`` is the
+    same object for every matcher of an engine, so rows group by it.  It must leave a failed
+    handle's row as the engine leaves it and report the failure through the matcher's
+    ``error()``, never by raising for one row: the caller ends that row alone.
+    """
+
+    fill: Callable[[Sequence[Any], Any], None]
+    handle: Any
+    words: int
+
+
 @runtime_checkable
 class Matcher(Protocol):
     """Per-sequence grammar state."""
@@ -96,6 +113,8 @@ class Matcher(Protocol):
     def error(self) -> str | None:
         """Why the matcher stopped, if it failed."""
 
+    # Optional: ``batch_fill() -> BatchFill | None``, when the mask can be filled together
+    # with other rows' in one engine call (the decode step does so; else ``fill_mask``).
     # Optional: ``accepts(tokens) -> int``, how many of ``tokens`` the grammar would take from
     # here without taking them (the closing search probes with it; without it, with forks).
 

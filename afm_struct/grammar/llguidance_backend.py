@@ -11,16 +11,20 @@ from __future__ import annotations
 import json
 import re
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import llguidance
-import llguidance.hf
 import llguidance.numpy
 import numpy as np
 
 from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
-from .engine import EXACT_COMPILE, SchemaCompileOptions, mask_words
+from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, mask_words
 from .spec import CompileOptions
+from .tokenizer_state import state_of
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 # Parser limits bound compile work and memory (≈1–2 kB per lexer state) independently of the
 # wall-clock timeout: a grammar that would blow them fails fast instead of running away.
@@ -32,19 +36,33 @@ DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
 _OVER_LIMITS = frozenset({"LexerTooComplex", "ParserTooComplex"})
 _LIMIT_MESSAGE = re.compile(r"too many (expressions|states)|too complex|exceeds max_", re.IGNORECASE)
 
-_LL_TOKENIZERS: dict[int, tuple[Any, Any]] = {}
 _LL_LOCK = threading.Lock()
 
 
-def ll_tokenizer_for(tokenizer: Any) -> Any:
-    """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build)."""
-    with _LL_LOCK:
-        hit = _LL_TOKENIZERS.get(id(tokenizer))
-        if hit is not None and hit[0] is tokenizer:
-            return hit[1]
-        ll = llguidance.hf.from_tokenizer(tokenizer.hf, n_vocab=int(tokenizer.vocab_size))
-        _LL_TOKENIZERS[id(tokenizer)] = (tokenizer, ll)
-        return ll
+def ll_tokenizer_for(tokenizer: Tokenizer) -> Any:
+    """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build):
+    its :class:`~.tokenizer_state.TokenizerState` owns it."""
+    return state_of(tokenizer).ll_tokenizer
+
+
+_EXECUTOR: llguidance.LLExecutor | None = None
+
+
+def fill_masks_together(pairs: Sequence[tuple[llguidance.LLMatcher, int]], bitmask: np.ndarray) -> None:
+    """For each ``(matcher, row)``: that row of ``bitmask`` := the matcher's next-token mask,
+    all in one call.
+
+    llguidance's executor computes them on its thread pool with the GIL released (the
+    server's event loop and MLX's own threads go on meanwhile).  A matcher that fails is left
+    in its error state with its row as llguidance leaves it; the call itself does not raise.
+    """
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        with _LL_LOCK:
+            if _EXECUTOR is None:
+                _EXECUTOR = llguidance.LLExecutor()
+    llguidance.numpy.fill_next_token_bitmask_par(
+        _EXECUTOR, list(pairs), bitmask)
 
 
 class BackendCompileError(Exception):
@@ -91,6 +109,10 @@ class LLGuidanceMatcher:
             return
         self._m.unsafe_compute_mask_ptr(row[: self._words].ctypes.data, self._words * 4)
         row[self._words:] = 0
+
+    def batch_fill(self) -> BatchFill:
+        """This matcher's row in a batch fill (:func:`fill_masks_together`)."""
+        return BatchFill(fill_masks_together, self._m, self._words)
 
     def advance(self, token: int) -> bool:
         """Consume ``token``; False (and stopped) if the grammar rejects it."""
@@ -164,7 +186,7 @@ class LLGuidanceBackend:
 
     name = "llguidance"
 
-    def __init__(self, tokenizer: Any, options: CompileOptions | None = None, *,
+    def __init__(self, tokenizer: Tokenizer, options: CompileOptions | None = None, *,
                  limits: dict[str, int] | None = None) -> None:
         self.vocab_size = int(tokenizer.vocab_size)
         self.words = mask_words(self.vocab_size)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from afm_struct.decoding.outputs import Finished
 
 MARK = "ENGINE-INTERNALS <state>Parser: {rows: 1}</state>"
@@ -64,6 +66,25 @@ class FaultyMatcher:
             row[:] = 0
             return
         self.inner.fill_mask(row)
+
+    def batch_fill(self) -> Any:
+        """The inner matcher's batch fill while healthy, so a faulty row rides the decode
+        step's one engine call with the others.  A ``mask_silent`` fault firing here stops the
+        engine itself, as llguidance stops (a real error state: it consumes a token its mask
+        bans), and the batch call then runs over the stopped engine; ``mask_raise`` (a Python
+        exception, which the engine's batch call cannot raise for one row) fills alone."""
+        offer = getattr(self.inner, "batch_fill", None)
+        fill = offer() if offer is not None else None
+        if fill is None or self.broken or self.fault == "mask_raise":
+            return None
+        if self.fault == "mask_silent" and self.trigger.hit("fill_mask"):
+            self.broken = True
+            row = np.zeros(fill.words, dtype=np.int32)
+            self.inner.fill_mask(row)
+            bits = np.unpackbits(row.view(np.uint8), bitorder="little")
+            banned = int(np.flatnonzero(bits == 0)[0])
+            assert not fill.handle.consume_token(banned) and fill.handle.is_error()
+        return fill
 
     def advance(self, token: int) -> bool:
         if self.trigger.hit("advance"):

@@ -7,9 +7,20 @@ import threading
 
 import mlx.core as mx
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from afm_struct.decoding.masking import apply_bitmask, bitmask_allows_all, set_tokens
+from afm_struct.decoding.masking import (
+    allows_most,
+    apply_bitmask,
+    apply_on_device,
+    apply_on_host,
+    bitmask_allows_all,
+    set_tokens,
+)
 from afm_struct.grammar.engine import allocate_bitmask
+
+from .randomized import examples
 
 
 def test_set_and_apply_round_trip():
@@ -60,3 +71,39 @@ def test_apply_from_another_thread():
     t.start()
     t.join()
     assert result["argmax"] == 3
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(rows=st.integers(1, 5), vocab=st.integers(1, 200), extra_words=st.integers(-2, 2),
+       seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(["float32", "bfloat16", "float16"]),
+       apply=st.sampled_from([apply_on_host, apply_on_device]))
+def test_apply_is_exact_against_a_reference(rows, vocab, extra_words, seed, dtype, apply):
+    """Both applications (the CPU's, the GPU's): every allowed logit comes back bit for bit,
+    every other one is -inf, whatever the mask width against the vocabulary (a mask narrower
+    than a padded model vocabulary bans the rest)."""
+    rng = np.random.default_rng(seed)
+    words = max(1, (vocab + 31) // 32 + extra_words)
+    mask = rng.integers(-2**31, 2**31, size=(rows, words), dtype=np.int64).astype(np.int32)
+    logits = mx.array(rng.normal(size=(rows, vocab)).astype(np.float32) * 30).astype(getattr(mx, dtype))
+    got = np.array(apply(logits, mask).astype(mx.float32))
+    bits = np.unpackbits(mask.view(np.uint8), axis=-1, bitorder="little").astype(bool)
+    allowed = np.zeros((rows, vocab), dtype=bool)
+    allowed[:, :min(vocab, bits.shape[1])] = bits[:, :vocab]
+    want = np.where(allowed, np.array(logits.astype(mx.float32)), -np.inf)
+    assert np.array_equal(got, want)
+    assert apply(logits, mask).dtype == logits.dtype
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(vocab=st.integers(1, 300), seed=st.integers(0, 2**32 - 1),
+       edits=st.lists(st.tuples(st.integers(0, 330), st.booleans()), max_size=12))
+def test_set_tokens_and_allows_most_against_a_reference(vocab, seed, edits):
+    rng = np.random.default_rng(seed)
+    row = rng.integers(-2**31, 2**31, size=(vocab + 31) // 32, dtype=np.int64).astype(np.int32)
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little").astype(bool)
+    for token, allowed in edits:
+        set_tokens(row, [token], allowed)
+        if token < bits.shape[0]:
+            bits[token] = allowed
+    assert np.array_equal(np.unpackbits(row.view(np.uint8), bitorder="little").astype(bool), bits)
+    assert allows_most(row, vocab) == (int(bits.sum()) * 2 > vocab)

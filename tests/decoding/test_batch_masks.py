@@ -1,0 +1,169 @@
+"""The decode step's masks, filled for the whole batch in one engine call.
+
+Filled together (llguidance's executor, one bitmask for the batch) or one by one, every row's
+mask and flags are the same; rows that cannot join the call (a thinking gate before the
+answer, another engine) are filled alone in the same bitmask; and a row whose engine fails
+inside the shared call ends alone: the others get exactly their own masks.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from afm_struct.decoding.next_mask import MaskFiller
+from afm_struct.decoding.reasoning import ReasoningGate, ReasoningTags
+from afm_struct.grammar.engine import MatcherError
+from afm_struct.grammar.llguidance_backend import LLGuidanceBackend
+
+from .randomized import examples
+
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+     "required": ["name", "age"]},
+    {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 4},
+    {"type": "object", "properties": {"ok": {"type": "boolean"}, "tags": {"type": "array",
+                                                                          "items": {"type": "string"}}}},
+]
+INSTANCES = [
+    {"name": "Ada Lovelace", "age": 36},
+    ["red", "blue", "green"],
+    {"ok": True, "tags": ["x", "hello world"]},
+]
+
+
+@pytest.fixture(scope="module")
+def grammars(tokenizer: Any) -> list[Any]:
+    backend = LLGuidanceBackend(tokenizer)
+    return [backend.compile_json_schema(s) for s in SCHEMAS]
+
+
+class Alone:
+    """A matcher without a batch fill (another engine, or a wrapper that does not offer one)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "batch_fill":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def _row(matcher: Any) -> Any:
+    return SimpleNamespace(matcher=matcher, closer=None, tokens=[], max_tokens=1000, mask=None,
+                           mask_all=True, mask_free=True, timings=SimpleNamespace(mask_s=0.0),
+                           request=SimpleNamespace(stops_cut_grammar=False))
+
+
+def _rows(tokenizer: Any, grammars: list[Any], plan: list[tuple[int, int, str]]) -> list[Any]:
+    """A fresh batch: per row (schema, tokens of its instance already consumed, wrapper)."""
+    rows = []
+    for which, depth, wrap in plan:
+        ids = tokenizer.encode(json.dumps(INSTANCES[which]))
+        matcher = grammars[which].new_matcher()
+        if wrap == "gate":  # thinking closed in the prompt: the gate is answering
+            matcher = ReasoningGate(matcher, tokenizer, ReasoningTags(opened_in_prompt=False))
+        for t in ids[:depth % len(ids)]:
+            assert matcher.advance(t)
+        rows.append(_row(Alone(matcher) if wrap == "alone" else matcher))
+    return rows
+
+
+def _fill(filler: MaskFiller, rows: list[Any], reuse: Any = None) -> dict[int, Exception]:
+    errors: dict[int, Exception] = {}
+    filler.fill_rows(rows, lambda seq, exc: errors.__setitem__(rows.index(seq), exc), reuse)
+    return errors
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(plan=st.lists(st.tuples(st.integers(0, len(SCHEMAS) - 1), st.integers(0, 40),
+                               st.sampled_from(["plain", "plain", "gate", "alone"])),
+                     min_size=1, max_size=9))
+def test_together_equals_one_by_one(tokenizer: Any, grammars: list[Any], plan: list[Any]) -> None:
+    filler = MaskFiller(tokenizer.vocab_size, tokenizer.eos_token_ids)
+    together = _rows(tokenizer, grammars, plan)
+    # A group's bitmask from an earlier step, garbage in it, maybe larger than the batch.
+    used = np.full((len(plan) + 2, (tokenizer.vocab_size + 31) // 32), 0x5A5A5A5A, dtype=np.int32)
+    assert _fill(filler, together, used) == {}
+    filler.together = False
+    alone = _rows(tokenizer, grammars, plan)
+    assert _fill(filler, alone) == {}
+    for a, b in zip(together, alone, strict=True):
+        assert np.array_equal(a.mask, b.mask)
+        assert (a.mask_all, a.mask_free) == (b.mask_all, b.mask_free)
+    # One bitmask for the batch: every row's mask is a row of it (the reused one).
+    assert all(np.shares_memory(r.mask, used) for r in together)
+
+
+def test_a_padded_model_vocabulary_goes_through_a_scratch(tokenizer: Any, grammars: list[Any]) -> None:
+    plan = [(0, 3, "plain"), (1, 2, "plain")]
+    padded = MaskFiller(tokenizer.vocab_size + 100, tokenizer.eos_token_ids)
+    rows = _rows(tokenizer, grammars, plan)
+    assert _fill(padded, rows) == {}
+    padded.together = False
+    ref = _rows(tokenizer, grammars, plan)
+    assert _fill(padded, ref) == {}
+    for a, b in zip(rows, ref, strict=True):
+        assert np.array_equal(a.mask, b.mask)
+
+
+def test_a_row_whose_engine_fails_in_the_shared_call_ends_alone(tokenizer: Any, grammars: list[Any]) -> None:
+    plan = [(0, 2, "plain"), (1, 3, "plain"), (2, 4, "plain"), (0, 5, "gate")]
+    rows = _rows(tokenizer, grammars, plan)
+    broken = rows[1].matcher
+    ids = tokenizer.encode(json.dumps(INSTANCES[0]))
+    assert not broken.advance(ids[0] if ids[0] != tokenizer.encode("[")[0] else ids[1])  # stops it
+    assert broken.batch_fill() is not None  # it still joins the shared call
+    errors = _fill(MaskFiller(tokenizer.vocab_size, tokenizer.eos_token_ids), rows)
+    assert list(errors) == [1] and isinstance(errors[1], MatcherError)
+    healthy = _rows(tokenizer, grammars, [plan[0], plan[2], plan[3]])
+    filler = MaskFiller(tokenizer.vocab_size, tokenizer.eos_token_ids)
+    filler.together = False
+    assert _fill(filler, healthy) == {}
+    for a, b in zip([rows[0], rows[2], rows[3]], healthy, strict=True):
+        assert np.array_equal(a.mask, b.mask)
+
+
+@settings(max_examples=examples(15), deadline=None)
+@given(plan=st.lists(st.tuples(st.integers(0, len(SCHEMAS) - 1), st.integers(0, 40),
+                               st.sampled_from(["plain", "gate", "alone"])), min_size=1, max_size=6),
+       order=st.randoms(use_true_random=False), seed=st.integers(0, 2**16))
+def test_sampling_reads_each_row_its_own_mask(tokenizer: Any, grammars: list[Any], plan: list[Any],
+                                              order: Any, seed: int) -> None:
+    """The group's bitmask is applied in place when the sampled rows are its rows in order,
+    and each row still samples under its own mask when they are not (rows left, or joined)."""
+    import mlx.core as mx
+
+    from afm_struct.decoding.step_sampling import sample_rows
+
+    rows = _rows(tokenizer, grammars, plan)
+    used = _fill_and_keep(MaskFiller(tokenizer.vocab_size, tokenizer.eos_token_ids), rows)
+    logits = mx.random.normal((len(rows), tokenizer.vocab_size), key=mx.random.key(seed))
+    for r, i in zip(rows, range(len(rows)), strict=True):
+        r.logits, r.processors, r.sampler = logits[i:i + 1], [], lambda x: mx.argmax(x, axis=-1)
+        r.request.logprobs, r.started = None, 0.0
+        r.timings.first_token_s = None
+    picked = list(rows)
+    order.shuffle(picked)
+    for batch in (rows, picked, rows[1:]):
+        if not batch:
+            continue
+        shaped = [SimpleNamespace(**{**vars(r), "logits": logits[rows.index(r)][None]}) for r in batch]
+        tokens, _ = sample_rows(shaped, bitmask=used)
+        copied, _ = sample_rows(shaped)
+        assert tokens == copied
+        for r, t in zip(batch, tokens, strict=True):
+            assert (int(r.mask[0, t >> 5]) >> (t & 31)) & 1, "a token its own mask bans"
+
+
+def _fill_and_keep(filler: MaskFiller, rows: list[Any]) -> Any:
+    used = np.zeros((len(rows) + 1, (filler.vocab_size + 31) // 32), dtype=np.int32)
+    assert filler.fill_rows(rows, lambda seq, exc: (_ for _ in ()).throw(exc), used) is used
+    return used

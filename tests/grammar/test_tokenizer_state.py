@@ -1,0 +1,98 @@
+"""What is derived from a tokenizer has one owner: built once per model, shared by every
+compile and every request, freed with the tokenizer.
+
+Before, three module-level caches keyed by ``id(tokenizer)`` held these structures and the
+tokenizer itself (so a freed model never left memory), and concurrent first uses of the
+closing vocabulary each built their own.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+from typing import Any
+
+import llguidance.hf
+
+from afm_struct.decoding.logprobs import token_table
+from afm_struct.grammar.closing import closing_vocab_for
+from afm_struct.grammar.closing_vocab import ClosingVocab
+from afm_struct.grammar.compiler import ConstraintCompiler, compile_constraint, get_compiler
+from afm_struct.grammar.llguidance_backend import ll_tokenizer_for
+from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, RegexRequest
+from afm_struct.models import load_tokenizer
+
+OPTIONS = [CompileOptions(), CompileOptions(whitespace="compact"), CompileOptions(property_order="any")]
+
+
+def _counting(monkeypatch: Any) -> dict[str, int]:
+    """Count the real constructions of the two costly parts (slowed a little, so that
+    concurrent first uses overlap), whatever code path asks for them."""
+    counts = {"ll_tokenizer": 0, "closing_vocab": 0}
+    from_tokenizer, build = llguidance.hf.from_tokenizer, ClosingVocab.build.__func__
+
+    def counted_ll(*args: Any, **kwargs: Any) -> Any:
+        counts["ll_tokenizer"] += 1
+        time.sleep(0.05)
+        return from_tokenizer(*args, **kwargs)
+
+    def counted_build(cls: Any, *args: Any) -> Any:
+        counts["closing_vocab"] += 1
+        time.sleep(0.05)
+        return build(cls, *args)
+
+    monkeypatch.setattr(llguidance.hf, "from_tokenizer", counted_ll)
+    monkeypatch.setattr(ClosingVocab, "build", classmethod(counted_build))
+    return counts
+
+
+def test_built_once_across_many_compiles_and_threads(monkeypatch: Any) -> None:
+    counts = _counting(monkeypatch)
+    tokenizer = load_tokenizer()  # a fresh model: nothing built yet
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def use(k: int) -> None:
+        try:
+            start.wait()
+            closing_vocab_for(tokenizer)
+            token_table(tokenizer)
+            for i in range(8):
+                options = OPTIONS[(i + k) % len(OPTIONS)]
+                schema = {"type": "object", "properties": {f"p{k}_{i}": {"type": "integer"}}}
+                compile_constraint(tokenizer, JsonSchemaRequest(schema), options)
+                compile_constraint(tokenizer, RegexRequest(f"[a-z]{{{i + 1}}}"), options)
+        except BaseException as exc:  # reported below: a thread's failure must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=use, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    # A compiler built directly (benchmarks, the CLI) shares the same llguidance tokenizer.
+    ConstraintCompiler(tokenizer, CompileOptions(whitespace="flexible")).close()
+    assert counts == {"ll_tokenizer": 1, "closing_vocab": 1}
+    state = tokenizer.derived
+    assert state.builds == {"ll_tokenizer": 1, "closing_vocab": 1, "token_table": 1, "compiler": 3}
+    assert get_compiler(tokenizer, OPTIONS[1]) is state.compiler(OPTIONS[1])
+    assert ll_tokenizer_for(tokenizer) is state.ll_tokenizer
+    assert token_table(tokenizer) is state.token_table
+
+
+def test_each_model_has_its_own_and_frees_it_with_the_tokenizer() -> None:
+    first, second = load_tokenizer(), load_tokenizer()
+    for tok in (first, second):
+        compile_constraint(tok, JsonSchemaRequest({"type": "array", "items": {"type": "boolean"}}))
+        closing_vocab_for(tok)
+        token_table(tok).lookup(5)
+    assert ll_tokenizer_for(first) is not ll_tokenizer_for(second)
+    assert closing_vocab_for(first) is not closing_vocab_for(second)
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None  # before: pinned for ever by the id-keyed module caches
+    assert second.derived.builds["ll_tokenizer"] == 1
