@@ -1,0 +1,60 @@
+"""Run the fuzzer without hypothesis's shrinking and tally violations per family and invariant.
+
+    python -m tests.fuzz.survey [N per family] [family ...]
+
+prints the invariant table (violating responses per invariant, per family) and one example of
+each (family, invariant) pair.  ``make fuzz`` runs the hypothesis test at a large example count;
+this is the table the issue asks for.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+
+from .driver import FAMILIES, FamilyServers, Outcome, send
+from .requests import fuzz_cases
+
+
+def survey(n: int, families: tuple[str, ...]) -> dict[str, list[Outcome]]:
+    """``n`` random requests per family; the outcomes that broke an invariant."""
+    servers = FamilyServers(Path(tempfile.mkdtemp(prefix="afm-fuzz-")))
+    bad: dict[str, list[Outcome]] = {f: [] for f in families}
+    statuses: Counter[tuple[str, int]] = Counter()
+    try:
+        for family in families:
+            live = servers.get(family)
+            for _ in range(n):
+                outcome = send(live, fuzz_cases().example())
+                statuses[(family, outcome.status)] += 1
+                if outcome.violations:
+                    bad[family].append(outcome)
+    finally:
+        servers.stop()
+    print("statuses:", dict(statuses))
+    return bad
+
+
+def main(argv: list[str]) -> None:
+    n = int(argv[0]) if argv else 100
+    families = tuple(argv[1:]) or FAMILIES
+    bad = survey(n, families)
+    invariants = sorted({v.invariant for outs in bad.values() for o in outs for v in o.violations})
+    print(f"{'family':14}" + "".join(f"{i:>12}" for i in invariants) + f"{'responses':>11}")
+    for family in families:
+        counts = Counter(i for o in bad[family] for i in {v.invariant for v in o.violations})
+        print(f"{family:14}" + "".join(f"{counts[i]:>12}" for i in invariants) + f"{n:>11}")
+    for family in families:
+        shown: set[str] = set()
+        for o in bad[family]:
+            for v in o.violations:
+                if v.invariant not in shown:
+                    shown.add(v.invariant)
+                    print(f"\n== {family} {v.invariant}\n{o.report()}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
