@@ -43,8 +43,13 @@ from afm_struct.grammar.validation import validate_json
 FINISH_REASONS = ("stop", "length", "tool_calls", "cancelled")
 # 400 codes a well-formed fuzz request can earn before generating: the budget below the shortest
 # valid output, a dev-set schema the engine refuses, a prompt too long for the tiny context.
-REFUSALS = ("max_tokens_too_small", "invalid_schema", "context_length_exceeded", "grammar_too_complex",
-            "invalid_value")
+REFUSALS = (
+    "max_tokens_too_small",
+    "invalid_schema",
+    "context_length_exceeded",
+    "grammar_too_complex",
+    "invalid_value",
+)
 
 
 @dataclass(frozen=True)
@@ -112,36 +117,55 @@ class Checker:
 
     def status(self, status: int, headers: dict[str, str], error: Any) -> bool:
         """True when the response is a 200 to be read further."""
-        self.expect("x-request-id" in headers and "openai-request-id" in headers, "headers",
-                    f"correlation headers missing: {sorted(headers)}")
+        self.expect(
+            "x-request-id" in headers and "openai-request-id" in headers,
+            "headers",
+            f"correlation headers missing: {sorted(headers)}",
+        )
         if status == 200:
             return True
         if not self.expect(status < 500, "status", f"HTTP {status}: {error}"):
             return False
         envelope = error.get("error") if isinstance(error, dict) else None
-        if not self.expect(isinstance(envelope, dict) and {"message", "type", "param", "code"} <= set(envelope),
-                           "status", f"HTTP {status} without the error envelope: {error}"):
+        if not self.expect(
+            isinstance(envelope, dict) and {"message", "type", "param", "code"} <= set(envelope),
+            "status",
+            f"HTTP {status} without the error envelope: {error}",
+        ):
             return False
-        self.expect(status == 400 and envelope["code"] in REFUSALS, "status",
-                    f"HTTP {status} {envelope['code']}: {envelope['message']}")
+        self.expect(
+            status == 400 and envelope["code"] in REFUSALS,
+            "status",
+            f"HTTP {status} {envelope['code']}: {envelope['message']}",
+        )
         if envelope["code"] == "max_tokens_too_small":
-            self.expect(envelope["param"] in ("max_tokens", "max_completion_tokens", "messages"), "status",
-                        f"max_tokens_too_small names {envelope['param']!r}")
+            self.expect(
+                envelope["param"] in ("max_tokens", "max_completion_tokens", "messages"),
+                "status",
+                f"max_tokens_too_small names {envelope['param']!r}",
+            )
         return False
 
     # -- the non-streaming body -----------------------------------------------------------------
 
     def completion(self, payload: dict[str, Any]) -> Answer | None:
         """The answer of a ``chat.completion`` body (violations noted on the way)."""
-        if not self.expect(payload.get("object") == "chat.completion" and len(payload.get("choices") or ()) == 1,
-                           "framing", f"not one chat.completion choice: {str(payload)[:300]}"):
+        if not self.expect(
+            payload.get("object") == "chat.completion" and len(payload.get("choices") or ()) == 1,
+            "framing",
+            f"not one chat.completion choice: {str(payload)[:300]}",
+        ):
             return None
         choice = payload["choices"][0]
         message = choice.get("message") or {}
         self.expect(message.get("role") == "assistant", "role", f"message role {message.get('role')!r}")
-        answer = Answer(content=message.get("content") or "", reasoning=message.get("reasoning_content") or "",
-                        calls=list(message.get("tool_calls") or ()), finish=choice.get("finish_reason"),
-                        usage=payload.get("usage"))
+        answer = Answer(
+            content=message.get("content") or "",
+            reasoning=message.get("reasoning_content") or "",
+            calls=list(message.get("tool_calls") or ()),
+            finish=choice.get("finish_reason"),
+            usage=payload.get("usage"),
+        )
         self.expect(answer.usage is not None, "usage", "a completion without usage")
         self._logprobs_field(choice.get("logprobs"), answer)
         return answer
@@ -150,10 +174,18 @@ class Checker:
 
     def stream(self, headers: dict[str, str], payloads: list[str]) -> Answer | None:
         """The answer a stream assembles to (its framing, order and deltas checked)."""
-        self.expect(headers.get("content-type") == "text/event-stream" and headers.get("cache-control") == "no-cache"
-                    and headers.get("x-accel-buffering") == "no", "headers", f"SSE headers: {headers}")
-        if not self.expect(bool(payloads) and payloads[-1] == "[DONE]" and "[DONE]" not in payloads[:-1],
-                           "framing", f"[DONE] is not the one last event: {payloads[-3:]}"):
+        self.expect(
+            headers.get("content-type") == "text/event-stream"
+            and headers.get("cache-control") == "no-cache"
+            and headers.get("x-accel-buffering") == "no",
+            "headers",
+            f"SSE headers: {headers}",
+        )
+        if not self.expect(
+            bool(payloads) and payloads[-1] == "[DONE]" and "[DONE]" not in payloads[:-1],
+            "framing",
+            f"[DONE] is not the one last event: {payloads[-3:]}",
+        ):
             return None
         try:
             chunks = [json.loads(p) for p in payloads[:-1]]
@@ -172,8 +204,11 @@ class Checker:
                 continue
             ident = (chunk.get("id"), chunk.get("object"), chunk.get("created"), chunk.get("model"))
             identity = identity or ident
-            self.expect(ident == identity and ident[1] == "chat.completion.chunk", "framing",
-                        f"chunk {n} identity {ident} != {identity}")
+            self.expect(
+                ident == identity and ident[1] == "chat.completion.chunk",
+                "framing",
+                f"chunk {n} identity {ident} != {identity}",
+            )
             if "error" in chunk:
                 self.fail("error_chunk", f"generation error after the headers: {chunk['error']}")
             choices = chunk.get("choices")
@@ -182,7 +217,9 @@ class Checker:
                 self.expect(finished_at is not None, "usage", "usage chunk before the finish chunk")
                 answer.usage = chunk.get("usage")
                 continue
-            if not self.expect(isinstance(choices, list) and len(choices) == 1, "framing", f"chunk {n}: {chunk}"):
+            if not self.expect(
+                isinstance(choices, list) and len(choices) == 1, "framing", f"chunk {n}: {chunk}"
+            ):
                 continue
             self.expect(finished_at is None, "finish", f"chunk {n} after the finish chunk: {chunk}")
             choice = choices[0]
@@ -192,12 +229,18 @@ class Checker:
                 answer.finish = choice["finish_reason"]
                 self.expect(delta == {} or "error" in chunk, "finish", f"finish chunk with a delta: {delta}")
                 continue
-            self.expect(seen_delta or delta.get("role") == "assistant", "role",
-                        f"first delta without role assistant: {delta}")
+            self.expect(
+                seen_delta or delta.get("role") == "assistant",
+                "role",
+                f"first delta without role assistant: {delta}",
+            )
             self.expect(not seen_delta or "role" not in delta, "role", f"role again in chunk {n}")
             seen_delta = True
-            self.expect(not (delta.get("content") and delta.get("reasoning_content")), "channels",
-                        f"a delta mixes content and reasoning: {delta}")
+            self.expect(
+                not (delta.get("content") and delta.get("reasoning_content")),
+                "channels",
+                f"a delta mixes content and reasoning: {delta}",
+            )
             answer.content += delta.get("content") or ""
             answer.reasoning += delta.get("reasoning_content") or ""
             for fragment in delta.get("tool_calls") or ():
@@ -205,12 +248,18 @@ class Checker:
             if choice.get("logprobs") is not None:
                 logprobs.extend((choice["logprobs"] or {}).get("content") or ())
             else:
-                self.expect(not self.body.get("logprobs") or not (delta.get("content") or delta.get("tool_calls")),
-                            "logprobs", f"a delta without the logprobs asked for: {delta}")
+                self.expect(
+                    not self.body.get("logprobs") or not (delta.get("content") or delta.get("tool_calls")),
+                    "logprobs",
+                    f"a delta without the logprobs asked for: {delta}",
+                )
         self.expect(finished_at is not None, "finish", "no finish chunk")
         asked = bool((self.body.get("stream_options") or {}).get("include_usage"))
-        self.expect(usage_chunks == (1 if asked else 0), "usage",
-                    f"{usage_chunks} usage chunks, include_usage={asked}")
+        self.expect(
+            usage_chunks == (1 if asked else 0),
+            "usage",
+            f"{usage_chunks} usage chunks, include_usage={asked}",
+        )
         if self.body.get("logprobs"):
             answer.logprobs = logprobs
             self._logprob_entries(logprobs)
@@ -221,15 +270,28 @@ class Checker:
         function = fragment.get("function") or {}
         if index not in indices:
             self.expect(index == len(indices), "tool_deltas", f"call index {index} after {indices}")
-            self.expect(bool(fragment.get("id")) and fragment.get("type") == "function"
-                        and isinstance(function.get("name"), str) and function["name"] != "", "tool_deltas",
-                        f"a call's first fragment lacks id/type/name: {fragment}")
+            self.expect(
+                bool(fragment.get("id"))
+                and fragment.get("type") == "function"
+                and isinstance(function.get("name"), str)
+                and function["name"] != "",
+                "tool_deltas",
+                f"a call's first fragment lacks id/type/name: {fragment}",
+            )
             indices.append(index)
-            answer.calls.append({"id": fragment.get("id"), "type": "function",
-                                 "function": {"name": function.get("name"), "arguments": ""}})
+            answer.calls.append(
+                {
+                    "id": fragment.get("id"),
+                    "type": "function",
+                    "function": {"name": function.get("name"), "arguments": ""},
+                }
+            )
         else:
-            self.expect(set(fragment) <= {"index", "function"} and set(function) <= {"arguments"}, "tool_deltas",
-                        f"a later fragment carries more than arguments: {fragment}")
+            self.expect(
+                set(fragment) <= {"index", "function"} and set(function) <= {"arguments"},
+                "tool_deltas",
+                f"a later fragment carries more than arguments: {fragment}",
+            )
         if index in indices:
             call = answer.calls[indices.index(index)]
             call["function"]["arguments"] += function.get("arguments") or ""
@@ -238,10 +300,15 @@ class Checker:
 
     def _logprobs_field(self, field_value: Any, answer: Answer) -> None:
         if not self.body.get("logprobs"):
-            self.expect(field_value is None, "logprobs", f"logprobs not asked but sent: {str(field_value)[:200]}")
+            self.expect(
+                field_value is None, "logprobs", f"logprobs not asked but sent: {str(field_value)[:200]}"
+            )
             return
-        if not self.expect(isinstance(field_value, dict) and isinstance(field_value.get("content"), list),
-                           "logprobs", f"logprobs asked, got {str(field_value)[:200]}"):
+        if not self.expect(
+            isinstance(field_value, dict) and isinstance(field_value.get("content"), list),
+            "logprobs",
+            f"logprobs asked, got {str(field_value)[:200]}",
+        ):
             return
         answer.logprobs = field_value["content"]
         self._logprob_entries(answer.logprobs)
@@ -249,10 +316,15 @@ class Checker:
     def _logprob_entries(self, entries: list[Any]) -> None:
         top = self.body.get("top_logprobs") or 0
         for entry in entries:
-            ok = (isinstance(entry, dict) and isinstance(entry.get("token"), str)
-                  and isinstance(entry.get("logprob"), (int, float)) and entry["logprob"] <= 1e-6
-                  and isinstance(entry.get("bytes"), list) and isinstance(entry.get("top_logprobs"), list)
-                  and len(entry["top_logprobs"]) <= top)
+            ok = (
+                isinstance(entry, dict)
+                and isinstance(entry.get("token"), str)
+                and isinstance(entry.get("logprob"), (int, float))
+                and entry["logprob"] <= 1e-6
+                and isinstance(entry.get("bytes"), list)
+                and isinstance(entry.get("top_logprobs"), list)
+                and len(entry["top_logprobs"]) <= top
+            )
             if not self.expect(ok, "logprobs", f"bad logprob entry (top_logprobs={top}): {str(entry)[:200]}"):
                 return
 
@@ -281,28 +353,45 @@ class Checker:
             spec = fmt["json_schema"]
             if spec.get("strict") and not self.downgraded:
                 outcome = validate_json(answer.content, spec.get("schema"))
-                self.expect(outcome.ok, "strict", f"strict output does not validate ({finish}): "
-                            f"{answer.content[:300]!r} {list(outcome.errors)[:2]}")
+                self.expect(
+                    outcome.ok,
+                    "strict",
+                    f"strict output does not validate ({finish}): "
+                    f"{answer.content[:300]!r} {list(outcome.errors)[:2]}",
+                )
         if fmt.get("type") == "json_object" and not self.body.get("tools") and "stop" not in self.body:
             outcome = validate_json(answer.content, None, require_object=True)
-            self.expect(outcome.ok, "strict", f"json_object output does not parse ({finish}): "
-                        f"{answer.content[:300]!r}")
+            self.expect(
+                outcome.ok,
+                "strict",
+                f"json_object output does not parse ({finish}): {answer.content[:300]!r}",
+            )
 
     def _usage(self, usage: Any) -> None:
         if usage is None:
             return
-        ok = (isinstance(usage, dict) and all(isinstance(usage.get(k), int) for k in
-                                              ("prompt_tokens", "completion_tokens", "total_tokens"))
-              and usage["prompt_tokens"] + usage["completion_tokens"] == usage["total_tokens"])
+        ok = (
+            isinstance(usage, dict)
+            and all(
+                isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+            )
+            and usage["prompt_tokens"] + usage["completion_tokens"] == usage["total_tokens"]
+        )
         if self.expect(ok, "usage", f"usage {usage}") and self.budget is not None:
-            self.expect(usage["completion_tokens"] <= self.budget, "usage",
-                        f"{usage['completion_tokens']} completion tokens over the budget {self.budget}")
+            self.expect(
+                usage["completion_tokens"] <= self.budget,
+                "usage",
+                f"{usage['completion_tokens']} completion tokens over the budget {self.budget}",
+            )
 
     def _tool_calls(self, answer: Answer) -> None:
         calls, choice, finish = answer.calls, self.tool_choice, answer.finish
         if calls:
-            self.expect(finish in ("tool_calls", "length", "cancelled"), "tools",
-                        f"a turn with calls finished {finish!r}")
+            self.expect(
+                finish in ("tool_calls", "length", "cancelled"),
+                "tools",
+                f"a turn with calls finished {finish!r}",
+            )
         elif finish == "tool_calls":
             self.fail("tools", "finish_reason tool_calls without a call")
         if not self.body.get("tools") or choice == "none":
@@ -311,11 +400,17 @@ class Checker:
         named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
         if finish != "cancelled":
             if named is not None:
-                self.expect(len(calls) == 1 and calls[0]["function"]["name"] == named, "tools",
-                            f"tool_choice names {named}, calls {[c['function']['name'] for c in calls]}")
+                self.expect(
+                    len(calls) == 1 and calls[0]["function"]["name"] == named,
+                    "tools",
+                    f"tool_choice names {named}, calls {[c['function']['name'] for c in calls]}",
+                )
             elif choice == "required":
-                self.expect(len(calls) >= 1, "tools", f"tool_choice required, no call ({finish}): "
-                            f"{answer.content[:200]!r}")
+                self.expect(
+                    len(calls) >= 1,
+                    "tools",
+                    f"tool_choice required, no call ({finish}): {answer.content[:200]!r}",
+                )
         if self.body.get("parallel_tool_calls") is False or named is not None:
             self.expect(len(calls) <= 1, "tools", f"{len(calls)} calls where at most one is allowed")
         for call in calls:
@@ -332,19 +427,34 @@ class Checker:
         arguments = function.get("arguments")
         declared = self.tools[name]
         outcome = validate_json(arguments if isinstance(arguments, str) else "", None, require_object=True)
-        if not self.expect(outcome.ok, "tools", f"{name} arguments do not parse as an object "
-                           f"({answer.finish}): {str(arguments)[:300]!r}"):
+        if not self.expect(
+            outcome.ok,
+            "tools",
+            f"{name} arguments do not parse as an object ({answer.finish}): {str(arguments)[:300]!r}",
+        ):
             return
         if not self.closing and answer.finish == "length":
             return  # closing off: a cut call's arguments are closed syntactically, may not validate
         if declared.get("strict") and "parameters" in declared and not self.downgraded:
             outcome = validate_json(arguments, declared["parameters"])
-            self.expect(outcome.ok, "tools", f"strict {name} arguments do not validate ({answer.finish}): "
-                        f"{arguments[:300]!r} {list(outcome.errors)[:2]}")
+            self.expect(
+                outcome.ok,
+                "tools",
+                f"strict {name} arguments do not validate ({answer.finish}): "
+                f"{arguments[:300]!r} {list(outcome.errors)[:2]}",
+            )
 
 
-def check(body: dict[str, Any], markup: tuple[str, ...], status: int, headers: dict[str, str], *,
-          json_body: Any = None, payloads: list[str] | None = None, cancelled: bool = False) -> list[Violation]:
+def check(
+    body: dict[str, Any],
+    markup: tuple[str, ...],
+    status: int,
+    headers: dict[str, str],
+    *,
+    json_body: Any = None,
+    payloads: list[str] | None = None,
+    cancelled: bool = False,
+) -> list[Violation]:
     """Every violation of the contract in one response to ``body`` (``payloads`` for a stream,
     ``json_body`` otherwise; ``cancelled`` when a cancel for it was answered 200)."""
     checker = Checker(body, markup)

@@ -100,7 +100,9 @@ def send(family: Family, case: FuzzCase, timeout: float = 120.0) -> Outcome:
         r = httpx.post(url, json=case.body, headers=headers, timeout=timeout)
         payload = _json(r)
         found = check(case.body, family.markup, r.status_code, dict(r.headers), json_body=payload)
-        finish = ((payload or {}).get("choices") or [{}])[0].get("finish_reason") if r.status_code == 200 else None
+        finish = (
+            ((payload or {}).get("choices") or [{}])[0].get("finish_reason") if r.status_code == 200 else None
+        )
         return Outcome(family.name, case, r.status_code, found, finish)
     payloads: list[str] = []
     cancelled = False
@@ -120,16 +122,23 @@ def send(family: Family, case: FuzzCase, timeout: float = 120.0) -> Outcome:
             if not line.startswith("data: "):
                 framing.append(Violation("framing", f"not a data line: {line!r}"))
                 continue
-            payloads.append(line[len("data: "):])
+            payloads.append(line[len("data: ") :])
             expect_blank = True
             if case.cancel_after is not None and len(payloads) == case.cancel_after:
                 c = httpx.post(f"{family.url}/v1/chat/completions/{request_id}/cancel", timeout=timeout)
                 cancelled = c.status_code == 200
         status, response_headers = r.status_code, dict(r.headers)
-    found = framing + check(case.body, family.markup, status, response_headers, payloads=payloads,
-                            cancelled=cancelled)
-    finish = next((c["choices"][0]["finish_reason"] for c in _chunks(payloads)
-                   if c.get("choices") and c["choices"][0].get("finish_reason")), None)
+    found = framing + check(
+        case.body, family.markup, status, response_headers, payloads=payloads, cancelled=cancelled
+    )
+    finish = next(
+        (
+            c["choices"][0]["finish_reason"]
+            for c in _chunks(payloads)
+            if c.get("choices") and c["choices"][0].get("finish_reason")
+        ),
+        None,
+    )
     return Outcome(family.name, case, status, found, finish)
 
 

@@ -32,45 +32,70 @@ class FuzzCase:
 
 def _leaf() -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(
-        st.builds(lambda n: {"type": "string", **({"maxLength": n} if n else {})}, st.sampled_from([0, 3, 12])),
+        st.builds(
+            lambda n: {"type": "string", **({"maxLength": n} if n else {})}, st.sampled_from([0, 3, 12])
+        ),
         st.just({"type": "string", "format": "date"}),
         st.just({"type": "string", "pattern": "^[a-z]{2,5}$"}),
-        st.builds(lambda lo, span: {"type": "integer", "minimum": lo, "maximum": lo + span},
-                  st.integers(-50, 50), st.integers(0, 1000)),
+        st.builds(
+            lambda lo, span: {"type": "integer", "minimum": lo, "maximum": lo + span},
+            st.integers(-50, 50),
+            st.integers(0, 1000),
+        ),
         st.just({"type": "integer"}),
         st.just({"type": "number"}),
         st.just({"type": "boolean"}),
         st.just({"type": "null"}),
-        st.builds(lambda vs: {"enum": vs}, st.lists(st.sampled_from(["red", "green", 3, None, True]),
-                                                     min_size=1, max_size=3, unique=True)),
+        st.builds(
+            lambda vs: {"enum": vs},
+            st.lists(st.sampled_from(["red", "green", 3, None, True]), min_size=1, max_size=3, unique=True),
+        ),
     )
 
 
 def _object(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
     def build(props: dict[str, Any], required: list[bool], closed: bool) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "properties": props,
-                                  "required": [k for k, r in zip(props, required, strict=False) if r]}
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": props,
+            "required": [k for k, r in zip(props, required, strict=False) if r],
+        }
         if closed:
             schema["additionalProperties"] = False
         return schema
-    return st.builds(build, st.dictionaries(st.sampled_from(WORDS), children, min_size=0, max_size=4),
-                     st.lists(st.booleans(), min_size=4, max_size=4), st.booleans())
+
+    return st.builds(
+        build,
+        st.dictionaries(st.sampled_from(WORDS), children, min_size=0, max_size=4),
+        st.lists(st.booleans(), min_size=4, max_size=4),
+        st.booleans(),
+    )
 
 
 def generated_schema() -> st.SearchStrategy[dict[str, Any]]:
     """A small random schema, nested up to a few levels."""
-    return st.recursive(_leaf(), lambda children: st.one_of(
-        _object(children),
-        st.builds(lambda items, lo: {"type": "array", "items": items, "minItems": lo, "maxItems": lo + 2},
-                  children, st.integers(0, 2)),
-        st.builds(lambda a, b: {"anyOf": [a, b]}, children, children),
-    ), max_leaves=6)
+    return st.recursive(
+        _leaf(),
+        lambda children: st.one_of(
+            _object(children),
+            st.builds(
+                lambda items, lo: {"type": "array", "items": items, "minItems": lo, "maxItems": lo + 2},
+                children,
+                st.integers(0, 2),
+            ),
+            st.builds(lambda a, b: {"anyOf": [a, b]}, children, children),
+        ),
+        max_leaves=6,
+    )
 
 
 def object_schema() -> st.SearchStrategy[dict[str, Any]]:
     """A tool's parameters: a generated object, or a dev-set schema that is an object."""
-    dev = st.integers(0, 1 << 20).map(lambda i: dev_doc(i)["schema"]).filter(
-        lambda s: isinstance(s, dict) and s.get("type") == "object")
+    dev = (
+        st.integers(0, 1 << 20)
+        .map(lambda i: dev_doc(i)["schema"])
+        .filter(lambda s: isinstance(s, dict) and s.get("type") == "object")
+    )
     return st.one_of(_object(generated_schema()), dev)
 
 
@@ -112,29 +137,42 @@ def messages(draw: st.DrawFn, tool_list: list[dict[str, Any]] | None) -> list[di
     out.append({"role": "user", "content": text})
     if tool_list and _sometimes(draw, 4):
         name = tool_list[0]["function"]["name"]
-        out += [{"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'},
-                {"role": "user", "content": "And now?"}]
+        out += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'},
+            {"role": "user", "content": "And now?"},
+        ]
     return out
 
 
 @st.composite
 def fuzz_cases(draw: st.DrawFn) -> FuzzCase:
     """A whole request body, and when to cancel it."""
-    body: dict[str, Any] = {"temperature": draw(st.sampled_from([0.0, 0.7, 1.0, 1.0, 1.5, 2.0])),
-                            "seed": draw(st.integers(0, 1 << 32))}
+    body: dict[str, Any] = {
+        "temperature": draw(st.sampled_from([0.0, 0.7, 1.0, 1.0, 1.5, 2.0])),
+        "seed": draw(st.integers(0, 1 << 32)),
+    }
     budget_field = draw(st.sampled_from(["max_tokens", "max_tokens", "max_completion_tokens"]))
     body[budget_field] = draw(st.one_of(st.integers(1, 40), st.integers(1, 300)))
-    kind = draw(st.sampled_from(["text", "json_object", "json_schema", "json_schema", "tools", "tools", "tools"]))
+    kind = draw(
+        st.sampled_from(["text", "json_object", "json_schema", "json_schema", "tools", "tools", "tools"])
+    )
     tool_list = draw(tools()) if kind == "tools" else None
     body["messages"] = draw(messages(tool_list))
     if tool_list:
         body["tools"] = tool_list
         choice = draw(st.sampled_from(["absent", "none", "auto", "required", "required", "named"]))
         if choice == "named":
-            body["tool_choice"] = {"type": "function",
-                                   "function": {"name": draw(st.sampled_from(tool_list))["function"]["name"]}}
+            body["tool_choice"] = {
+                "type": "function",
+                "function": {"name": draw(st.sampled_from(tool_list))["function"]["name"]},
+            }
         elif choice != "absent":
             body["tool_choice"] = choice
         parallel = draw(st.sampled_from([None, True, False]))
@@ -143,8 +181,14 @@ def fuzz_cases(draw: st.DrawFn) -> FuzzCase:
     if kind == "json_object":
         body["response_format"] = {"type": "json_object"}
     elif kind == "json_schema":
-        body["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": "answer", "strict": draw(st.sampled_from([True, True, False])), "schema": draw(any_schema())}}
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "answer",
+                "strict": draw(st.sampled_from([True, True, False])),
+                "schema": draw(any_schema()),
+            },
+        }
     elif _sometimes(draw, 6):
         body["response_format"] = {"type": "text"}
     if _sometimes(draw, 6):

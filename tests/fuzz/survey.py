@@ -14,7 +14,6 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-
 from .driver import FAMILIES, FamilyServers, Outcome, send
 from .requests import fuzz_cases
 

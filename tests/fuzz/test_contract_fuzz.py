@@ -16,9 +16,7 @@ violations per family and invariant without stopping at the first.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,16 +27,12 @@ FUZZ_EXAMPLES = 60
 EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or FUZZ_EXAMPLES
 
 
-@pytest.fixture(scope="module")
-def family_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FamilyServers]:
-    """Live servers on the tiny models, started on first use, stopped with the module."""
-    servers = FamilyServers(tmp_path_factory.mktemp("fuzz-families"))
-    yield servers
-    servers.stop()
-
-
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
-          derandomize=not os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES"))
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=not os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES"),
+)
 @given(family=st.sampled_from(FAMILIES), case=fuzz_cases())
 def test_no_response_breaks_the_contract(family_servers: FamilyServers, family: str, case: FuzzCase) -> None:
     outcome = send(family_servers.get(family), case)

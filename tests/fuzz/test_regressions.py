@@ -1,0 +1,44 @@
+"""The fuzzer's cases, one per class of violation it found, as named regression tests.
+
+Each body is the case the fuzzer drew (tests/fuzz/test_contract_fuzz.py), replayed against the
+same tiny random-weight model; the assertion is the contract's invariant it broke.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .driver import FamilyServers, send
+from .requests import FuzzCase
+
+
+def _violations(servers: FamilyServers, family: str, body: dict[str, Any], invariant: str) -> list[str]:
+    outcome = send(servers.get(family), FuzzCase(body))
+    assert outcome.status == 200, outcome.report()
+    return [str(v) for v in outcome.violations if v.invariant == invariant]
+
+
+def test_control_tokens_never_reach_content(family_servers: FamilyServers) -> None:
+    # Greedy mistral v0.3 samples [AVAILABLE_TOOLS] (a control token) in a plain text answer.
+    body = {
+        "temperature": 0.0,
+        "seed": 905,
+        "max_tokens": 29,
+        "response_format": {"type": "text"},
+        "messages": [{"role": "user", "content": "name city the the note name id Paris weather x a name"}],
+    }
+    assert _violations(family_servers, "mistral", body, "markup") == []
+    streamed = {**body, "stream": True}
+    assert _violations(family_servers, "mistral", streamed, "markup") == []
+
+
+def test_skip_special_tokens_false_shows_them(family_servers: FamilyServers) -> None:
+    # The opt-out, as vLLM's: the same answer with its control token's text.
+    body = {
+        "temperature": 0.0,
+        "seed": 905,
+        "max_tokens": 29,
+        "skip_special_tokens": False,
+        "messages": [{"role": "user", "content": "name city the the note name id Paris weather x a name"}],
+    }
+    assert any("[AVAILABLE_TOOLS]" in v for v in _violations(family_servers, "mistral", body, "markup"))
