@@ -42,3 +42,39 @@ def test_skip_special_tokens_false_shows_them(family_servers: FamilyServers) -> 
         "messages": [{"role": "user", "content": "name city the the note name id Paris weather x a name"}],
     }
     assert any("[AVAILABLE_TOOLS]" in v for v in _violations(family_servers, "mistral", body, "markup"))
+
+
+def test_thinking_tags_never_reach_reasoning_content(family_servers: FamilyServers) -> None:
+    # Greedy qwen3 opens its thinking block, then writes <think> again inside it.
+    body = {
+        "temperature": 0.0,
+        "seed": 111518278,
+        "max_tokens": 70,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "id x value count name id items"},
+        ],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "answer",
+                "strict": False,
+                "schema": {
+                    "type": "object",
+                    "required": [],
+                    "properties": {
+                        "count": {
+                            "type": "array",
+                            "items": {"type": "integer", "minimum": -19, "maximum": 302},
+                            "minItems": 0,
+                            "maxItems": 2,
+                        },
+                        "weather": {"type": "array", "items": {"type": "null"}, "minItems": 2, "maxItems": 4},
+                    },
+                },
+            },
+        },
+    }
+    assert _violations(family_servers, "qwen3", body, "markup") == []
