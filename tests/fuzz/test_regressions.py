@@ -78,3 +78,22 @@ def test_thinking_tags_never_reach_reasoning_content(family_servers: FamilyServe
         },
     }
     assert _violations(family_servers, "qwen3", body, "markup") == []
+
+
+def test_a_call_opener_cut_by_the_budget_never_reaches_content(family_servers: FamilyServers) -> None:
+    # Gemma's template knows no tools: calls are Hermes' <tool_call>, spelled in bytes, so a
+    # small budget cuts the opener itself ('<tool' came out as content under tool_choice required).
+    import httpx
+
+    url = f"{family_servers.get('gemma2').url}/v1/chat/completions"
+    for max_tokens in (2, 3, 5):
+        body = {
+            "temperature": 0.0,
+            "max_tokens": max_tokens,
+            "afm_close_on_length": False,
+            "messages": [{"role": "user", "content": "name note"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": "required",
+        }
+        message = httpx.post(url, json=body, timeout=60).json()["choices"][0]["message"]
+        assert not message["content"] and not message.get("tool_calls"), (max_tokens, message)
