@@ -90,6 +90,14 @@ def _with_argument_objects(message: dict[str, Any]) -> dict[str, Any]:
         for c in message["tool_calls"]]}
 
 
+def _template_tool(tool: ToolDef) -> dict[str, Any]:
+    """``tool`` as the template's ``tools`` entry: every field present, since templates index
+    them directly (Mistral's writes ``tool.description``, which OpenAI's schema makes optional)."""
+    out = tool.to_openai()
+    out["function"].setdefault("description", "")
+    return out
+
+
 def render_messages(messages: list[dict[str, Any]], tools: tuple[ToolDef, ...], choice: Choice,
                     fmt: ToolFormat, table: FormatTable, *, knows_tools: bool, mark: Any = None,
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
@@ -106,7 +114,7 @@ def render_messages(messages: list[dict[str, Any]], tools: tuple[ToolDef, ...], 
                               parameters=mark.value(t.parameters)) for t in tools)
         choice = replace(choice, name=mark.text(choice.name) if choice.name else choice.name)
     if knows_tools:
-        offered = [t.to_openai() for t in tools] if tools and choice.kind != "none" else None
+        offered = [_template_tool(t) for t in tools] if tools and choice.kind != "none" else None
         return messages, offered
     out = render_history(fmt, messages)
     if not tools or choice.kind == "none":

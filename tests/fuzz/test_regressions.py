@@ -97,3 +97,25 @@ def test_a_call_opener_cut_by_the_budget_never_reaches_content(family_servers: F
         }
         message = httpx.post(url, json=body, timeout=60).json()["choices"][0]["message"]
         assert not message["content"] and not message.get("tool_calls"), (max_tokens, message)
+
+
+def test_a_tool_without_description_renders_in_every_template(family_servers: FamilyServers) -> None:
+    # Mistral's template writes tool.description, which OpenAI's schema makes optional: the
+    # fuzzer's tools without one were a 400 (jinja2 UndefinedError) on mistral.
+    body = {
+        "temperature": 0.0,
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": "note name Paris"}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "search",
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+                },
+            }
+        ],
+    }
+    for family in ("mistral", "mistral_args", "qwen3", "llama"):
+        outcome = send(family_servers.get(family), FuzzCase(body))
+        assert outcome.status == 200 and not outcome.violations, outcome.report()
