@@ -74,6 +74,10 @@ def render_history(fmt: ToolFormat, messages: list[dict[str, Any]]) -> list[dict
                 prev["content"] += "\n" + text  # consecutive results form one message
             else:
                 out.append({"role": hist.result_role, "content": text, "_tool_results": True})
+        elif out and out[-1].get("_tool_results") and role == out[-1]["role"] and isinstance(content, str):
+            # A turn after the results in their role joins them: templates that alternate
+            # roles strictly (Gemma's) reject two user turns in a row.
+            out[-1]["content"] += "\n\n" + content
         else:
             out.append({k: v for k, v in msg.items() if k not in ("tool_calls", "tool_call_id")}
                        | {"content": content})

@@ -119,3 +119,30 @@ def test_a_tool_without_description_renders_in_every_template(family_servers: Fa
     for family in ("mistral", "mistral_args", "qwen3", "llama"):
         outcome = send(family_servers.get(family), FuzzCase(body))
         assert outcome.status == 200 and not outcome.violations, outcome.report()
+
+
+def test_a_turn_after_tool_results_renders_in_strictly_alternating_templates(
+    family_servers: FamilyServers,
+) -> None:
+    # Gemma's template knows no tools: results are written as a user turn, and the user's next
+    # turn made two in a row, which the template refuses ("Conversation roles must alternate").
+    body = {
+        "temperature": 0.0,
+        "max_tokens": 4,
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "messages": [
+            {"role": "user", "content": "city"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'},
+            {"role": "user", "content": "And now?"},
+        ],
+    }
+    for family in ("gemma2", "gemma3", "phi3"):
+        outcome = send(family_servers.get(family), FuzzCase(body))
+        assert outcome.status == 200 and not outcome.violations, outcome.report()
