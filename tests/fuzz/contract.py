@@ -40,6 +40,13 @@ from typing import Any
 
 from afm_struct.grammar.validation import validate_json
 
+# Classes the fuzzer finds that are not fixed here, each with its reason; the test tolerates
+# them, the survey counts them apart.
+KNOWN_NO_MINIMUM = (
+    "closing search gave up on the schema (min_output_tokens None): a required/named call "
+    "cut before its name, neither refused (400) nor closed"
+)
+
 FINISH_REASONS = ("stop", "length", "tool_calls", "cancelled")
 # 400 codes a well-formed fuzz request can earn before generating: the budget below the shortest
 # valid output, a dev-set schema the engine refuses, a prompt too long for the tiny context.
@@ -58,9 +65,10 @@ class Violation:
 
     invariant: str
     detail: str
+    known: str | None = None  # a class reported and not fixed here: why (see KNOWN_*)
 
     def __str__(self) -> str:
-        return f"[{self.invariant}] {self.detail}"
+        return f"[{self.invariant}] {self.detail}" + (f" (known: {self.known})" if self.known else "")
 
 
 @dataclass
@@ -86,8 +94,8 @@ class Checker:
     found: list[Violation] = field(default_factory=list)
     downgraded: bool = False
 
-    def fail(self, invariant: str, detail: str) -> None:
-        self.found.append(Violation(invariant, detail[:600]))
+    def fail(self, invariant: str, detail: str, *, known: str | None = None) -> None:
+        self.found.append(Violation(invariant, detail[:600], known))
 
     def expect(self, ok: bool, invariant: str, detail: str) -> bool:
         if not ok:
@@ -398,16 +406,19 @@ class Checker:
             self.expect(not calls, "tools", f"calls without tools or under tool_choice none: {calls}")
             return
         named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
-        if finish != "cancelled":
-            if named is not None:
+        if finish != "cancelled" and (named is not None or choice == "required"):
+            names = [c["function"]["name"] for c in calls]
+            if not calls and finish == "length":
+                # With closing off the budget may cut the call before its name: dropped, as
+                # documented.  With closing on the budget was checked against the shortest call,
+                # unless the closing search gave up on the schema (then nothing is refused).
+                if self.closing:
+                    self.fail("tools", f"tool_choice {choice}, no call (length)", known=KNOWN_NO_MINIMUM)
+            elif named is not None:
+                self.expect(names == [named], "tools", f"tool_choice names {named}, calls {names} ({finish})")
+            else:
                 self.expect(
-                    len(calls) == 1 and calls[0]["function"]["name"] == named,
-                    "tools",
-                    f"tool_choice names {named}, calls {[c['function']['name'] for c in calls]}",
-                )
-            elif choice == "required":
-                self.expect(
-                    len(calls) >= 1,
+                    bool(calls),
                     "tools",
                     f"tool_choice required, no call ({finish}): {answer.content[:200]!r}",
                 )

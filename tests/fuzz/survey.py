@@ -14,6 +14,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from .contract import Violation
 from .driver import FAMILIES, FamilyServers, Outcome, send
 from .requests import fuzz_cases
 
@@ -37,22 +38,26 @@ def survey(n: int, families: tuple[str, ...]) -> dict[str, list[Outcome]]:
     return bad
 
 
+def _key(v: Violation) -> str:
+    return f"{v.invariant}(known)" if v.known else v.invariant
+
+
 def main(argv: list[str]) -> None:
     n = int(argv[0]) if argv else 100
     families = tuple(argv[1:]) or FAMILIES
     bad = survey(n, families)
-    invariants = sorted({v.invariant for outs in bad.values() for o in outs for v in o.violations})
+    invariants = sorted({_key(v) for outs in bad.values() for o in outs for v in o.violations})
     print(f"{'family':14}" + "".join(f"{i:>12}" for i in invariants) + f"{'responses':>11}")
     for family in families:
-        counts = Counter(i for o in bad[family] for i in {v.invariant for v in o.violations})
+        counts = Counter(i for o in bad[family] for i in {_key(v) for v in o.violations})
         print(f"{family:14}" + "".join(f"{counts[i]:>12}" for i in invariants) + f"{n:>11}")
     for family in families:
-        shown: set[str] = set()
+        shown: Counter[str] = Counter()
         for o in bad[family]:
             for v in o.violations:
-                if v.invariant not in shown:
-                    shown.add(v.invariant)
-                    print(f"\n== {family} {v.invariant}\n{o.report()}")
+                if shown[_key(v)] < 3:
+                    shown[_key(v)] += 1
+                    print(f"\n== {family} {_key(v)}\n{o.report()}")
 
 
 if __name__ == "__main__":

@@ -36,4 +36,4 @@ EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or FUZZ_EXAMPL
 @given(family=st.sampled_from(FAMILIES), case=fuzz_cases())
 def test_no_response_breaks_the_contract(family_servers: FamilyServers, family: str, case: FuzzCase) -> None:
     outcome = send(family_servers.get(family), case)
-    assert not outcome.violations, outcome.report()
+    assert not [v for v in outcome.violations if v.known is None], outcome.report()
