@@ -32,6 +32,8 @@ def survey(n: int, families: tuple[str, ...]) -> dict[str, list[Outcome]]:
                 statuses[(family, outcome.status)] += 1
                 if outcome.violations:
                     bad[family].append(outcome)
+                    print(f"-- {outcome.report()[:1500]}", flush=True)
+            print(f"{family}: {len(bad[family])} of {n} responses broke an invariant", flush=True)
     finally:
         servers.stop()
     print("statuses:", dict(statuses))
