@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .driver import FamilyServers, send
 from .requests import FuzzCase
 
@@ -146,3 +148,47 @@ def test_a_turn_after_tool_results_renders_in_strictly_alternating_templates(
     for family in ("gemma2", "gemma3", "phi3"):
         outcome = send(family_servers.get(family), FuzzCase(body))
         assert outcome.status == 200 and not outcome.violations, outcome.report()
+
+
+CUT_DEEP = {
+    "temperature": 0.0,
+    "seed": 1673,
+    "max_completion_tokens": 295,
+    "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "a a note note a value value Paris id value"},
+    ],
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "answer",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "required": ["shape", "dimensions"],
+                "properties": {
+                    "dimensions": {
+                        "type": "object",
+                        "oneOf": [
+                            {"required": ["side"]},
+                            {"required": ["radius"]},
+                            {"required": ["base", "height"]},
+                        ],
+                        "properties": {k: {"type": "integer"} for k in ("base", "height", "radius", "side")},
+                    },
+                    "shape": {"enum": ["square", "rectangle", "circle", "triangle"], "type": "string"},
+                },
+            },
+        },
+    },
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="not fixed here (budget-aware closing, issues 26/34): greedy mistral "
+    "writes random keys three objects deep in the open 'dimensions' object; at 295 tokens the "
+    "output is cut after '\",' unclosed (at 60, 120, 200 it closes)",
+)
+def test_strict_output_cut_deep_in_open_objects_still_validates(family_servers: FamilyServers) -> None:
+    assert _violations(family_servers, "mistral", CUT_DEEP, "strict") == []
