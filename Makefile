@@ -39,7 +39,7 @@ cluster: setup
 test: setup
 	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The random-weight fuzzer at length (tests/fuzz; `make test` runs 60 examples).
+# The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples).
 FUZZ_EXAMPLES ?= 2000
 fuzz: setup
 	AFM_STRUCT_RANDOM_EXAMPLES=$(FUZZ_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q tests/fuzz/test_contract_fuzz.py $(PYTEST_ARGS)
