@@ -8,9 +8,10 @@ response is checked against the contract (tests/fuzz/contract.py).  A random mod
 trained ones rarely do: control tokens, half a tool-call opener, a thinking tag inside its
 reasoning, another family's markup, nothing that ever ends.
 
-CI-sized: ``FUZZ_EXAMPLES`` derandomized requests (44 s on 2 busy cores, ~16 s of CPU).  ``AFM_STRUCT_RANDOM_EXAMPLES=N``
-runs N, not derandomized (``make fuzz`` runs 2000); ``python -m tests.fuzz.survey N`` tallies
-violations per family and invariant without stopping at the first.
+CI-sized: ``FUZZ_EXAMPLES`` derandomized requests (44 s on 2 busy cores, ~16 s of CPU).
+``AFM_STRUCT_RANDOM_EXAMPLES=N`` runs N, not derandomized (``make fuzz`` runs 2000);
+``python -m tests.fuzz.survey N`` tallies violations per family and invariant without stopping
+at the first.
 """
 
 from __future__ import annotations
