@@ -14,7 +14,7 @@ INSTRUCTOR := instructor==1.17.0
 MODEL_ARG := $(if $(MODEL),--model $(MODEL),)
 BLAS_PRELOAD = $$($(BIN)/python -m afm_struct.models.blas)
 
-.PHONY: setup serve cluster test lint bench clean
+.PHONY: setup serve cluster test fuzz lint bench clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,11 @@ cluster: setup
 
 test: setup
 	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples).
+FUZZ_EXAMPLES ?= 2000
+fuzz: setup
+	AFM_STRUCT_RANDOM_EXAMPLES=$(FUZZ_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q tests/fuzz/test_contract_fuzz.py $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

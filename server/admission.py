@@ -17,6 +17,7 @@ from typing import Any
 
 from afm_struct.decoding.closing import check_budget
 from afm_struct.decoding.events import GenerationRequest
+from afm_struct.decoding.hidden_tokens import hidden_token_ids
 from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
 from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.serving.events import ResponseIdentity
@@ -85,6 +86,7 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
     generation = GenerationRequest(prompt_ids=prompt_ids, params=plan.sampling, constraint=constraint,
                                    logits_processors=[counter], request_id=plan.request_id,
                                    close_on_length=close, logprobs=plan.logprobs,
+                                   hidden_token_ids=hidden_tokens(tokenizer, plan, reasoning, tool_plan),
                                    stops_cut_grammar=tool_plan is None,
                                    fit_to_context=fit,
                                    # the mask governs the answer, after any thinking block
@@ -98,6 +100,16 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
                              model=plan.model)
     return Prepared(plan=plan, ident=ident, generation=generation, structured=structured,
                     counter=counter, started=started, reasoning=reasoning, tools=tool_plan)
+
+
+def hidden_tokens(tokenizer: Any, plan: GenerationPlan, reasoning: ReasoningTags | None,
+                  tool_plan: ToolPlan | None) -> frozenset[int]:
+    """The tokens whose text the response never shows (``skip_special_tokens``): every special
+    or markup token but the thinking tags and tool markers this request's router reads."""
+    if not plan.skip_special_tokens:
+        return frozenset()
+    keep = (reasoning.open, reasoning.close) if reasoning is not None else ()
+    return hidden_token_ids(tokenizer, keep=keep + (tool_plan.format.markup if tool_plan else ()))
 
 
 async def plan_request_tools(state: ServerState, plan: GenerationPlan) -> ToolPlan | None:

@@ -162,6 +162,8 @@ class ChatCompletionRequest(BaseModel):
     # Extension: false lets max_tokens cut constrained output mid-value (default: the server's
     # setting, on unless started with --no-close-on-length).
     afm_close_on_length: bool | None = None
+    # As vLLM's: false shows the text of special tokens and unread markup the model samples.
+    skip_special_tokens: bool = True
     # Extra chat-template variables, as vLLM and SGLang take them (Qwen3: {"enable_thinking":
     # false} renders an empty, closed thinking block, so the answer starts at once).
     chat_template_kwargs: dict[str, Any] | None = None

@@ -18,10 +18,16 @@ from afm_struct.errors import AfmError
 DONE = b"data: [DONE]\n\n"
 
 
+# Characters JSON may hold raw that Python's str.splitlines (and so httpx's iter_lines, which
+# httpx-sse reads events with) takes for line ends: escaped, the event stays one line for them.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def encode_event(payload: Mapping[str, Any], *, event: str | None = None) -> bytes:
-    """One SSE event: an optional ``event: <type>`` line, ``data: <compact JSON>`` (JSON never
-    holds a raw newline) and a blank line."""
-    data = b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    """One SSE event: an optional ``event: <type>`` line, ``data: <compact JSON>`` and a blank
+    line (the JSON holds no character any line splitter reads as a line end)."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
+    data = b"data: " + text.encode() + b"\n\n"
     if event is None:
         return data
     if not event or any(ch in event for ch in "\r\n"):

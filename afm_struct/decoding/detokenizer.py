@@ -14,15 +14,19 @@ class StreamingDetokenizer:
 
     Byte-level BPE tokens can end inside a multi-byte character; the decoder then yields
     U+FFFD.  Pending tokens are held until they decode cleanly, and only the pending segment
-    is re-decoded, so the cost per token stays constant.
+    is re-decoded, so the cost per token stays constant.  Tokens in ``hidden`` (special tokens:
+    see :mod:`.hidden_tokens`) have no text.
     """
 
-    def __init__(self, tokenizer: _Decoder) -> None:
+    def __init__(self, tokenizer: _Decoder, hidden: frozenset[int] = frozenset()) -> None:
         self._tokenizer = tokenizer
         self._pending: list[int] = []
+        self._hidden = hidden
 
     def add(self, token: int) -> str:
         """Feed one token; return the text that is now complete (maybe empty)."""
+        if token in self._hidden:
+            return ""
         self._pending.append(token)
         text = self._tokenizer.decode(self._pending)
         if text.endswith("\ufffd") and len(self._pending) < 8:

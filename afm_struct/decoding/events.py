@@ -56,6 +56,9 @@ class GenerationRequest:
     # Token logprobs: None (off, free) or how many alternatives per token (0-20); the
     # TextDelta events then carry the entries of the tokens whose text they show.
     logprobs: int | None = None
+    # Tokens whose text is never shown (special tokens, markup no parser of this request reads:
+    # decoding/hidden_tokens.py); empty shows every token's text.
+    hidden_token_ids: frozenset[int] = frozenset()
     request_id: str = ""
     # True: params.max_tokens is a ceiling the context left after the prompt may lower (a
     # default); False: the caller asked for that many tokens, and a prompt that leaves fewer

@@ -153,7 +153,8 @@ class Generator:
             sampler=make_sampler(params),
             processors=[*make_logits_processors(params), *request.logits_processors,
                         *([make_loop_breaker()] if matcher is not None and request.loop_guard else [])],
-            matcher=matcher, detok=StreamingDetokenizer(self.tokenizer), stops=StopMatcher(params.stop),
+            matcher=matcher, detok=StreamingDetokenizer(self.tokenizer, request.hidden_token_ids),
+            stops=StopMatcher(params.stop),
             max_tokens=max_tokens, started=time.perf_counter())
         if matcher is not None and request.close_on_length:
             seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,

@@ -165,6 +165,7 @@ class GenerationPlan:
     served name to echo; ``id_prefix`` the protocol's prefix of the response id the core makes
     once the request is admissible (``chatcmpl-``).  ``logprobs``: None (off) or how many
     alternatives per token (0-20).  ``close_on_length``: None takes the server's setting.
+    ``skip_special_tokens``: special tokens and unread markup have no text (as vLLM's flag).
     """
 
     request_id: str
@@ -177,5 +178,6 @@ class GenerationPlan:
     tools: ToolUse = field(default_factory=ToolUse)
     logprobs: int | None = None
     close_on_length: bool | None = None
+    skip_special_tokens: bool = True
     delivery: Delivery = field(default_factory=Delivery)
     paths: RequestPaths = field(default_factory=RequestPaths)

@@ -3,7 +3,7 @@
 Text between the open and close tags (``<think>…</think>`` or the model's own) is reasoning; the
 tags are removed; whitespace right after a closed block is the template's, not the answer's, and
 is dropped; the block may have been opened by the prompt (``start_in_reasoning``); a partial tag
-held back at the end is ordinary text.
+held back at the end is ordinary text; a tag that opens or closes nothing is dropped.
 """
 
 from __future__ import annotations
@@ -34,17 +34,17 @@ class ReasoningSplitter:
         out: list[tuple[str, str]] = []
         for piece in self._scan.feed(text, final=final):
             if isinstance(piece, Marker):
-                self._after = self.inside
-                self.inside = not self.inside
-                self._scan.markers = self._looking_for()
+                # Tags are structure, never text: an open tag inside the block and a close tag
+                # outside it (a model repeating itself) are dropped.
+                if piece.text == self.tags[1 if self.inside else 0]:
+                    self._after = self.inside
+                    self.inside = not self.inside
             else:
                 self._put(out, piece)
         return out
 
     def _looking_for(self) -> tuple[str, ...]:
-        if self.tags is None:
-            return ()
-        return (self.tags[1] if self.inside else self.tags[0],)
+        return self.tags or ()
 
     def _put(self, out: list[tuple[str, str]], text: str) -> None:
         if not self.inside and self._after:

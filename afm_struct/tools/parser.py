@@ -132,7 +132,7 @@ class CallParser:
             self._buf = ""
             return
         self._buf = ""
-        for piece in self._opener.feed(buf, final=final):
+        for piece in self._opener.feed(buf, final=False):
             if isinstance(piece, Marker):
                 self._pending_ws = ""
                 self._raw = piece.text
@@ -140,6 +140,12 @@ class CallParser:
                 self._state = "open"
                 return
             self._text(out, piece)
+        if final:
+            # What is held begins a call opener the budget cut ("<tool"): call markup, never
+            # content.  A lone "<" or "[" at the end is as likely text, and is kept.
+            held = self._opener.take()
+            if len(held) < 2:
+                self._text(out, held)
 
     def _st_open(self, out: list[Event], final: bool) -> None:
         if self.fmt.args_marker:

@@ -74,6 +74,10 @@ def render_history(fmt: ToolFormat, messages: list[dict[str, Any]]) -> list[dict
                 prev["content"] += "\n" + text  # consecutive results form one message
             else:
                 out.append({"role": hist.result_role, "content": text, "_tool_results": True})
+        elif out and out[-1].get("_tool_results") and role == out[-1]["role"] and isinstance(content, str):
+            # A turn after the results in their role joins them: templates that alternate
+            # roles strictly (Gemma's) reject two user turns in a row.
+            out[-1]["content"] += "\n\n" + content
         else:
             out.append({k: v for k, v in msg.items() if k not in ("tool_calls", "tool_call_id")}
                        | {"content": content})
@@ -88,6 +92,14 @@ def _with_argument_objects(message: dict[str, Any]) -> dict[str, Any]:
         {**c, "function": {**(c.get("function") or {}),
                            "arguments": _arguments_object((c.get("function") or {}).get("arguments"))}}
         for c in message["tool_calls"]]}
+
+
+def _template_tool(tool: ToolDef) -> dict[str, Any]:
+    """``tool`` as the template's ``tools`` entry: every field present, since templates index
+    them directly (Mistral's writes ``tool.description``, which OpenAI's schema makes optional)."""
+    out = tool.to_openai()
+    out["function"].setdefault("description", "")
+    return out
 
 
 def render_messages(messages: list[dict[str, Any]], tools: tuple[ToolDef, ...], choice: Choice,
@@ -106,7 +118,7 @@ def render_messages(messages: list[dict[str, Any]], tools: tuple[ToolDef, ...], 
                               parameters=mark.value(t.parameters)) for t in tools)
         choice = replace(choice, name=mark.text(choice.name) if choice.name else choice.name)
     if knows_tools:
-        offered = [t.to_openai() for t in tools] if tools and choice.kind != "none" else None
+        offered = [_template_tool(t) for t in tools] if tools and choice.kind != "none" else None
         return messages, offered
     out = render_history(fmt, messages)
     if not tools or choice.kind == "none":

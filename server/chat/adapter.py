@@ -66,6 +66,7 @@ async def plan_chat(state: ServerState, body: ChatCompletionRequest, *, request_
         output=await dialect_output(body) or output_format(body.response_format),
         tools=ToolUse(tools, choice, body.parallel_tool_calls),
         logprobs=logprobs, close_on_length=body.afm_close_on_length,
+        skip_special_tokens=body.skip_special_tokens,
         delivery=Delivery(stream=body.stream,
                           include_usage=bool(body.stream_options and body.stream_options.include_usage),
                           profile=profile_key),

@@ -1,11 +1,11 @@
-"""ContentRouter on the shared reasoning splitter gives, call for call, the deltas of the old one
-(its events seen as chat deltas)."""
+"""ContentRouter on the shared reasoning splitter gives the deltas of the old one, its events seen
+as chat deltas (call for call without reasoning; in the same order with it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from afm_struct.serving.events import Reasoning, Text
@@ -78,6 +78,19 @@ class _OldContentRouter:
         return out
 
 
+def _stray_tag(text: str, tags: tuple[str, str], inside: bool) -> bool:
+    """Whether ``text`` holds an open tag inside a block or a close tag outside one."""
+    at = 0
+    while True:
+        hits = [(i, k) for k in (0, 1) if (i := text.find(tags[k], at)) >= 0]
+        if not hits:
+            return False
+        i, k = min(hits)
+        if k != int(inside):
+            return True
+        inside, at = not inside, i + len(tags[k])
+
+
 TAGS = [("<think>", "</think>"), ("<thinking>", "</thinking>"), ("[T]", "[/T]")]
 
 
@@ -85,11 +98,28 @@ TAGS = [("<think>", "</think>"), ("<thinking>", "</thinking>"), ("[T]", "[/T]")]
 @given(st.lists(st.text("<>/thinkg[]T \n", max_size=12), max_size=10), st.sampled_from(TAGS),
        st.booleans(), st.booleans())
 def test_content_router_matches_the_old_one_call_for_call(chunks, tags, split, opened):
+    # Where they differ on purpose: a tag that opens or closes nothing is dropped now (issue 33).
+    assume(not (split and _stray_tag("".join(chunks), tags, opened)))
+    # and it holds back a prefix of either tag, so the same deltas may come a call later.
     new = ContentRouter(split_reasoning=split, tags=tags, start_in_reasoning=opened)
     old = _OldContentRouter(split_reasoning=split, tags=tags, start_in_reasoning=opened)
+    new_out: list[dict[str, Any]] = []
+    old_out: list[dict[str, Any]] = []
     for chunk in chunks:
-        assert _deltas(new.feed(chunk)) == old.feed(chunk)
-    assert _deltas(new.finish()) == old.finish()
+        new_part, old_part = _deltas(new.feed(chunk)), old.feed(chunk)
+        if not split:
+            assert new_part == old_part
+        new_out += new_part
+        old_out += old_part
+    assert _merged(new_out + _deltas(new.finish())) == _merged(old_out + old.finish())
+
+
+def _merged(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for delta in deltas:
+        for key, text in delta.items():
+            _append(out, key, text)
+    return out
 
 
 def test_make_router_splits_only_with_tags():

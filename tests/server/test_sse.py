@@ -111,3 +111,12 @@ def test_validation_errors_map_to_400_envelope_fields() -> None:
                             {"type": "x", "loc": ("body", "y"), "msg": "z"}])
     assert err.status == 400 and err.param == "messages" and err.code == "missing_required_parameter"
     assert "1 more" in err.message
+
+
+def test_an_event_is_one_line_for_every_line_splitter() -> None:
+    # A model's text may hold U+0085, U+2028, U+2029 (the fuzzer's qwen2 sampled U+0085):
+    # str.splitlines, and httpx's iter_lines with it, would cut the event there (issue 33).
+    text = "a\x85b\u2028c\u2029d\x1ce\x0bf"
+    raw = sse.encode_event(chunks.delta_chunk(IDENT, {"content": text}))
+    assert raw.decode().splitlines() == [raw.decode()[:-2], ""]
+    assert _decode_event(raw)["choices"][0]["delta"]["content"] == text

@@ -155,3 +155,11 @@ def test_reasoning_splitter_rule():
     assert _split(ReasoningSplitter(None), ["<think>x"]) == [("answer", "<think>x")]
     s = ReasoningSplitter(("<think>", "</think>"), start_in_reasoning=True)
     assert _split(s, ["r</think>", "  ", "", "a"]) == [("reasoning", "r"), ("answer", "a")]
+
+
+def test_tags_that_open_or_close_nothing_are_dropped():
+    # A model repeating its open tag inside the block, or closing one it never opened: tags are
+    # structure, never text (issue 33: qwen3's <think> inside reasoning_content).
+    s = ReasoningSplitter(("<think>", "</think>"))
+    assert _split(s, ["a</think>b<think>r<thi", "nk>s</think>c"]) == [
+        ("answer", "ab"), ("reasoning", "rs"), ("answer", "c")]

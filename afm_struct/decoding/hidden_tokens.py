@@ -1,0 +1,43 @@
+"""The tokens whose text a response never shows: special tokens, and markup no parser reads.
+
+A model can sample any token.  A control token (``<|im_start|>``, ``[INST]``, ``<|eot_id|>``) is
+structure, never text: like vLLM, llama.cpp and Hugging Face's ``skip_special_tokens`` default,
+its text is dropped when detokenizing.  The same goes for the tokens of tool-call markup and
+thinking tags (``<tool_call>``, ``[TOOL_CALLS]``, ``<think>``) unless the request's parsers read
+them: a request with tools keeps its tool format's markers (its call router consumes them), a
+request whose thinking block is split keeps the thinking tags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+from ..tools.formats import load_table
+from .reasoning import THINK_TAGS
+
+
+def markup_texts() -> frozenset[str]:
+    """Every tool format's markers and every thinking tag."""
+    tags = {tag for pair in THINK_TAGS for tag in pair}
+    for fmt in load_table().formats:
+        tags.update(fmt.markup)
+    return frozenset(tags)
+
+
+@lru_cache(maxsize=32)
+def _hidden(tokenizer: Any, keep: frozenset[str]) -> frozenset[int]:
+    hf = getattr(tokenizer, "hf", tokenizer)
+    vocab = hf.get_vocab()
+    special = {i for i, added in hf.added_tokens_decoder.items() if added.special}
+    special.update(getattr(hf, "all_special_ids", None) or ())
+    markup = {vocab[t] for t in markup_texts() if t in vocab}
+    kept = {vocab[t] for t in keep if t in vocab}
+    return frozenset((special | markup) - kept)
+
+
+def hidden_token_ids(tokenizer: Any, *, keep: Iterable[str] = ()) -> frozenset[int]:
+    """Ids of the tokens to drop from the text: special tokens and markup tokens, except the
+    tokens written ``keep`` (the markers the request's parsers read)."""
+    return _hidden(tokenizer, frozenset(keep))
