@@ -18,7 +18,10 @@ from ..errors import InvalidRequestError
 
 GRAMMARS_DIR = Path(__file__).resolve().parents[2] / "grammars"
 TABLE_FILE = "tool_formats.json"
-BODIES = ("object", "array", "sequence", "name_args")
+BODIES = ("object", "array", "sequence", "name_args", "tagged", "pythonic")
+# The writings of a call's arguments that are not a JSON object: each has one grammar builder
+# and one streaming parser (afm_struct.tools.syntaxes), whatever family uses it.
+NON_JSON_BODIES = ("tagged", "pythonic")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,30 @@ class History:
     calls_close: str = ""
     result: str = "{content}"
     result_role: str = "user"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The literal text around a call's parts, for the ``tagged`` and ``pythonic`` bodies.
+
+    ``tagged`` (Qwen3-Coder's XML parameters, GLM's key/value tags): a call is
+    ``name_before NAME name_after`` then, per argument, ``key_before KEY key_after VALUE
+    value_after``, then ``call_after``; a value is raw text for a string parameter, else JSON.
+    ``pythonic``: ``NAME(key=VALUE, ...)`` with Python literals, calls joined by the format's
+    separator between ``list_open`` and ``list_close`` (brackets, not tags: never markup).
+    ``name_suffix`` (``name_args`` bodies): text the
+    grammar writes between the name and the args marker (Harmony's space).
+    """
+
+    name_before: str = ""
+    name_after: str = ""
+    key_before: str = ""
+    key_after: str = ""
+    value_after: str = ""
+    call_after: str = ""
+    name_suffix: str = ""
+    list_open: str = ""
+    list_close: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +79,11 @@ class ToolFormat:
     argument_aliases: tuple[str, ...] = ("arguments", "parameters")
     args_marker: str = ""  # body name_args: the marker between the bare name and the arguments
     extra_markup: tuple[str, ...] = ()  # the table's "markup": result and tool-list tags
+    layout: Layout = field(default_factory=Layout)
+    # The format's own reasoning channel (Harmony's analysis channel), when it has one.
+    reasoning: tuple[str, str] | None = None
+    # Substrings of the probe conversation rendered by the model's template that identify it.
+    probe_any: tuple[str, ...] = ()
 
     def grammar_template(self) -> str:
         """The Lark template text of this format (``{{...}}`` placeholders unfilled)."""
@@ -61,6 +93,8 @@ class ToolFormat:
     def markup(self) -> tuple[str, ...]:
         """Every tag of this syntax (call markers, result and tool-list tags): never content."""
         tags = (self.open, self.close, self.args_marker, *self.extra_markup)
+        if self.body == "tagged":
+            tags += tuple(t.strip() for t in (self.layout.call_after,) if t.strip())
         return tuple(dict.fromkeys(t for t in tags if t))
 
     @property
@@ -109,13 +143,22 @@ def parse_table(data: dict[str, Any]) -> FormatTable:
             raise ValueError(f"tool format {raw['name']!r}: args_marker goes with body name_args")
         if raw["arguments"] not in ("object", "string"):
             raise ValueError(f"tool format {raw['name']!r}: arguments must be object or string")
+        layout = Layout(**raw.get("layout", {}))
+        if raw["body"] == "tagged" and not (layout.key_before and layout.value_after):
+            raise ValueError(f"tool format {raw['name']!r}: a tagged body needs key_before and "
+                             "value_after in its layout")
+        reasoning = raw.get("reasoning")
+        if reasoning is not None and (len(reasoning) != 2 or not all(reasoning)):
+            raise ValueError(f"tool format {raw['name']!r}: reasoning is [open, close]")
         formats.append(ToolFormat(
             name=raw["name"], open=raw["open"], close=raw["close"], body=raw["body"],
             separator=raw["separator"], name_key=raw["name_key"], arguments_key=raw["arguments_key"],
             arguments=raw["arguments"], grammar=raw["grammar"],
             template_any=tuple(raw.get("template_any", ())), description=raw.get("description", ""),
             history=History(**raw.get("history", {})), argument_aliases=aliases,
-            args_marker=raw.get("args_marker", ""), extra_markup=tuple(raw.get("markup", ()))))
+            args_marker=raw.get("args_marker", ""), extra_markup=tuple(raw.get("markup", ())),
+            layout=layout, reasoning=tuple(reasoning) if reasoning else None,
+            probe_any=tuple(raw.get("probe_any", ()))))
     table = FormatTable(formats=tuple(formats), default=data["default"],
                         system_prompt=data["system_prompt"], choice_text=dict(data["choice_text"]))
     table.get(table.default)  # the default must exist
