@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRequestError
 
+log = logging.getLogger(__name__)
 GRAMMARS_DIR = Path(__file__).resolve().parents[2] / "grammars"
 TABLE_FILE = "tool_formats.json"
 BODIES = ("object", "array", "sequence", "name_args", "tagged", "pythonic")
@@ -185,14 +187,66 @@ def template_knows_tools(template: str) -> bool:
     return "tools" in template
 
 
+PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "probe_fn", "description": "probe",
+    "parameters": {"type": "object", "properties": {"probe_arg": {"type": "string"}},
+                   "required": ["probe_arg"]}}}]
+PROBE_MESSAGES = [
+    {"role": "user", "content": "probe"},
+    # Mistral's templates want 9 alphanumeric characters as the id.
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "probe0001", "type": "function", "function": {
+        "name": "probe_fn", "arguments": {"probe_arg": "probe_value"}}}]},
+    {"role": "tool", "tool_call_id": "probe0001", "name": "probe_fn", "content": "probe_result"},
+]
+_PROBED: dict[tuple[int, str], str | None] = {}
+
+
+def render_probe(template: str) -> str | None:
+    """The probe conversation (one call of ``probe_fn``) rendered by ``template``; None if the
+    template cannot render it."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        return _compile_jinja_template(template).render(
+            messages=PROBE_MESSAGES, tools=PROBE_TOOLS, add_generation_prompt=True,
+            bos_token="", eos_token="")
+    except Exception:  # any template error: the template cannot tell us; fall back
+        return None
+
+
+def probe_format(template: str, table: FormatTable) -> ToolFormat | None:
+    """The format whose call the template writes, read off the rendered probe (cached)."""
+    key = (id(table), template)
+    if key not in _PROBED:
+        rendered = render_probe(template) if template_knows_tools(template) else None
+        found = None
+        if rendered:
+            found = next((f.name for f in table.formats
+                          if any(p in rendered for p in f.probe_any)), None)
+        _PROBED[key] = found
+    name = _PROBED[key]
+    return table.get(name) if name else None
+
+
 def detect_format(template: str, *, name: str | None = None,
                   table: FormatTable | None = None) -> ToolFormat:
-    """The format for a chat template: ``name`` if configured, else the first whose marker the
-    template mentions, else the table's default."""
+    """The format for a chat template: ``name`` if configured, else the one whose call the
+    template writes when it renders a probe conversation, else the first whose marker the
+    template mentions, else the table's default (logged once per template)."""
     table = table or load_table()
     if name:
         return table.get(name)
+    probed = probe_format(template, table)
+    if probed is not None:
+        return probed
     for fmt in table.formats:
         if any(marker in template for marker in fmt.template_any):
             return fmt
+    if template_knows_tools(template) and template not in _LOGGED:
+        _LOGGED.add(template)
+        log.info("tool-call syntax: the chat template writes no call this table knows; using %r",
+                 table.default)
     return table.default_format
+
+
+_LOGGED: set[str] = set()

@@ -49,7 +49,7 @@ from ..grammar.rewrites import rewrite_schema
 from ..grammar.spec import CompileOptions, JsonSchemaRequest, LarkRequest, Rung
 from .definitions import ToolDef
 from .formats import NON_JSON_BODIES, ToolFormat
-from .lark_text import markup
+from .lark_text import markup, text_until
 from .syntaxes import served_rung, syntax_call_rules
 
 GENERIC_ARGS: dict[str, Any] = {"type": "object"}
@@ -161,6 +161,9 @@ def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any
                        ("LIST_CLOSE", markup(tokenizer, fmt.layout.list_close)),
                        ("CALLS", calls), ("CALL_RULES", rules)):
         text = text.replace("{{" + key + "}}", value)
+    # {{UNTIL:rule:text}}: a rule of free text up to the syntax's text (Harmony's analysis).
+    text = re.sub(r"\{\{UNTIL:(\w+):(.*?)\}\}",
+                  lambda m: text_until(tokenizer, m.group(1), m.group(2)), text)
     # {{MARK:text}}: a syntax's own text (channel headers) with its added tokens by id.
     return re.sub(r"\{\{MARK:(.*?)\}\}", lambda m: markup(tokenizer, m.group(1)), text)
 

@@ -10,6 +10,7 @@ separator (keyword arguments, dict entries, tag pairs).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 
@@ -50,9 +51,31 @@ def split_markup(tokenizer: Any, text: str) -> list[tuple[bool, str]]:
 
 def markup(tokenizer: Any, text: str) -> str:
     """``text`` in Lark: added tokens as ``<[id]>``, the rest as string literals ('' if empty)."""
+    return markup_pieces(tokenizer, split_markup(tokenizer, text))
+
+
+def regex_literal(text: str) -> str:
+    """``text`` as a Lark regex body (line breaks as ``\\n``, slashes escaped)."""
+    return re.escape(text).replace("\\\n", "\\n").replace("\n", "\\n").replace("/", "\\/")
+
+
+def text_until(tokenizer: Any, name: str, end: str, body: str = "(.|\\n)*") -> str:
+    """A rule ``name``: free text (``body``) up to and including ``end``, its first occurrence.
+
+    When ``end`` begins with plain text, the rule is a lazy lexeme that ends at it; when it
+    begins with an added token, text cannot contain that token, so plain text ends there.
+    """
+    pieces = split_markup(tokenizer, end)
+    if pieces and not pieces[0][0]:
+        tail = markup_pieces(tokenizer, pieces[1:])
+        return f"{name}[lazy]: /{body}{regex_literal(pieces[0][1])}/" + (f" {tail}" if tail else "")
+    return f"{name}: /{body}/ {markup(tokenizer, end)}".rstrip()
+
+
+def markup_pieces(tokenizer: Any, pieces: list[tuple[bool, str]]) -> str:
+    """Pieces of :func:`split_markup` in Lark."""
     table = added_tokens(tokenizer)
-    return " ".join(f"<[{table[p]}]>" if special else json.dumps(p)
-                    for special, p in split_markup(tokenizer, text))
+    return " ".join(f"<[{table[p]}]>" if special else json.dumps(p) for special, p in pieces)
 
 
 def ordered_members(members: list[tuple[str, bool]], sep: str, prefix: str,

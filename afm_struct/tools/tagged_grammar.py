@@ -15,12 +15,11 @@ parameter is served a rung lower (``relaxed``), which the plan reports as downgr
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from ..grammar.spec import Rung
 from .formats import ToolFormat
-from .lark_text import markup, ordered_members, split_markup
+from .lark_text import markup, ordered_members, text_until
 from .values import is_raw_string, property_schemas
 
 KEY_TERMINAL = r"TAG_KEY: /[A-Za-z_][A-Za-z0-9_.-]*/"
@@ -29,32 +28,13 @@ UNENFORCED_STRING = ("pattern", "format")
 
 def raw_value_rule(tokenizer: Any, fmt: ToolFormat, schema: Any, name: str, rules: list[str]) -> str:
     """The rule for a raw string value followed by the layout's ``value_after``."""
-    after = split_markup(tokenizer, fmt.layout.value_after)
-    tail = " ".join(f"<[{_id(tokenizer, p)}]>" if special else json.dumps(p) for special, p in after[1:])
     choices = _string_literals(schema)
     if choices is not None:  # enum / const: the literals, then the closing tag
         alts = " | ".join(json.dumps(c) for c in choices)
         rules.append(f"{name}: ({alts}) {markup(tokenizer, fmt.layout.value_after)}")
         return name
-    body = _length_regex(schema)
-    if after and not after[0][0]:
-        # The closing text is plain: a lazy lexeme that ends at its first occurrence.
-        rules.append(f"{name}[lazy]: /{body}{regex_literal(after[0][1])}/" + (f" {tail}" if tail else ""))
-    else:
-        # The closing tag is an added token: text cannot contain it, so it ends the lexeme.
-        rules.append(f"{name}: /{body}/ {markup(tokenizer, fmt.layout.value_after)}".rstrip())
+    rules.append(text_until(tokenizer, name, fmt.layout.value_after, _length_regex(schema)))
     return name
-
-
-def regex_literal(text: str) -> str:
-    """``text`` as a Lark regex body (line breaks as ``\\n``, slashes escaped)."""
-    return re.escape(text).replace("\\\n", "\\n").replace("\n", "\\n").replace("/", "\\/")
-
-
-def _id(tokenizer: Any, text: str) -> int:
-    from .lark_text import added_tokens
-
-    return added_tokens(tokenizer)[text]
 
 
 def _string_literals(schema: Any) -> list[str] | None:
