@@ -23,7 +23,7 @@ from afm_struct.tools.grammar import compile_tool_grammar
 from afm_struct.tools.syntaxes import render_calls
 
 from ..decoding.randomized import examples
-from .conftest import assemble, check_first_deltas
+from .conftest import as_deltas, assemble, check_first_deltas
 from .syntax_cases import FORMATS, chunked, tool_calls
 
 DATA = Path(__file__).parent / "data"
@@ -36,8 +36,8 @@ GRAMMAR = settings(max_examples=examples(12), deadline=None, derandomize=True, d
 def route(fmt: Any, chunks: list[str], tools: tuple[ToolDef, ...] = (),
           **kwargs: Any) -> list[dict[str, Any]]:
     router = ToolCallRouter(fmt, tools=tools, id_factory=lambda: "call_0", **kwargs)
-    deltas = [d for chunk in chunks for d in router.feed(chunk)]
-    return deltas + router.finish()
+    deltas = [d for chunk in chunks for d in as_deltas(router.feed(chunk))]
+    return deltas + as_deltas(router.finish())
 
 
 def representable(fmt: Any, calls: list[tuple[str, Any, Any]]) -> bool:
