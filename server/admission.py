@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from afm_struct.decoding.closing import check_budget
@@ -81,6 +81,8 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
         structured = structured.without_mask("a tool grammar owns the mask")
         constraint = tool_plan.constraint
     reasoning = reasoning_tags(state, prompt_ids)
+    if reasoning is not None and plan.budget.reasoning_tokens is not None:
+        reasoning = replace(reasoning, budget=plan.budget.reasoning_tokens)
     counter = TokenCounter()
     close = state.settings.close_on_length if plan.close_on_length is None else plan.close_on_length
     generation = GenerationRequest(prompt_ids=prompt_ids, params=plan.sampling, constraint=constraint,

@@ -3,7 +3,8 @@
 :class:`ReasoningGate` wraps any :class:`~afm_struct.grammar.engine.Matcher` and is one itself,
 so the loop does not change.  States: ``start`` (the answer's grammar, plus the first token of
 the open tag), ``opening`` (the rest of the open tag is forced), ``thinking`` (everything
-allowed, EOS excluded, until the close tag appears in the text) and ``answer`` (delegates to
+allowed, EOS excluded, until the close tag appears in the text), ``closing`` (the tags'
+``budget`` of thinking tokens is spent: the close tag is forced) and ``answer`` (delegates to
 the wrapped matcher from its start state).
 """
 
@@ -34,6 +35,8 @@ class ReasoningTags:
     open: str = "<think>"
     close: str = "</think>"
     opened_in_prompt: bool = False
+    # Thinking tokens allowed (max_reasoning_tokens); then the close tag is forced.  None: no limit.
+    budget: int | None = None
 
 
 class ReasoningGate:
@@ -44,8 +47,13 @@ class ReasoningGate:
         self.tokenizer = tokenizer
         self.tags = tags
         self.open_ids = tokenizer.encode(tags.open)
-        self.state = "thinking" if tags.opened_in_prompt else "start"
+        self.state = "start"
         self._opening_at = 0
+        self._spent = 0  # thinking tokens so far
+        self._close_ids = tokenizer.encode(tags.close)
+        self._closing_at = 0
+        if tags.opened_in_prompt:
+            self._think()
         self._text = ""
         self._scratch: np.ndarray | None = None
         # Line breaks a model writes after the close tag, allowed before the answer starts.
@@ -57,6 +65,9 @@ class ReasoningGate:
         if self.state == "thinking":
             row[:] = -1
             set_tokens(row, self.tokenizer.eos_token_ids, False)
+        elif self.state == "closing":
+            row[:] = 0
+            set_tokens(row, [self._close_ids[self._closing_at]], True)
         elif self.state == "opening":
             row[:] = 0
             set_tokens(row, [self.open_ids[self._opening_at]], True)
@@ -86,7 +97,10 @@ class ReasoningGate:
         if self.state == "start":
             if token == self.open_ids[0] and not self._inner_allows(token):
                 self._opening_at = 1
-                self.state = "opening" if len(self.open_ids) > 1 else "thinking"
+                if len(self.open_ids) > 1:
+                    self.state = "opening"
+                else:
+                    self._think()
                 return True
             self.state = "answer"
             return self.inner.advance(token)
@@ -95,11 +109,21 @@ class ReasoningGate:
                 return False
             self._opening_at += 1
             if self._opening_at == len(self.open_ids):
-                self.state = "thinking"
+                self._think()
             return True
         if self.state == "thinking":
             self._text += self.tokenizer.decode([token])
+            self._spent += 1
             if self.tags.close in self._text[-(len(self.tags.close) + 16):]:
+                self.state = "answer_start"
+            elif self.tags.budget is not None and self._spent >= self.tags.budget:
+                self._closing_at, self.state = 0, "closing"  # the budget is spent: close now
+            return True
+        if self.state == "closing":
+            if token != self._close_ids[self._closing_at]:
+                return False
+            self._closing_at += 1
+            if self._closing_at == len(self._close_ids):
                 self.state = "answer_start"
             return True
         if self.state == "answer_start":
@@ -109,10 +133,18 @@ class ReasoningGate:
             self.state = "answer"
         return self.inner.advance(token)
 
+    def _think(self) -> None:
+        """Enter the block (a zero budget closes it at once)."""
+        budget = self.tags.budget
+        self.state = "closing" if budget is not None and budget <= 0 else "thinking"
+
     def forced_tokens(self) -> list[int]:
-        """The rest of the open tag while opening; the inner grammar's once answering."""
+        """The rest of the open tag while opening, of the close tag once the budget is spent;
+        the inner grammar's once answering."""
         if self.state == "opening":
             return list(self.open_ids[self._opening_at:])
+        if self.state == "closing":
+            return list(self._close_ids[self._closing_at:])
         if self.state == "answer":
             return self.inner.forced_tokens()
         return []
@@ -153,6 +185,8 @@ class ReasoningGate:
             return list(self.open_ids[self._opening_at:]) + list(self.tokenizer.encode(self.tags.close))
         if self.state == "thinking":
             return list(self.tokenizer.encode(self.tags.close))
+        if self.state == "closing":
+            return list(self._close_ids[self._closing_at:])
         return []
 
     def closing_root(self) -> ReasoningGate | None:

@@ -27,6 +27,16 @@ DEFAULT_CHAT_TEMPLATE = (
     "{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 _STOP_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|end|>")
+# Harmony (gpt-oss) ends each message with <|end|> and the turn with <|return|> or <|call|>: in a
+# vocabulary with Harmony's channels, <|end|> closes the analysis channel, not the turn.
+_HARMONY_MARK = "<|channel|>"
+
+
+def _message_end(text: str, vocab: Mapping[str, int]) -> bool:
+    """True when ``text`` ends a message but not the turn in this vocabulary (Harmony's <|end|>)."""
+    return text == "<|end|>" and _HARMONY_MARK in vocab
+
+
 # Template variables a request's chat_template_kwargs cannot set: the call's own arguments and the
 # special-token strings the template writes (``bos_token``...), which belong to the model.
 _RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "tokenize", "conversation",
@@ -50,7 +60,7 @@ class Tokenizer:
         if hf.eos_token_id is not None:
             ids.add(int(hf.eos_token_id))
         vocab = hf.get_vocab()
-        ids.update(vocab[t] for t in _STOP_TEXTS if t in vocab)
+        ids.update(vocab[t] for t in _STOP_TEXTS if t in vocab and not _message_end(t, vocab))
         self.eos_token_ids: frozenset[int] = frozenset(ids)
         self.vocab_size = max(vocab_size or 0, len(hf))
         if not getattr(hf, "chat_template", None):

@@ -123,6 +123,8 @@ class Budget:
 
     explicit: bool
     param: str
+    # Thinking tokens allowed before the close tag is forced (chat's max_reasoning_tokens).
+    reasoning_tokens: int | None = None
 
 
 @dataclass(frozen=True)

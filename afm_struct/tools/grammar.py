@@ -34,6 +34,7 @@ then the call is constrained (exact: after the opener only a well-formed call ma
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,9 @@ from ..grammar.llguidance_backend import json_options
 from ..grammar.rewrites import rewrite_schema
 from ..grammar.spec import CompileOptions, JsonSchemaRequest, LarkRequest, Rung
 from .definitions import ToolDef
-from .formats import ToolFormat
+from .formats import NON_JSON_BODIES, ToolFormat
+from .lark_text import markup, text_until
+from .syntaxes import served_rung, syntax_call_rules
 
 GENERIC_ARGS: dict[str, Any] = {"type": "object"}
 # ``(tokenizer, request) -> CompiledConstraint``: the server's compile hook (default: the compiler).
@@ -117,13 +120,15 @@ def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
     return with_options(generic, exact), compiled.rung, compiled.reason or "compile_error"
 
 
-def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]]) -> tuple[str, str]:
-    """(the ``call`` alternatives, the rule definitions) for ``(name, arguments schema)`` pairs."""
+def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
+               name_suffix: str = "") -> tuple[str, str]:
+    """(the ``call`` alternatives, the rule definitions) for ``(name, arguments schema)`` pairs
+    (``name_suffix``: Lark written between a name_args body's name and its args marker)."""
     names, lines = [], []
     for i, (name, schema) in enumerate(embedded):
         names.append(f"call_{i}")
         if fmt.body == "name_args":  # the bare name, the args marker (rule args_open), the object
-            lines.append(f"call_{i}: {json.dumps(name)} args_open args_{i}")
+            lines.append(f"call_{i}: {json.dumps(name)} {name_suffix} args_open args_{i}".replace("  ", " "))
         else:
             prefix = "{" + json.dumps(fmt.name_key) + ": " + json.dumps(name) + ", " \
                 + json.dumps(fmt.arguments_key) + ": "
@@ -141,16 +146,26 @@ def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any
                   required: bool, parallel: bool) -> str:
     """The Lark text for ``embedded`` tools in ``fmt``'s syntax and the request's mode."""
     mode = ("required" if required else "auto") + ("_many" if parallel else "_one")
-    opener = grammar_marker(tokenizer, fmt.open) if fmt.open else ""
-    closer = grammar_marker(tokenizer, fmt.close) if fmt.close else ""
-    args_marker = grammar_marker(tokenizer, fmt.args_marker) if fmt.args_marker else ""
-    calls, rules = call_rules(fmt, embedded)
+    opener = markup(tokenizer, fmt.open)
+    closer = markup(tokenizer, fmt.close)
+    args_marker = markup(tokenizer, fmt.args_marker)
+    if fmt.body in NON_JSON_BODIES:
+        calls, rules = syntax_call_rules(tokenizer, fmt, embedded)
+    else:
+        calls, rules = call_rules(fmt, embedded, name_suffix=markup(tokenizer, fmt.layout.name_suffix))
     lazy = "[lazy]" if opener.startswith('"') else ""
     text = fmt.grammar_template()
     for key, value in (("START", mode), ("OPEN", opener), ("CLOSE", closer), ("LAZY", lazy),
-                       ("ARGS", args_marker), ("CALLS", calls), ("CALL_RULES", rules)):
+                       ("ARGS", args_marker), ("SEP", markup(tokenizer, fmt.separator)),
+                       ("LIST_OPEN", markup(tokenizer, fmt.layout.list_open)),
+                       ("LIST_CLOSE", markup(tokenizer, fmt.layout.list_close)),
+                       ("CALLS", calls), ("CALL_RULES", rules)):
         text = text.replace("{{" + key + "}}", value)
-    return text
+    # {{UNTIL:rule:text}}: a rule of free text up to the syntax's text (Harmony's analysis).
+    text = re.sub(r"\{\{UNTIL:(\w+):(.*?)\}\}",
+                  lambda m: text_until(tokenizer, m.group(1), m.group(2)), text)
+    # {{MARK:text}}: a syntax's own text (channel headers) with its added tokens by id.
+    return re.sub(r"\{\{MARK:(.*?)\}\}", lambda m: markup(tokenizer, m.group(1)), text)
 
 
 def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, ...], *,
@@ -177,6 +192,8 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
                                             compile_fn=compile_fn, closed=closed)
         if fmt.arguments == "string":
             rung, why = Rung.GENERIC_JSON, "arguments_as_string"
+        elif fmt.body in NON_JSON_BODIES:
+            rung, why = served_rung(fmt, schema, rung, why)
         embedded.append((tool.name, schema))
         if not tool.strict:
             guided[tool.name] = rung.value

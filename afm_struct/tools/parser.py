@@ -187,7 +187,8 @@ class CallParser:
             self._text(out, self._raw)
             self._raw = ""
             return
-        name = buf[:at].strip()
+        # The name ends at blank space or markup (Harmony writes a space before its marker).
+        name = re.split(r"\s|<\|", buf[:at].strip(), maxsplit=1)[0]
         self._raw += buf[:at + len(marker)]
         self._buf = buf[at + len(marker):].lstrip(_WS)
         self._scan = CallScanner(self.fmt)

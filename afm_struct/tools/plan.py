@@ -79,7 +79,8 @@ class ToolPlan:
         names its calls."""
         return ToolCallRouter(self.format, detect_calls=self.choice.kind != "none",
                               max_calls=None if self.parallel else 1, reasoning_tags=reasoning_tags,
-                              start_in_reasoning=start_in_reasoning, id_factory=id_factory)
+                              start_in_reasoning=start_in_reasoning, id_factory=id_factory,
+                              tools=self.callable_tools)
 
     def encode_prompt(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, *,
                       context_length: int | None = None) -> list[int]:

