@@ -37,6 +37,7 @@ no output can be valid: :func:`check_budget` refuses such a request before it is
 
 from __future__ import annotations
 
+import codecs
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -82,6 +83,8 @@ class BudgetCloser:
         "_scanned",
         "_span",
         "_state",
+        "_token_bytes",
+        "_utf8",
         "_vocab",
         "_vocab_size",
         "closed",
@@ -93,10 +96,13 @@ class BudgetCloser:
     )
 
     def __init__(self, vocab: ClosingVocab, vocab_size: int,
-                 decode: Callable[[list[int]], str]) -> None:
+                 decode: Callable[[list[int]], str],
+                 token_bytes: Callable[[int], bytes] | None = None) -> None:
         self._vocab = vocab
         self._vocab_size = vocab_size
         self._decode = decode
+        self._token_bytes = token_bytes or (lambda t: decode([t]).encode())
+        self._utf8 = _utf8_decoder()
         self.estimate: int | None = None  # length of the last completion found
         self.in_zone = False
         # The shortest completion known from the current state (inside the zone).
@@ -130,11 +136,23 @@ class BudgetCloser:
         """:func:`scan` state and open string of the constrained span (followed incrementally)."""
         if self._scanned < self._span:
             self._scanned, self._state, self._content = min(self._span, len(tokens)), START, None
+            self._utf8 = _utf8_decoder()
         if self._scanned < len(tokens):
-            text = self._decode(list(tokens[self._scanned:]))
+            text = self._new_text(tokens[self._scanned:])
             self._state, self._content = follow(text, self._state, self._content)
             self._scanned = len(tokens)
         return self._state, self._content
+
+    def _new_text(self, ids: Sequence[int]) -> str:
+        """The text ``ids`` add to what was followed.  A decode of the new tokens alone is exact
+        unless byte-fallback tokens split a character across steps: a tokenizer's byte-fallback
+        decoder then turns the whole run of byte tokens into U+FFFD, a ``"`` byte included, and
+        the scan would think a closed string still open (a strict output cut unclosed).  Those
+        steps follow the tokens' exact bytes through one incremental UTF-8 decoder."""
+        text = self._decode(list(ids))
+        if "\ufffd" not in text and not self._utf8.getstate()[0]:
+            return text
+        return self._utf8.decode(b"".join(self._token_bytes(t) for t in ids))
 
     def _search(self, matcher: Matcher, tokens: Sequence[int], prefix: Sequence[int] = (), *,
                 thorough: bool = False, limit: int | None = None) -> list[int] | None:
@@ -241,6 +259,10 @@ class BudgetCloser:
             self.plan = self.plan[len(forced):]
         else:
             self.plan = None  # recompute at the next step
+
+
+def _utf8_decoder() -> codecs.IncrementalDecoder:
+    return codecs.getincrementaldecoder("utf-8")("replace")
 
 
 # -- admission: the shortest output a grammar allows ---------------------------------------------

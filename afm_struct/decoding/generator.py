@@ -157,8 +157,9 @@ class Generator:
             stops=StopMatcher(params.stop),
             max_tokens=max_tokens, started=time.perf_counter())
         if matcher is not None and request.close_on_length:
+            table = token_table(self.tokenizer)
             seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,
-                                      self.tokenizer.decode)
+                                      self.tokenizer.decode, lambda t: bytes(table.lookup(t)[1]))
         if request.logprobs is not None:
             seq.track = TokenTrack(request.logprobs, token_table(self.tokenizer))
         seq.usage.prompt_tokens = len(request.prompt_ids)
