@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AfmError
+from ..resources import data_dir
 from .cluster_ports import check_replica_ports, free_port, parse_ports
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
+TEMPLATE = data_dir("deploy") / "haproxy.cfg"
 HAPROXY_HINT = ("install HAProxy 2.6+: `apt-get install -y haproxy` (Debian/Ubuntu) or "
                 "`brew install haproxy` (macOS), or give --haproxy PATH")
 # Options of the shared serve set that the cluster does not forward on the command line.
@@ -401,11 +402,10 @@ def forwarded_args(args: argparse.Namespace, actions: list[argparse.Action]) -> 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``cluster`` subcommand."""
-    from server.settings import ServerSettings
-
+    from ..resources import server_module
     from .serve import add_serve_options
 
-    d = ServerSettings()
+    d = server_module("settings").ServerSettings()
     p = sub.add_parser("cluster", help="run N serve replicas behind HAProxy",
                        description="Start N `afm-struct serve` replicas on free local ports and "
                                    "HAProxy in front of them; Ctrl-C or SIGTERM stops them all. "
@@ -438,12 +438,13 @@ def replica_count(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Start the cluster and supervise it until Ctrl-C or SIGTERM."""
-    from server.auth import ENV_VAR, is_loopback, load_api_keys
+    from ..resources import server_module
 
-    keys = load_api_keys(args.api_keys, args.api_key_file)
-    if not keys and not is_loopback(args.host):
+    auth = server_module("auth")
+    keys = auth.load_api_keys(args.api_keys, args.api_key_file)
+    if not keys and not auth.is_loopback(args.host):
         print(f"afm-struct: warning: serving on {args.host} without an API key: anyone who can reach "
-              f"port {args.port} can use the model; set --api-key, --api-key-file or {ENV_VAR}",
+              f"port {args.port} can use the model; set --api-key, --api-key-file or {auth.ENV_VAR}",
               file=sys.stderr, flush=True)
     cluster = Cluster(replica_count(args), args.port, forwarded_args(args, args.serve_actions),
                       host=args.host, api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
