@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
@@ -139,8 +140,22 @@ def open_response_store(args: argparse.Namespace, environ: dict[str, str] | None
     return open_store(spec)
 
 
-def _progress(message: str) -> None:
-    print(f"  … {message}", file=sys.stderr, flush=True)
+class _Say:
+    """Start-up messages: printed to stderr, or logged (one JSON object per line) under
+    ``--log-format json``, so that every line a JSON-logging server writes parses."""
+
+    def __init__(self, json_logs: bool) -> None:
+        self.json_logs = json_logs
+
+    def __call__(self, message: str, level: int = logging.INFO) -> None:
+        if self.json_logs:
+            logging.getLogger("afm_struct.cli").log(level, message.removeprefix("afm-struct: ").strip())
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def progress(self, message: str) -> None:
+        """Model-loading progress."""
+        self(f"  … {message}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,31 +181,31 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
     server_module("logging_json").configure(settings.log_format, settings.log_level)
+    say = _Say(settings.log_format == "json")
     if not api_keys and not auth.is_loopback(settings.host):
-        print(f"afm-struct: warning: serving on {settings.host} without an API key: anyone who can "
-              f"reach port {settings.port} can use the model; set --api-key, --api-key-file or "
-              f"{auth.ENV_VAR}", file=sys.stderr, flush=True)
+        say(f"afm-struct: warning: serving on {settings.host} without an API key: anyone who can "
+            f"reach port {settings.port} can use the model; set --api-key, --api-key-file or "
+            f"{auth.ENV_VAR}", logging.WARNING)
     # Before the model: a bad store path fails in a second, not after the load.
     store = open_response_store(args)
-    print(f"afm-struct: responses stored in {store.description}" if store is not None else
-          "afm-struct: responses not stored (--no-store)", file=sys.stderr, flush=True)
-    print(f"afm-struct: loading {args.model or 'the embedded model'}", file=sys.stderr, flush=True)
+    say(f"afm-struct: responses stored in {store.description}" if store is not None else
+        "afm-struct: responses not stored (--no-store)")
+    say(f"afm-struct: loading {args.model or 'the embedded model'}")
     if tokens_per_s is not None:
         from ..testing import served_scripted_model
 
         loaded = served_scripted_model(tokens_per_s)
     else:
-        loaded = load_model(args.model, weights=args.weights, progress=_progress)
+        loaded = load_model(args.model, weights=args.weights, progress=say.progress)
     info = loaded.info
-    print(f"afm-struct: model {info.id} ({info.source}, {info.weights}, "
-          f"{info.weight_bytes / 1e6:.0f} MB, context {info.context_length}) "
-          f"loaded in {info.load_seconds:.1f}s", file=sys.stderr)
-    print(f"afm-struct: MLX device {info.device}; BLAS {blas_in_use()}", file=sys.stderr)
+    say(f"afm-struct: model {info.id} ({info.source}, {info.weights}, "
+        f"{info.weight_bytes / 1e6:.0f} MB, context {info.context_length}) "
+        f"loaded in {info.load_seconds:.1f}s")
+    say(f"afm-struct: MLX device {info.device}; BLAS {blas_in_use()}")
     warn_if_reference_blas()
     keys = f"API key required ({len(api_keys)} accepted)" if api_keys else "no API key"
-    print(f"afm-struct: serving on http://{settings.host}:{settings.port} "
-          f"(POST /v1/chat/completions, GET /v1/models, GET /health; {keys})",
-          file=sys.stderr, flush=True)
+    say(f"afm-struct: serving on http://{settings.host}:{settings.port} "
+        f"(POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics; {keys})")
     options = CompileOptions(backend=args.grammar_backend, property_order=args.property_order)
 
     def compile_fn(tokenizer: Any, request: Any) -> Any:
