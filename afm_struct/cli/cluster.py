@@ -125,6 +125,7 @@ class Cluster:
     restart: bool = True
     log: Any = None  # a callable taking one line; default: stderr
     replica_ports: tuple[int, ...] | None = None  # pinned ports, one per replica (default: free ones)
+    metrics_port: int | None = None  # HAProxy's Prometheus exporter on 127.0.0.1 (default: a free port)
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -154,6 +155,7 @@ class Cluster:
         ports = self.replica_ports or tuple(free_port() for _ in range(self.replicas))
         self.members = [Replica(f"r{i + 1}", port, self.run_dir / f"r{i + 1}.log")
                         for i, port in enumerate(ports)]
+        self.metrics_port = self.metrics_port or free_port()
         self.balancer: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -178,7 +180,8 @@ class Cluster:
             return string.Template(self.template.read_text()).substitute(
                 bind=f"{self.host}:{self.port}", stats_socket=str(self.stats_socket),
                 retries=str(max(1, self.replicas - 1)), servers=servers, maxconn=str(haproxy_maxconn()),
-                owner=OWNER_FROM_KEY if self.api_keys else OWNER_WITHOUT_KEYS)
+                owner=OWNER_FROM_KEY if self.api_keys else OWNER_WITHOUT_KEYS,
+                metrics_bind=f"127.0.0.1:{self.metrics_port}")
         except (KeyError, ValueError) as exc:
             raise ClusterError(f"the HAProxy template {self.template} has an unknown or malformed "
                                f"placeholder ({exc}); write a literal dollar as $$") from None
@@ -244,7 +247,8 @@ class Cluster:
         for r in self.members:
             self._say(f"replica {r.name}: pid {r.pid}, {r.url}, log {r.log_path}")
         self._say(f"HAProxy pid {self.balancer.pid}, config {self.config_path}; "
-                  f"serving on {self.url}")
+                  f"serving on {self.url}; metrics: each replica's /metrics and HAProxy's "
+                  f"http://127.0.0.1:{self.metrics_port}/metrics")
 
     def _wait_balancer(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -423,6 +427,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", default=None, metavar="DIR",
                    help="where the rendered config, the stats socket and replica logs go "
                         "(default: a new temporary directory, removed on a clean exit)")
+    p.add_argument("--haproxy-metrics-port", dest="metrics_port", type=int, default=None, metavar="PORT",
+                   help="HAProxy's own Prometheus exporter on 127.0.0.1:PORT/metrics (default: a free "
+                        "port, printed at start); each replica serves its own /metrics")
     p.add_argument("--no-restart", dest="restart", action="store_false",
                    help="leave a replica that dies down instead of restarting it")
     actions = add_serve_options(p, d)
@@ -449,7 +456,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = Cluster(replica_count(args), args.port, forwarded_args(args, args.serve_actions),
                       host=args.host, api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
                       run_dir=Path(args.run_dir) if args.run_dir else None, restart=args.restart,
-                      replica_ports=args.replica_ports)
+                      replica_ports=args.replica_ports, metrics_port=args.metrics_port)
 
     def on_sigterm(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt  # one path out for Ctrl-C and SIGTERM
