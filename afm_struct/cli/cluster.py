@@ -4,9 +4,11 @@ The replicas listen on free loopback ports (or the ones ``--replica-ports`` pins
 (``deploy/haproxy.cfg``, rendered into the run directory) listens on ``--port`` and balances
 them: leastconn for new generations, the replica that holds a stream for its cancel, 503s
 retried on another replica, health checks on ``/health``.  A replica that dies is restarted on
-the same port (HAProxy takes it back once its health check passes); Ctrl-C or SIGTERM stops
-HAProxy, then every replica, and removes the run directory unless it was given (``--run-dir``)
-or something went wrong (its logs are kept).
+the same port (HAProxy takes it back once its health check passes); Ctrl-C or SIGTERM drains
+every replica (their streams in flight finish, or end ``cancelled`` after ``--drain-seconds``),
+then stops HAProxy, and removes the run directory unless it was given (``--run-dir``) or
+something went wrong (its logs are kept).  Killed outright (SIGKILL), the cluster leaves
+nothing running: its children are sent SIGTERM by the kernel (:mod:`.lifetime`).
 
 API keys given to the cluster (``--api-key``, ``--api-key-file``, ``AFM_STRUCT_API_KEYS``), with
 their tenant names, are handed to the replicas in their environment, not on their command line
@@ -35,6 +37,7 @@ from typing import Any
 from ..errors import AfmError
 from ..resources import data_dir
 from .cluster_ports import check_replica_ports, free_port, parse_ports
+from .lifetime import die_with_parent, terminate_all
 
 TEMPLATE = data_dir("deploy") / "haproxy.cfg"
 HAPROXY_HINT = ("install HAProxy 2.6+: `apt-get install -y haproxy` (Debian/Ubuntu) or "
@@ -52,6 +55,9 @@ _MAX_QUICK_CRASHES = 3
 OWNER_FROM_KEY = ("req.hdr(authorization),regsub('^[Bb][Ee][Aa][Rr][Ee][Rr] +',),"
                   "regsub(' +$',),sha2(256),hex")
 OWNER_WITHOUT_KEYS = "str(open)"
+# A stop waits for the replicas' drain (--drain-seconds) and this much more: the time a
+# replica gives cancelled streams to end (server/drain.py CANCEL_GRACE_S), and a margin.
+_AFTER_DRAIN_S = 15.0
 
 
 def haproxy_maxconn(wanted: int = 4096) -> int:
@@ -126,6 +132,7 @@ class Cluster:
     log: Any = None  # a callable taking one line; default: stderr
     replica_ports: tuple[int, ...] | None = None  # pinned ports, one per replica (default: free ones)
     metrics_port: int | None = None  # HAProxy's Prometheus exporter on 127.0.0.1 (default: a free port)
+    drain_s: float = 30.0  # the replicas' --drain-seconds: how long a stop waits for their streams
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -198,9 +205,10 @@ class Cluster:
                *self.serve_args]
         with open(replica.log_path, "ab") as log:
             # Own session: a terminal's Ctrl-C reaches the cluster alone, which stops the
-            # replicas in order (HAProxy first) instead of every process racing to exit.
+            # replicas in order (drained, then HAProxy) instead of every process racing to exit.
             replica.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                               env=env, start_new_session=True)
+                                               env=env, start_new_session=True,
+                                               preexec_fn=die_with_parent())
         replica.started_at = time.monotonic()
 
     def _wait_healthy(self, replicas: list[Replica], timeout_s: float) -> None:
@@ -239,7 +247,8 @@ class Cluster:
                 self._spawn_replica(r)
             self._wait_healthy(self.members, timeout_s)
             self.balancer = subprocess.Popen([self.haproxy, "-db", "-f", str(self.config_path)],
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=die_with_parent())
             self._wait_balancer(timeout_s=10.0)
         except BaseException:
             self.stop(keep_run_dir=True)  # the error message points at the replicas' logs
@@ -338,25 +347,24 @@ class Cluster:
         except ClusterError as exc:
             self._say(exc.message)
 
-    def stop(self, grace_s: float = 8.0, *, keep_run_dir: bool = False) -> None:
-        """Stop HAProxy (no new connections), then the replicas: SIGTERM, SIGKILL after grace.
+    def stop(self, grace_s: float | None = None, *, keep_run_dir: bool = False) -> None:
+        """Drain the replicas, then stop HAProxy; SIGKILL what is left after the grace.
 
+        The replicas get SIGTERM first: each refuses new work (503, retried by HAProxy on
+        another replica while one still takes it), its /health turns 503 so HAProxy takes it
+        out, and its streams in flight finish through HAProxy or end ``cancelled`` after
+        ``drain_s``.  HAProxy, which carries those streams, is stopped once they are done.
         Then the run directory this cluster made is removed, unless ``keep_run_dir`` (a failure)
         or a replica exited during the run: their logs are what a user needs then.
         """
         self._stopping.set()
         with self._lock:
-            procs = [p for p in (self.balancer, *(r.process for r in self.members)) if p is not None]
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            for proc in procs:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
+            replicas = [r.process for r in self.members if r.process is not None]
+            terminate_all(replicas, signal.SIGTERM,
+                          grace_s if grace_s is not None else self.drain_s + _AFTER_DRAIN_S)
+            if self.balancer is not None:
+                # SIGUSR1: a soft stop (the listener closes, connections in progress finish).
+                terminate_all([self.balancer], signal.SIGUSR1, 5.0)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._remove_run_dir(keep_run_dir)
@@ -456,7 +464,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = Cluster(replica_count(args), args.port, forwarded_args(args, args.serve_actions),
                       host=args.host, api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
                       run_dir=Path(args.run_dir) if args.run_dir else None, restart=args.restart,
-                      replica_ports=args.replica_ports, metrics_port=args.metrics_port)
+                      replica_ports=args.replica_ports, metrics_port=args.metrics_port,
+                      drain_s=args.drain_seconds)
 
     def on_sigterm(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt  # one path out for Ctrl-C and SIGTERM
@@ -467,7 +476,7 @@ def run(args: argparse.Namespace) -> int:
         cluster.start()
         cluster.supervise()
     except KeyboardInterrupt:
-        cluster._say("stopping HAProxy and the replicas")
+        cluster._say("draining the replicas, then stopping HAProxy")
         clean = True
         return 0
     finally:
