@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from afm_struct.decoding.outputs import FinishReason
 
-from .auth import bearer_token
+from .auth import bearer_token, key_matches
 from .metrics import ServerMetrics
 
 log = logging.getLogger("afm_struct.requests")
@@ -99,10 +99,8 @@ def tenant_of(authorization: bytes | None, keys: tuple[str, ...]) -> str:
     """The tenant label: ``key-`` and 8 hex digits of the accepted key's SHA-256, else
     ``anonymous`` (no keys configured, or the key was refused)."""
     token = bearer_token(authorization)
-    if not keys or token is None:
-        return ANONYMOUS
-    text = token.decode("latin-1")
-    if text not in keys:
+    # Compared in constant time, as the key check itself (server/auth.py).
+    if not keys or token is None or not key_matches(token, tuple(k.encode() for k in keys)):
         return ANONYMOUS
     return "key-" + hashlib.sha256(token).hexdigest()[:8]
 

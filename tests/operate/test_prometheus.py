@@ -8,10 +8,12 @@ both on Debian).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -25,6 +27,7 @@ for _binary in ("prometheus", "haproxy"):
         pytest.skip(f"{_binary} is not installed (make setup installs it on Debian: apt-get install -y "
                     f"{_binary})", allow_module_level=True)
 
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "prometheus-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
@@ -141,3 +144,24 @@ def test_prometheus_counts_match_the_traffic(cluster: Cluster, prometheus: str) 
     # HAProxy's exporter saw the same requests go out to the replicas (and the health checks).
     answered = 'sum(haproxy_backend_http_responses_total{proxy="replicas",code="2xx"})'
     assert (settled(prometheus, answered, ok) or 0) >= ok
+
+
+def test_every_dashboard_query_runs_on_metrics_that_exist(cluster: Cluster, prometheus: str) -> None:
+    """deploy/grafana-dashboard.json: each panel's PromQL is accepted by Prometheus, and every
+    metric it names is exported (by a replica, or by HAProxy's exporter)."""
+
+    dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
+    exported = httpx.get(f"{cluster.members[0].url}/metrics", headers=AUTH, timeout=10).text
+    exported += httpx.get(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10).text
+    names = set(re.findall(r"^# TYPE (\w+) (\w+)", exported, re.M))
+    series = {n for n, _ in names} | {f"{n}_{s}" for n, kind in names if kind == "histogram"
+                                      for s in ("bucket", "count", "sum")} | {
+        f"{n}_total" for n, kind in names if kind == "counter"}
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 12
+    for expr in exprs:
+        for metric in re.findall(r"\b((?:afm|haproxy)_\w+)", expr):
+            assert metric in series, (metric, expr)
+        r = httpx.get(f"{prometheus}/api/v1/query", timeout=10,
+                      params={"query": expr.replace("$__rate_interval", "15s")})
+        assert r.status_code == 200 and r.json()["status"] == "success", (expr, r.text)
