@@ -133,6 +133,10 @@ class Cluster:
     replica_ports: tuple[int, ...] | None = None  # pinned ports, one per replica (default: free ones)
     metrics_port: int | None = None  # HAProxy's Prometheus exporter on 127.0.0.1 (default: a free port)
     drain_s: float = 30.0  # the replicas' --drain-seconds: how long a stop waits for their streams
+    # Balancers sharing the cancel table (HAProxy `peers`): (name, "host:port") each, this
+    # cluster's own HAProxy being ``local_peer``.  Empty: one balancer, no peers section.
+    peers: tuple[tuple[str, str], ...] = ()
+    local_peer: str = ""
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -179,19 +183,29 @@ class Cluster:
 
     # -- the configuration ---------------------------------------------------------------------
 
-    def render_config(self) -> str:
-        """``deploy/haproxy.cfg`` with this cluster's bind address, socket and servers."""
+    def render_config(self, *, bind: str | None = None, stats_socket: Path | None = None,
+                      metrics_port: int | None = None) -> str:
+        """``deploy/haproxy.cfg`` with this cluster's bind address, socket and servers (the
+        keywords: another balancer's, in front of the same replicas)."""
         servers = "\n".join(f"    server {r.name} 127.0.0.1:{r.port} id {i}"
                             for i, r in enumerate(self.members, 1))
+        peers = ""
+        if self.peers:
+            peers = "peers afm\n" + "\n".join(f"    peer {name} {address}" for name, address in self.peers)
         try:
             return string.Template(self.template.read_text()).substitute(
-                bind=f"{self.host}:{self.port}", stats_socket=str(self.stats_socket),
+                bind=bind or f"{self.host}:{self.port}", stats_socket=str(stats_socket or self.stats_socket),
                 retries=str(max(1, self.replicas - 1)), servers=servers, maxconn=str(haproxy_maxconn()),
                 owner=OWNER_FROM_KEY if self.api_keys else OWNER_WITHOUT_KEYS,
-                metrics_bind=f"127.0.0.1:{self.metrics_port}")
+                metrics_bind=f"127.0.0.1:{metrics_port or self.metrics_port}", peers=peers,
+                table_peers=" peers afm" if self.peers else "")
         except (KeyError, ValueError) as exc:
             raise ClusterError(f"the HAProxy template {self.template} has an unknown or malformed "
                                f"placeholder ({exc}); write a literal dollar as $$") from None
+
+    def haproxy_args(self) -> list[str]:
+        """HAProxy's options besides the config: ``-L`` names this balancer among its peers."""
+        return ["-L", self.local_peer] if self.peers else []
 
     # -- processes -----------------------------------------------------------------------------
 
@@ -237,7 +251,7 @@ class Cluster:
         """Start every replica, wait until all are healthy, then start HAProxy in front."""
         self.config_path.write_text(self.render_config())
         assert self.haproxy is not None
-        check = subprocess.run([self.haproxy, "-c", "-f", str(self.config_path)],
+        check = subprocess.run([self.haproxy, "-c", *self.haproxy_args(), "-f", str(self.config_path)],
                                capture_output=True, text=True)
         if check.returncode != 0:
             alerts = [line for line in (check.stdout + check.stderr).splitlines() if "ALERT" in line]
@@ -246,7 +260,8 @@ class Cluster:
             for r in self.members:
                 self._spawn_replica(r)
             self._wait_healthy(self.members, timeout_s)
-            self.balancer = subprocess.Popen([self.haproxy, "-db", "-f", str(self.config_path)],
+            self.balancer = subprocess.Popen([self.haproxy, "-db", *self.haproxy_args(), "-f",
+                                              str(self.config_path)],
                                              stdin=subprocess.DEVNULL, start_new_session=True,
                                              preexec_fn=die_with_parent())
             self._wait_balancer(timeout_s=10.0)
