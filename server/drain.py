@@ -123,8 +123,8 @@ async def drain(app: Any, seconds: float) -> None:
     # Repeated: a request still compiling when the grace ended registers afterwards.
     while state.active and time.monotonic() < hard_stop:
         if afm is not None:
-            for request_id in afm.registry.ids():
-                if afm.registry.cancel(request_id) is None:
+            for owner, request_id in afm.registry.ids():
+                if afm.registry.cancel(owner, request_id) is None:
                     cancelled += 1
         await asyncio.sleep(_POLL_S)
     log.warning("drain grace of %gs over: cancelled %d request(s); %d still open", seconds, cancelled,

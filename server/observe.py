@@ -8,12 +8,11 @@ state: the prepared request (``afm_prepared``: constraint mode, compile results)
 (logger ``afm_struct.requests``: key=value text, or one JSON object with ``--log-format json``).
 
 Prompt and output text are logged only with ``--log-content``; API keys never are (the tenant
-is a short hash of the key).
+is its label, :mod:`server.tenants`: the key's name, or a short hash of the key).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -26,13 +25,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from afm_struct.decoding.outputs import FinishReason
 
-from .auth import bearer_token, key_matches
 from .metrics import ServerMetrics
+from .tenants import Tenant
 
 log = logging.getLogger("afm_struct.requests")
 # An error body is parsed for its type; larger bodies are not errors this server writes.
 _ERROR_BODY_LIMIT = 1 << 16
-ANONYMOUS = "anonymous"
+# The tenant label of a request whose key was refused (no tenant: it never reached the app).
+UNAUTHENTICATED = "unauthenticated"
 
 
 @dataclass
@@ -44,7 +44,7 @@ class RequestRecord:
     method: str
     endpoint: str
     client: str | None
-    tenant: str = ANONYMOUS
+    tenant: str = UNAUTHENTICATED
     status: int = 0
     latency_s: float = 0.0
     model: str | None = None
@@ -93,16 +93,6 @@ class RequestRecord:
         if self.disconnected:
             parts.append("client-disconnected")
         return " ".join(parts)
-
-
-def tenant_of(authorization: bytes | None, keys: tuple[str, ...]) -> str:
-    """The tenant label: ``key-`` and 8 hex digits of the accepted key's SHA-256, else
-    ``anonymous`` (no keys configured, or the key was refused)."""
-    token = bearer_token(authorization)
-    # Compared in constant time, as the key check itself (server/auth.py).
-    if not keys or token is None or not key_matches(token, tuple(k.encode() for k in keys)):
-        return ANONYMOUS
-    return "key-" + hashlib.sha256(token).hexdigest()[:8]
 
 
 def endpoint_of(scope: Scope, routes: Sequence[BaseRoute] = ()) -> str:
@@ -193,12 +183,11 @@ def fill_from_handler(rec: RequestRecord, state: dict[str, Any], started: float,
 class ObserveMiddleware:
     """Times every HTTP request and reports it to the metrics and the request log."""
 
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics, *, keys: tuple[str, ...] = (),
-                 log_content: bool = False, routes: Sequence[BaseRoute] = ()) -> None:
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics, *, log_content: bool = False,
+                 routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.routes = routes
         self.metrics = metrics
-        self.keys = keys
         self.log_content = log_content
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -208,10 +197,8 @@ class ObserveMiddleware:
         started = time.perf_counter()
         state = scope.setdefault("state", {})
         client = scope.get("client")
-        auth = next((v for k, v in scope["headers"] if k == b"authorization"), None)
         rec = RequestRecord(request_id=str(state.get("request_id", "-")), method=scope.get("method", "-"),
-                            endpoint="other", client=f"{client[0]}:{client[1]}" if client else None,
-                            tenant=tenant_of(auth, self.keys))
+                            endpoint="other", client=f"{client[0]}:{client[1]}" if client else None)
         error_body: list[bytes] = []
         ended = False
 
@@ -235,6 +222,9 @@ class ObserveMiddleware:
         finally:
             rec.latency_s = time.perf_counter() - started
             rec.endpoint = endpoint_of(scope, self.routes)
+            # Set by the API-key check (inside): absent when the key was refused.
+            tenant = state.get("tenant")
+            rec.tenant = tenant.label if isinstance(tenant, Tenant) else UNAUTHENTICATED
             rec.disconnected = rec.status != 0 and not ended
             if error_body:
                 rec.error_type = _error_type(b"".join(error_body))

@@ -28,8 +28,7 @@ def install(app: FastAPI, settings: ServerSettings) -> Callable[[], None]:
 
     def add_middleware() -> None:
         app.add_middleware(DrainMiddleware, drain=app.state.drain, retry_after_s=settings.retry_after_s)
-        app.add_middleware(ObserveMiddleware, metrics=app.state.metrics, keys=settings.api_keys,
-                           log_content=settings.log_content,
+        app.add_middleware(ObserveMiddleware, metrics=app.state.metrics, log_content=settings.log_content,
                            routes=[*api_router.routes, *metrics_router.routes])
 
     return add_middleware

@@ -146,7 +146,9 @@ class Cluster:
                 check_replica_ports(tuple(self.replica_ports), self.replicas, self.port)
             except ValueError as exc:
                 raise ClusterError(str(exc)) from None
-        from server.tenants import distinct_keys
+        from ..resources import server_module
+
+        distinct_keys = server_module("tenants").distinct_keys
 
         try:
             self.api_keys = distinct_keys(self.api_keys)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.observe import tenant_of
+from server.tenants import ApiKey
 
 from .conftest import USER, stream_raw, wait_until
 
@@ -73,22 +73,25 @@ def test_counters_and_histograms_follow_the_traffic(serve) -> None:
     assert m[("afm_draining", frozenset())] == 0
 
 
-def test_tenant_is_a_hash_of_the_key_never_the_key(serve) -> None:
-    live = serve("Hello", api_keys=(KEY,))
+def test_tenant_is_the_keys_label_never_the_key(serve) -> None:
+    named = "metrics-named-key"
+    live = serve("Hello", api_keys=(KEY, ApiKey(named, name="acme")))
     auth = {"Authorization": f"Bearer {KEY}"}
+    route = "/v1/chat/completions"
     assert post(live.url, {"messages": USER}, auth).status_code == 200
+    assert post(live.url, {"messages": USER}, {"Authorization": f"Bearer {named}"}).status_code == 200
     assert post(live.url, {"messages": USER}, {"Authorization": "Bearer wrong"}).status_code == 401
     assert httpx.get(f"{live.url}/metrics", timeout=10).status_code == 401  # behind the key
     r = httpx.get(f"{live.url}/metrics", headers=auth, timeout=10)
-    assert KEY not in r.text
+    assert KEY not in r.text and named not in r.text
     m = samples(live.url, auth)
-    tenant = tenant_of(f"Bearer {KEY}".encode(), (KEY,))
+    tenant = ApiKey(KEY).tenant.label  # key-<12 hex of its SHA-256>
     assert tenant.startswith("key-") and KEY not in tenant
-    route = "/v1/chat/completions"
     assert total(m, "afm_requests_total", endpoint=route, status="200", tenant=tenant) == 1
+    assert total(m, "afm_requests_total", endpoint=route, status="200", tenant="acme") == 1
     assert total(m, "afm_requests_total", endpoint="/metrics", status="200", tenant=tenant) == 1
-    assert total(m, "afm_requests_total", endpoint=route, status="401", tenant="anonymous") == 1
-    assert total(m, "afm_requests_total", endpoint="/metrics", status="401", tenant="anonymous") == 1
+    assert total(m, "afm_requests_total", endpoint=route, status="401", tenant="unauthenticated") == 1
+    assert total(m, "afm_requests_total", endpoint="/metrics", status="401", tenant="unauthenticated") == 1
 
 
 def test_503_cancel_and_disconnect_are_counted(serve) -> None:
