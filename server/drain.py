@@ -12,6 +12,7 @@ Then uvicorn shuts down and the process exits 0.  A second SIGTERM, or SIGINT, s
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import time
@@ -72,8 +73,11 @@ class DrainMiddleware:
         self.retry_after_s = retry_after_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _exempt(scope):
-            if self.drain.draining and scope.get("path") == "/health" and scope["type"] == "http":
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if _exempt(scope):
+            if self.drain.draining and scope.get("path") == "/health":
                 await self._draining_health(scope, send)
                 return
             await self.app(scope, receive, send)
@@ -91,8 +95,6 @@ class DrainMiddleware:
             self.drain.active -= 1
 
     async def _draining_health(self, scope: Scope, send: Send) -> None:
-        import json
-
         state = getattr(scope.get("app"), "state", None)
         afm = getattr(state, "afm", None)
         body = json.dumps({"status": "draining", "version": __version__,

@@ -83,8 +83,9 @@ def test_a_cancel_through_the_other_balancer_reaches_the_stream(two_balancers) -
                      for i in range(STREAMS)]
             await asyncio.wait_for(started.wait(), 60)
             # Balancer b learns every ID from a through the peers protocol (no request to b).
+            # The table's keys are "<request ID>/<owner>" (deploy/haproxy.cfg).
             deadline = time.monotonic() + 10
-            while not all(f"key=peer-{i} " in admin(sock_b, "show table replicas") for i in range(STREAMS)):
+            while not all(f"key=peer-{i}/" in admin(sock_b, "show table replicas") for i in range(STREAMS)):
                 assert time.monotonic() < deadline, admin(sock_b, "show table replicas")
                 await asyncio.sleep(0.05)
             cancels = [await client.post(f"{url_b}/v1/chat/completions/peer-{i}/cancel", headers=AUTH)
