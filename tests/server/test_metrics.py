@@ -52,19 +52,22 @@ def test_counters_and_histograms_follow_the_traffic(serve) -> None:
     for _ in range(2):  # the second compile is a cache hit
         assert post(live.url, {"messages": USER, "response_format": fmt}).status_code == 200
     assert post(live.url, {"messages": USER, "temperature": -1}).status_code == 400
+    assert post(live.url, {"messages": USER, "max_tokens": 20, "guided_regex": "[0-9]{3}"}).status_code == 200
     m = samples(live.url)
     route = "/v1/chat/completions"
     assert total(m, "afm_requests_total", endpoint=route, status="200", mode="text") == 5
     assert total(m, "afm_requests_total", endpoint=route, status="200", mode="json_schema") == 2
+    assert total(m, "afm_requests_total", endpoint=route, status="200", mode="regex") == 1
     assert total(m, "afm_requests_total", endpoint=route, status="400") == 1
     assert total(m, "afm_errors_total", type="invalid_request_error") == 1
-    assert total(m, "afm_time_to_first_token_seconds_count") == 7
+    assert total(m, "afm_time_to_first_token_seconds_count") == 8
     assert total(m, "afm_time_to_first_token_seconds_count", mode="json_schema") == 2
-    assert total(m, "afm_request_duration_seconds_count", endpoint=route) == 8
-    assert total(m, "afm_finish_reasons_total", reason="stop") == 7
+    assert total(m, "afm_request_duration_seconds_count", endpoint=route) == 9
+    assert total(m, "afm_finish_reasons_total") == 8
     assert total(m, "afm_grammar_compile_cache_total", result="hit") == 1
-    assert total(m, "afm_grammar_compile_cache_total", result="miss") == 1
-    assert total(m, "afm_grammar_compile_seconds_count") == 1
+    assert total(m, "afm_grammar_compile_cache_total", result="miss") == 2
+    assert total(m, "afm_grammar_compile_seconds_count", kind="regex") == 1
+    assert total(m, "afm_grammar_compile_seconds_count") == 2
     # Every completion token is counted; the scripted document's forced keys among them.
     completion = total(m, "afm_completion_tokens_total")
     assert completion > 0 and 0 < total(m, "afm_forced_tokens_total") <= completion
