@@ -27,6 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	@bash scripts/install-blas.sh $(BIN)/python
 	@bash scripts/install-haproxy.sh
 	@bash scripts/install-postgresql.sh
+	@bash scripts/install-prometheus.sh
 	@touch $(STAMP)
 
 serve: setup

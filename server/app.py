@@ -25,6 +25,7 @@ from .auth import ApiKeyMiddleware
 from .cancel import InflightRegistry
 from .errors import install_error_handlers
 from .middleware import BodyLimitMiddleware, RequestIdMiddleware
+from .operations import install as install_operations
 from .routes import router
 from .settings import ServerSettings
 from .state import ServerState
@@ -83,11 +84,13 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app.state.response_store = response_store
     install_error_handlers(app)
     app.include_router(router)
+    add_operations_middleware = install_operations(app, settings)
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
                        timeout_s=settings.body_timeout_s)
     # Outside the body limit (a caller without a key is refused before its body is read), inside
     # the request IDs (a 401 still carries them).
     app.add_middleware(ApiKeyMiddleware, keys=settings.keys)
+    add_operations_middleware()  # metrics, request log, drain: outside the key check
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every response has the IDs
     return app

@@ -105,6 +105,11 @@ class InflightRegistry:
             if self._live.get(entry.key) is entry:
                 del self._live[entry.key]
 
+    def ids(self) -> list[tuple[str, str]]:
+        """(owner, request ID) of every request in flight now (a snapshot)."""
+        with self._lock:
+            return list(self._live)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._live)

@@ -93,7 +93,8 @@ async def respond(request: Request, state: ServerState, prepared: Prepared, *,
                   ) -> StreamingResponse | JSONResponse:
     """Admit ``prepared`` and answer with the protocol's encoders: SSE (``stream``) or one
     JSON body (``body``), the run stopped when the client goes away."""
-    run = admit(state, prepared, owner=tenant_of(request).owner)
+    request.state.afm_prepared = prepared  # for the metrics and the request log (server/observe.py)
+    run = request.state.afm_run = admit(state, prepared, owner=tenant_of(request).owner)
     headers = response_headers(prepared)
     if prepared.plan.delivery.stream:
         return SSEResponse(sse_body(run, stream()), headers=headers, on_close=run.close)

@@ -61,6 +61,12 @@ class Run:
         """The correlation ID (``X-Request-ID``)."""
         return self.prepared.plan.request_id
 
+    @property
+    def outcome(self) -> tuple[FinishReason, Finished, AfmError | None] | None:
+        """How the run ended (finish reason, the generator's end, the error), None until then:
+        read by the metrics and the request log (server/observe.py)."""
+        return self._outcome
+
     def close(self) -> None:
         """Stop generation if still running (client gone) and release the request ID."""
         if not self.handle.finished.is_set():

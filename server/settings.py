@@ -51,6 +51,12 @@ class ServerSettings:
     # its tenant or not (a bare string is an unnamed key). Kept out of the repr so settings can
     # be logged.
     api_keys: tuple[ApiKey | str, ...] = field(default=(), repr=False)
+    # SIGTERM: requests in flight get this long to finish before they are cancelled.
+    drain_seconds: float = 30.0
+    # "text" (human-readable) or "json" (one object per line); prompt and output text are
+    # logged only with log_content.
+    log_format: str = "text"
+    log_content: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.profile_interval_s <= 0.25:
@@ -69,6 +75,10 @@ class ServerSettings:
             raise ValueError("a served model name must not be empty")
         if len(set(self.served_model_names)) != len(self.served_model_names):
             raise ValueError("served model names must be distinct")
+        if not 0 <= self.drain_seconds <= 3600:
+            raise ValueError("drain_seconds must be in [0, 3600]")
+        if self.log_format not in ("text", "json"):
+            raise ValueError("log_format must be text or json")
         if any(isinstance(key, str) and (not key or key != key.strip()) for key in self.api_keys):
             raise ValueError("an API key must be non-empty and without surrounding spaces")
         object.__setattr__(self, "api_keys", distinct_keys(self.api_keys))

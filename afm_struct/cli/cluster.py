@@ -4,9 +4,11 @@ The replicas listen on free loopback ports (or the ones ``--replica-ports`` pins
 (``deploy/haproxy.cfg``, rendered into the run directory) listens on ``--port`` and balances
 them: leastconn for new generations, the replica that holds a stream for its cancel, 503s
 retried on another replica, health checks on ``/health``.  A replica that dies is restarted on
-the same port (HAProxy takes it back once its health check passes); Ctrl-C or SIGTERM stops
-HAProxy, then every replica, and removes the run directory unless it was given (``--run-dir``)
-or something went wrong (its logs are kept).
+the same port (HAProxy takes it back once its health check passes); Ctrl-C or SIGTERM drains
+every replica (their streams in flight finish, or end ``cancelled`` after ``--drain-seconds``),
+then stops HAProxy, and removes the run directory unless it was given (``--run-dir``) or
+something went wrong (its logs are kept).  Killed outright (SIGKILL), the cluster leaves
+nothing running: its children are sent SIGTERM by the kernel (:mod:`.lifetime`).
 
 API keys given to the cluster (``--api-key``, ``--api-key-file``, ``AFM_STRUCT_API_KEYS``), with
 their tenant names, are handed to the replicas in their environment, not on their command line
@@ -33,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AfmError
+from ..resources import data_dir
 from .cluster_ports import check_replica_ports, free_port, parse_ports
+from .lifetime import die_with_parent, terminate_all
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "haproxy.cfg"
+TEMPLATE = data_dir("deploy") / "haproxy.cfg"
 HAPROXY_HINT = ("install HAProxy 2.6+: `apt-get install -y haproxy` (Debian/Ubuntu) or "
                 "`brew install haproxy` (macOS), or give --haproxy PATH")
 # Options of the shared serve set that the cluster does not forward on the command line.
@@ -51,6 +55,9 @@ _MAX_QUICK_CRASHES = 3
 OWNER_FROM_KEY = ("req.hdr(authorization),regsub('^[Bb][Ee][Aa][Rr][Ee][Rr] +',),"
                   "regsub(' +$',),sha2(256),hex")
 OWNER_WITHOUT_KEYS = "str(open)"
+# A stop waits for the replicas' drain (--drain-seconds) and this much more: the time a
+# replica gives cancelled streams to end (server/drain.py CANCEL_GRACE_S), and a margin.
+_AFTER_DRAIN_S = 15.0
 
 
 def haproxy_maxconn(wanted: int = 4096) -> int:
@@ -124,6 +131,12 @@ class Cluster:
     restart: bool = True
     log: Any = None  # a callable taking one line; default: stderr
     replica_ports: tuple[int, ...] | None = None  # pinned ports, one per replica (default: free ones)
+    metrics_port: int | None = None  # HAProxy's Prometheus exporter on 127.0.0.1 (default: a free port)
+    drain_s: float = 30.0  # the replicas' --drain-seconds: how long a stop waits for their streams
+    # Balancers sharing the cancel table (HAProxy `peers`): (name, "host:port") each, this
+    # cluster's own HAProxy being ``local_peer``.  Empty: one balancer, no peers section.
+    peers: tuple[tuple[str, str], ...] = ()
+    local_peer: str = ""
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -133,7 +146,9 @@ class Cluster:
                 check_replica_ports(tuple(self.replica_ports), self.replicas, self.port)
             except ValueError as exc:
                 raise ClusterError(str(exc)) from None
-        from server.tenants import distinct_keys
+        from ..resources import server_module
+
+        distinct_keys = server_module("tenants").distinct_keys
 
         try:
             self.api_keys = distinct_keys(self.api_keys)
@@ -153,6 +168,7 @@ class Cluster:
         ports = self.replica_ports or tuple(free_port() for _ in range(self.replicas))
         self.members = [Replica(f"r{i + 1}", port, self.run_dir / f"r{i + 1}.log")
                         for i, port in enumerate(ports)]
+        self.metrics_port = self.metrics_port or free_port()
         self.balancer: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -169,18 +185,29 @@ class Cluster:
 
     # -- the configuration ---------------------------------------------------------------------
 
-    def render_config(self) -> str:
-        """``deploy/haproxy.cfg`` with this cluster's bind address, socket and servers."""
+    def render_config(self, *, bind: str | None = None, stats_socket: Path | None = None,
+                      metrics_port: int | None = None) -> str:
+        """``deploy/haproxy.cfg`` with this cluster's bind address, socket and servers (the
+        keywords: another balancer's, in front of the same replicas)."""
         servers = "\n".join(f"    server {r.name} 127.0.0.1:{r.port} id {i}"
                             for i, r in enumerate(self.members, 1))
+        peers = ""
+        if self.peers:
+            peers = "peers afm\n" + "\n".join(f"    peer {name} {address}" for name, address in self.peers)
         try:
             return string.Template(self.template.read_text()).substitute(
-                bind=f"{self.host}:{self.port}", stats_socket=str(self.stats_socket),
+                bind=bind or f"{self.host}:{self.port}", stats_socket=str(stats_socket or self.stats_socket),
                 retries=str(max(1, self.replicas - 1)), servers=servers, maxconn=str(haproxy_maxconn()),
-                owner=OWNER_FROM_KEY if self.api_keys else OWNER_WITHOUT_KEYS)
+                owner=OWNER_FROM_KEY if self.api_keys else OWNER_WITHOUT_KEYS,
+                metrics_bind=f"127.0.0.1:{metrics_port or self.metrics_port}", peers=peers,
+                table_peers=" peers afm" if self.peers else "")
         except (KeyError, ValueError) as exc:
             raise ClusterError(f"the HAProxy template {self.template} has an unknown or malformed "
                                f"placeholder ({exc}); write a literal dollar as $$") from None
+
+    def haproxy_args(self) -> list[str]:
+        """HAProxy's options besides the config: ``-L`` names this balancer among its peers."""
+        return ["-L", self.local_peer] if self.peers else []
 
     # -- processes -----------------------------------------------------------------------------
 
@@ -194,9 +221,10 @@ class Cluster:
                *self.serve_args]
         with open(replica.log_path, "ab") as log:
             # Own session: a terminal's Ctrl-C reaches the cluster alone, which stops the
-            # replicas in order (HAProxy first) instead of every process racing to exit.
+            # replicas in order (drained, then HAProxy) instead of every process racing to exit.
             replica.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                               env=env, start_new_session=True)
+                                               env=env, start_new_session=True,
+                                               preexec_fn=die_with_parent())
         replica.started_at = time.monotonic()
 
     def _wait_healthy(self, replicas: list[Replica], timeout_s: float) -> None:
@@ -225,7 +253,7 @@ class Cluster:
         """Start every replica, wait until all are healthy, then start HAProxy in front."""
         self.config_path.write_text(self.render_config())
         assert self.haproxy is not None
-        check = subprocess.run([self.haproxy, "-c", "-f", str(self.config_path)],
+        check = subprocess.run([self.haproxy, "-c", *self.haproxy_args(), "-f", str(self.config_path)],
                                capture_output=True, text=True)
         if check.returncode != 0:
             alerts = [line for line in (check.stdout + check.stderr).splitlines() if "ALERT" in line]
@@ -234,8 +262,10 @@ class Cluster:
             for r in self.members:
                 self._spawn_replica(r)
             self._wait_healthy(self.members, timeout_s)
-            self.balancer = subprocess.Popen([self.haproxy, "-db", "-f", str(self.config_path)],
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            self.balancer = subprocess.Popen([self.haproxy, "-db", *self.haproxy_args(), "-f",
+                                              str(self.config_path)],
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=die_with_parent())
             self._wait_balancer(timeout_s=10.0)
         except BaseException:
             self.stop(keep_run_dir=True)  # the error message points at the replicas' logs
@@ -243,7 +273,8 @@ class Cluster:
         for r in self.members:
             self._say(f"replica {r.name}: pid {r.pid}, {r.url}, log {r.log_path}")
         self._say(f"HAProxy pid {self.balancer.pid}, config {self.config_path}; "
-                  f"serving on {self.url}")
+                  f"serving on {self.url}; metrics: each replica's /metrics and HAProxy's "
+                  f"http://127.0.0.1:{self.metrics_port}/metrics")
 
     def _wait_balancer(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -333,25 +364,24 @@ class Cluster:
         except ClusterError as exc:
             self._say(exc.message)
 
-    def stop(self, grace_s: float = 8.0, *, keep_run_dir: bool = False) -> None:
-        """Stop HAProxy (no new connections), then the replicas: SIGTERM, SIGKILL after grace.
+    def stop(self, grace_s: float | None = None, *, keep_run_dir: bool = False) -> None:
+        """Drain the replicas, then stop HAProxy; SIGKILL what is left after the grace.
 
+        The replicas get SIGTERM first: each refuses new work (503, retried by HAProxy on
+        another replica while one still takes it), its /health turns 503 so HAProxy takes it
+        out, and its streams in flight finish through HAProxy or end ``cancelled`` after
+        ``drain_s``.  HAProxy, which carries those streams, is stopped once they are done.
         Then the run directory this cluster made is removed, unless ``keep_run_dir`` (a failure)
         or a replica exited during the run: their logs are what a user needs then.
         """
         self._stopping.set()
         with self._lock:
-            procs = [p for p in (self.balancer, *(r.process for r in self.members)) if p is not None]
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            for proc in procs:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
+            replicas = [r.process for r in self.members if r.process is not None]
+            terminate_all(replicas, signal.SIGTERM,
+                          grace_s if grace_s is not None else self.drain_s + _AFTER_DRAIN_S)
+            if self.balancer is not None:
+                # SIGUSR1: a soft stop (the listener closes, connections in progress finish).
+                terminate_all([self.balancer], signal.SIGUSR1, 5.0)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._remove_run_dir(keep_run_dir)
@@ -401,11 +431,10 @@ def forwarded_args(args: argparse.Namespace, actions: list[argparse.Action]) -> 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``cluster`` subcommand."""
-    from server.settings import ServerSettings
-
+    from ..resources import server_module
     from .serve import add_serve_options
 
-    d = ServerSettings()
+    d = server_module("settings").ServerSettings()
     p = sub.add_parser("cluster", help="run N serve replicas behind HAProxy",
                        description="Start N `afm-struct serve` replicas on free local ports and "
                                    "HAProxy in front of them; Ctrl-C or SIGTERM stops them all. "
@@ -423,6 +452,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", default=None, metavar="DIR",
                    help="where the rendered config, the stats socket and replica logs go "
                         "(default: a new temporary directory, removed on a clean exit)")
+    p.add_argument("--haproxy-metrics-port", dest="metrics_port", type=int, default=None, metavar="PORT",
+                   help="HAProxy's own Prometheus exporter on 127.0.0.1:PORT/metrics (default: a free "
+                        "port, printed at start); each replica serves its own /metrics")
     p.add_argument("--no-restart", dest="restart", action="store_false",
                    help="leave a replica that dies down instead of restarting it")
     actions = add_serve_options(p, d)
@@ -438,17 +470,19 @@ def replica_count(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Start the cluster and supervise it until Ctrl-C or SIGTERM."""
-    from server.auth import ENV_VAR, is_loopback, load_api_keys
+    from ..resources import server_module
 
-    keys = load_api_keys(args.api_keys, args.api_key_file)
-    if not keys and not is_loopback(args.host):
+    auth = server_module("auth")
+    keys = auth.load_api_keys(args.api_keys, args.api_key_file)
+    if not keys and not auth.is_loopback(args.host):
         print(f"afm-struct: warning: serving on {args.host} without an API key: anyone who can reach "
-              f"port {args.port} can use the model; set --api-key, --api-key-file or {ENV_VAR}",
+              f"port {args.port} can use the model; set --api-key, --api-key-file or {auth.ENV_VAR}",
               file=sys.stderr, flush=True)
     cluster = Cluster(replica_count(args), args.port, forwarded_args(args, args.serve_actions),
                       host=args.host, api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
                       run_dir=Path(args.run_dir) if args.run_dir else None, restart=args.restart,
-                      replica_ports=args.replica_ports)
+                      replica_ports=args.replica_ports, metrics_port=args.metrics_port,
+                      drain_s=args.drain_seconds)
 
     def on_sigterm(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt  # one path out for Ctrl-C and SIGTERM
@@ -459,7 +493,7 @@ def run(args: argparse.Namespace) -> int:
         cluster.start()
         cluster.supervise()
     except KeyboardInterrupt:
-        cluster._say("stopping HAProxy and the replicas")
+        cluster._say("draining the replicas, then stopping HAProxy")
         clean = True
         return 0
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
@@ -17,9 +18,9 @@ STORE_ENV = "AFM_STRUCT_RESPONSES_STORE"
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``serve`` subcommand."""
-    from server.settings import ServerSettings
+    from ..resources import server_module
 
-    d = ServerSettings()
+    d = server_module("settings").ServerSettings()
     p = sub.add_parser("serve", help="run the OpenAI-compatible server",
                        description="Serve POST /v1/chat/completions (SSE streaming), cancellation, "
                                    "/v1/models, /health and /openapi.json.")
@@ -92,6 +93,18 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
              "$XDG_DATA_HOME/afm-struct/responses.sqlite3)")
     add("--no-store", dest="store", action="store_false",
         help="keep no responses (requests asking to store them are answered, not stored)")
+    add("--drain-seconds", "--drain-timeout", dest="drain_seconds", type=float,
+        default=d.drain_seconds, metavar="SECONDS",
+        help="on SIGTERM, stop taking requests (503 draining, /health 503) and give those in "
+             "flight this long to finish; the rest end with finish_reason cancelled, then the "
+             f"process exits 0 (default {d.drain_seconds:g})")
+    add("--log-format", default=d.log_format, choices=("text", "json"),
+        help="text (human-readable) or json: one object per line, one line per request with "
+             "its ID, endpoint, status, mode, tokens, TTFT, latency and finish reason "
+             f"(default {d.log_format})")
+    add("--log-content", action="store_true",
+        help="also log each request's prompt and output text (off by default: they may hold "
+             "personal data)")
     return actions
 
 
@@ -127,70 +140,76 @@ def open_response_store(args: argparse.Namespace, environ: dict[str, str] | None
     return open_store(spec)
 
 
-def _progress(message: str) -> None:
-    print(f"  … {message}", file=sys.stderr, flush=True)
+class _Say:
+    """Start-up messages: printed to stderr, or logged (one JSON object per line) under
+    ``--log-format json``, so that every line a JSON-logging server writes parses."""
+
+    def __init__(self, json_logs: bool) -> None:
+        self.json_logs = json_logs
+
+    def __call__(self, message: str, level: int = logging.INFO) -> None:
+        if self.json_logs:
+            logging.getLogger("afm_struct.cli").log(level, message.removeprefix("afm-struct: ").strip())
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def progress(self, message: str) -> None:
+        """Model-loading progress."""
+        self(f"  … {message}")
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the model (with progress), print what runs where, then serve until interrupted."""
-    import uvicorn
-
-    from server.app import create_app
-    from server.auth import ENV_VAR, is_loopback, load_api_keys
-    from server.connection import http_protocol
-    from server.settings import ServerSettings
-
     from ..grammar.compiler import compile_constraint
     from ..grammar.spec import CompileOptions
     from ..models.blas import blas_in_use, warn_if_reference_blas
     from ..models.loader import load_model
+    from ..resources import server_module
 
-    api_keys = load_api_keys(args.api_keys, args.api_key_file)
+    auth, settings_module = server_module("auth"), server_module("settings")
+    api_keys = auth.load_api_keys(args.api_keys, args.api_key_file)
     tokens_per_s = parse_scripted_spec(args.model)
     try:
-        settings = ServerSettings(host=args.host, port=args.port, log_level=args.log_level,
-                                  max_queue=args.max_queue, max_active=args.max_active,
-                                  max_body_bytes=args.max_body_bytes, join_wait_ms=args.join_wait_ms,
-                                  body_timeout_s=args.body_timeout_s,
-                                  header_timeout_s=args.header_timeout_s,
-                                  max_connections=args.max_connections,
-                                  close_on_length=args.close_on_length,
-                                  served_model_names=tuple(args.served_model_names),
-                                  api_keys=api_keys)
+        settings = settings_module.ServerSettings(
+            host=args.host, port=args.port, log_level=args.log_level, max_queue=args.max_queue,
+            max_active=args.max_active, max_body_bytes=args.max_body_bytes,
+            join_wait_ms=args.join_wait_ms, body_timeout_s=args.body_timeout_s,
+            header_timeout_s=args.header_timeout_s, max_connections=args.max_connections,
+            close_on_length=args.close_on_length, served_model_names=tuple(args.served_model_names),
+            api_keys=api_keys, drain_seconds=args.drain_seconds, log_format=args.log_format,
+            log_content=args.log_content)
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
-    if not api_keys and not is_loopback(settings.host):
-        print(f"afm-struct: warning: serving on {settings.host} without an API key: anyone who can "
-              f"reach port {settings.port} can use the model; set --api-key, --api-key-file or "
-              f"{ENV_VAR}", file=sys.stderr, flush=True)
+    server_module("logging_json").configure(settings.log_format, settings.log_level)
+    say = _Say(settings.log_format == "json")
+    if not api_keys and not auth.is_loopback(settings.host):
+        say(f"afm-struct: warning: serving on {settings.host} without an API key: anyone who can "
+            f"reach port {settings.port} can use the model; set --api-key, --api-key-file or "
+            f"{auth.ENV_VAR}", logging.WARNING)
     # Before the model: a bad store path fails in a second, not after the load.
     store = open_response_store(args)
-    print(f"afm-struct: responses stored in {store.description}" if store is not None else
-          "afm-struct: responses not stored (--no-store)", file=sys.stderr, flush=True)
-    print(f"afm-struct: loading {args.model or 'the embedded model'}", file=sys.stderr, flush=True)
+    say(f"afm-struct: responses stored in {store.description}" if store is not None else
+        "afm-struct: responses not stored (--no-store)")
+    say(f"afm-struct: loading {args.model or 'the embedded model'}")
     if tokens_per_s is not None:
         from ..testing import served_scripted_model
 
         loaded = served_scripted_model(tokens_per_s)
     else:
-        loaded = load_model(args.model, weights=args.weights, progress=_progress)
+        loaded = load_model(args.model, weights=args.weights, progress=say.progress)
     info = loaded.info
-    print(f"afm-struct: model {info.id} ({info.source}, {info.weights}, "
-          f"{info.weight_bytes / 1e6:.0f} MB, context {info.context_length}) "
-          f"loaded in {info.load_seconds:.1f}s", file=sys.stderr)
-    print(f"afm-struct: MLX device {info.device}; BLAS {blas_in_use()}", file=sys.stderr)
+    say(f"afm-struct: model {info.id} ({info.source}, {info.weights}, "
+        f"{info.weight_bytes / 1e6:.0f} MB, context {info.context_length}) "
+        f"loaded in {info.load_seconds:.1f}s")
+    say(f"afm-struct: MLX device {info.device}; BLAS {blas_in_use()}")
     warn_if_reference_blas()
-    auth = f"API key required ({len(api_keys)} accepted)" if api_keys else "no API key"
-    print(f"afm-struct: serving on http://{settings.host}:{settings.port} "
-          f"(POST /v1/chat/completions, GET /v1/models, GET /health; {auth})",
-          file=sys.stderr, flush=True)
+    keys = f"API key required ({len(api_keys)} accepted)" if api_keys else "no API key"
+    say(f"afm-struct: serving on http://{settings.host}:{settings.port} "
+        f"(POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics; {keys})")
     options = CompileOptions(backend=args.grammar_backend, property_order=args.property_order)
 
     def compile_fn(tokenizer: Any, request: Any) -> Any:
         return compile_constraint(tokenizer, request, options)
 
-    app = create_app(loaded, settings, compile_fn=compile_fn, response_store=store)
-    uvicorn.run(app, host=settings.host, port=settings.port,
-                log_level=settings.log_level, timeout_graceful_shutdown=5,
-                http=http_protocol(settings))
-    return 0
+    app = server_module("app").create_app(loaded, settings, compile_fn=compile_fn, response_store=store)
+    return int(server_module("drain").run(app, settings))

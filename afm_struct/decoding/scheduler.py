@@ -146,6 +146,12 @@ class Scheduler:
         with self._lock:
             return self._pending, self.limits.max_active + self.limits.max_queue
 
+    @property
+    def active_rows(self) -> int:
+        """Requests being generated now (the rest of :attr:`load`'s first number waits)."""
+        # len() of a set another thread mutates is one atomic read in CPython: a gauge's value.
+        return len(self._running)
+
     def submit(self, request: GenerationRequest, *,
                loop: asyncio.AbstractEventLoop | None = None) -> Handle:
         """Queue ``request``; raise :class:`OverloadedError` when full, admission errors at once."""

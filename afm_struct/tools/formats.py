@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRequestError
+from ..resources import data_dir
 
 log = logging.getLogger(__name__)
-GRAMMARS_DIR = Path(__file__).resolve().parents[2] / "grammars"
+GRAMMARS_DIR = data_dir("grammars")
 TABLE_FILE = "tool_formats.json"
 BODIES = ("object", "array", "sequence", "name_args", "tagged", "pythonic")
 # The writings of a call's arguments that are not a JSON object: each has one grammar builder

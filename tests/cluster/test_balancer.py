@@ -178,6 +178,58 @@ def test_503_with_retry_after_only_when_every_replica_is_full(cluster: Cluster) 
     assert all(r.finish_reason == "cancelled" for r in results)
 
 
+# deploy/haproxy.cfg's tune.bufsize: a request is replayed (retried) from HAProxy's buffer, so a
+# body must fit in it (less the headers and tune.maxrewrite's 1 KiB) to be retried.
+BUFSIZE = 65536
+
+
+def test_a_body_within_the_buffer_is_retried_on_503_and_one_past_it_is_not(cluster: Cluster) -> None:
+    """The boundary of L7 retries (docs/deploy.md): with the replica some affinity keys stick
+    to filled behind the balancer's back, a request whose body fits HAProxy's buffer is retried
+    on another replica; one whose body does not is streamed to that replica, and its 503 (with
+    Retry-After) reaches the client.  The padding is an unknown field, which replicas ignore.
+    One key per request: a redispatched request re-sticks its key to the replica that served it."""
+    paddings = (1000, BUFSIZE - 4096, BUFSIZE + 1024, 4 * BUFSIZE)
+
+    def post(client: httpx.Client, key: str, padding: int) -> httpx.Response:
+        return client.post(f"{cluster.url}/v1/chat/completions",
+                           headers={**AUTH, "X-Affinity-Key": key},
+                           json={"messages": USER, "max_tokens": 2, "padding": "x" * padding})
+
+    home, keys = None, []
+    with httpx.Client(timeout=60) as client:
+        for n in range(60):  # keys stuck to one replica (leastconn spreads new keys)
+            replica = post(client, f"bufsize-{n}", 0).headers["x-afm-replica"]
+            home = home or replica
+            if replica == home:
+                keys.append(f"bufsize-{n}")
+            if len(keys) == len(paddings):
+                break
+    assert len(keys) == len(paddings)
+    member = next(m for m in cluster.members if m.name == home)
+
+    async def main() -> tuple[list[StreamResult], list[httpx.Response]]:
+        async with async_client() as aclient:
+            fill = [asyncio.create_task(stream(aclient, member.url, 1500,
+                                               headers={"X-Request-ID": f"buf-{i}"}))
+                    for i in range(CAPACITY)]
+            await asyncio.sleep(1.0)
+            with httpx.Client(timeout=60) as client:
+                answers = [await asyncio.to_thread(post, client, key, padding)
+                           for key, padding in zip(keys, paddings, strict=True)]
+            await asyncio.gather(*(aclient.post(f"{member.url}/v1/chat/completions/buf-{i}/cancel",
+                                                headers=AUTH) for i in range(CAPACITY)))
+            return list(await asyncio.gather(*fill)), answers
+
+    fill, (small, near, past, far) = run(main())
+    assert all(r.status == 200 for r in fill)
+    for fits in (small, near):  # retried on another replica
+        assert fits.status_code == 200 and fits.headers["x-afm-replica"] != home
+    for too_big in (past, far):  # not retried: the full replica's own 503
+        assert too_big.status_code == 503 and too_big.headers["retry-after"]
+        assert too_big.json()["error"]["code"] == "queue_full"
+
+
 def test_affinity_key_keeps_a_schema_on_one_replica(cluster: Cluster) -> None:
     def replica(key: str | None) -> str:
         headers = {**AUTH, **({"X-Affinity-Key": key} if key else {})}
