@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .disjoint import branches_disjoint
+from .drafts import draft_of
 from .formats import drop_annotation_format, exact_format
 
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
@@ -43,16 +44,6 @@ class RewriteResult:
 
     schema: Any
     applied: tuple[str, ...]
-
-
-def draft_of(schema: Any) -> int:
-    """The draft number a schema declares (3, 4, 6, 7, 2019, 2020); 0 when it declares none."""
-    uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
-    for marker, draft in (("draft-03", 3), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7),
-                          ("2019-09", 2019), ("2020-12", 2020)):
-        if marker in str(uri):
-            return draft
-    return 0
 
 
 def _ref_targets(schema: Any) -> set[str]:
