@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import jsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
@@ -25,3 +27,20 @@ def validator_class(schema: Any) -> Any:
     if isinstance(schema, dict) and "$schema" in schema and not isinstance(schema["$schema"], str):
         raise SchemaError("'$schema' must be a string", path="$.$schema", param="schema")
     return validator_for(schema, default=Draft202012Validator)
+
+
+@functools.cache
+def asserting_keywords(draft: int) -> frozenset[str]:
+    """The keywords jsonschema checks in ``draft`` (0: undeclared, read as 2020-12); any other
+    key of a schema is an annotation there."""
+    cls = {3: jsonschema.Draft3Validator, 4: jsonschema.Draft4Validator, 6: jsonschema.Draft6Validator,
+           7: jsonschema.Draft7Validator, 2019: jsonschema.Draft201909Validator}.get(
+        draft, jsonschema.Draft202012Validator)
+    out = set(cls.VALIDATORS)
+    if "if" in out:
+        out |= {"then", "else"}
+    if "contains" in out and draft not in (6, 7):
+        out |= {"minContains", "maxContains"}
+    if draft in (3, 4):  # booleans that modify minimum / maximum
+        out |= {"exclusiveMinimum", "exclusiveMaximum"}
+    return frozenset(out)
