@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from . import regular
 from .pattern_lang import pattern_language, search
+from .regex_writer import other_strings
 from .value_kinds import ATOMS, all_of, kind_of, num_type
 
 
@@ -53,14 +53,10 @@ class KindNegations:
             if not strings:
                 out.append({"type": "string"})
             else:
-                lang = ~regular.one_of(strings)
-                if lang.is_empty():
-                    pass
-                else:
-                    pattern = lang.to_pattern()
-                    if pattern is None:
-                        return None
-                    out.append({"type": "string", "pattern": pattern})
+                pattern = other_strings(strings)  # never empty: the listed strings are finite
+                if pattern is None:
+                    return None
+                out.append({"type": "string", "pattern": pattern})
         for kind, build in (("array", self._not_array), ("object", self._not_object)):
             if kind in allowed:
                 same = [v for v in values if kind_of(v) == kind]

@@ -5,6 +5,8 @@ regex read alike: ``(?:…)``, ``|``, ``*``, ``?`` and classes of ``\\uXXXX`` es
 
 from __future__ import annotations
 
+from typing import Any
+
 from .automata import MAX_STATES, Dfa, Node, TooComplex, spend
 from .charsets import FULL, NEWLINE, SURROGATES, complement, diff, normalize
 
@@ -153,3 +155,27 @@ def _print(node: Node, prec: int) -> str:
         single = len(branches) == 1 and branches[0][0] == "set"
         return (text if single else f"(?:{text})") + "?"
     return f"(?:{text})" if prec >= 1 else text
+
+
+def other_strings(words: list[str]) -> str | None:
+    """An anchored regex for every string that is none of ``words``, read off their trie: a
+    string leaves the trie at some character, stops at a node no word ends at, or goes on past
+    a word.  Linear in the words' length, where the complement automaton's state elimination
+    blows up (a few enum values already pass :data:`MAX_PATTERN` that way); None past it."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # a word ends here
+
+    def tree(node: dict[str, Any]) -> Node:
+        branches: list[Node] = [] if "" in node else [("eps",)]
+        chars = sorted(c for c in node if c)
+        leave = complement(normalize((ord(c), ord(c)) for c in chars))
+        branches.append(("cat", ("set", leave), ("star", ("set", FULL))))
+        branches.extend(_cat(("set", ((ord(c), ord(c)),)), tree(node[c])) for c in chars)
+        return branches[0] if len(branches) == 1 else ("alt", *branches)
+
+    text = _print(tree(trie), 0)
+    return None if len(text) > MAX_PATTERN else f"^(?:{text})$"

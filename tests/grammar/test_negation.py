@@ -3,11 +3,12 @@ accepts exactly the values S rejects (jsonschema as the oracle), in each draft's
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from afm_struct.grammar.negation import ATOMS, Negator
@@ -77,3 +78,20 @@ def test_common_forms(schema: Any, allowed: frozenset[str], valid: list[Any], in
 ])
 def test_no_positive_form_answers_none(schema: Any) -> None:
     assert _negator(0).negate(schema, ATOMS) is None
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@example(words=["boolean", "integer", "number", "string", "array", "object", "null"],
+         texts=["bool", "Object", "", "nulls", "integers"])
+@given(words=st.lists(st.text("ab\n", max_size=4), min_size=1, max_size=6),
+       texts=st.lists(st.text("abc\n", max_size=6), max_size=10))
+def test_not_an_enum_of_strings_is_every_other_string(words: list[str], texts: list[str]) -> None:
+    # `not: {enum: [...]}` over strings: exact however many values (the complement automaton's
+    # regex used to pass the size bound at five words, and the keyword stayed unenforced).
+    negated = _negator(0).negate({"enum": words}, frozenset({"string"}))
+    assert negated is not None
+    pattern = negated["pattern"]
+    assert pattern.startswith("^(?:") and pattern.endswith(")$")
+    for text in [*words, *texts]:
+        assert bool(re.fullmatch(pattern[1:-1], text)) == (text not in words), (pattern, text)
+
