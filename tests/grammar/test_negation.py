@@ -26,6 +26,7 @@ def _negator(draft: int) -> Negator:
 
 @pytest.mark.parametrize("draft", sorted(_DRAFTS))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(schema={"enum": [0]}, instances=[0, 1, -1, 0.5, None])  # draft 4: exclusive bounds are booleans
 @given(schema=leaf(), instances=st.lists(INSTANCES, min_size=5, max_size=20))
 def test_negation_accepts_exactly_the_rejected_values(draft: int, schema: Any, instances: list[Any]) -> None:
     negated = _negator(draft).negate(schema, ATOMS)
@@ -38,18 +39,28 @@ def test_negation_accepts_exactly_the_rejected_values(draft: int, schema: Any, i
 
 
 def _spelled(schema: Any, draft: int) -> Any:
-    """Boolean subschemas as draft 4 spells them (it has none; the engine takes them as such)."""
+    """Boolean subschemas as draft 4 spells them (it has none; the engine takes them as such).
+    Only subschema positions: ``exclusiveMaximum: true`` is a draft-4 keyword value."""
     if draft != 4:
         return schema
     if schema is True:
         return {}
     if schema is False:
         return {"not": {}}
-    if isinstance(schema, dict):
-        return {k: v if k in ("enum", "const", "required") else _spelled(v, draft) for k, v in schema.items()}
-    if isinstance(schema, list):
-        return [_spelled(v, draft) for v in schema]
-    return schema
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in ("not", "items", "additionalProperties", "additionalItems"):
+        if key in out:
+            out[key] = ([_spelled(v, draft) for v in out[key]] if isinstance(out[key], list)
+                        else _spelled(out[key], draft))
+    for key in ("allOf", "anyOf", "oneOf"):
+        if isinstance(out.get(key), list):
+            out[key] = [_spelled(v, draft) for v in out[key]]
+    for key in ("properties", "patternProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = {k: _spelled(v, draft) for k, v in out[key].items()}
+    return out
 
 
 @pytest.mark.parametrize(("schema", "allowed", "valid", "invalid"), [
