@@ -124,6 +124,8 @@ class KindNegations:
             value = schema.get(key)
             if isinstance(value, bool) or value is None:
                 continue
+            if key.startswith("exclusive") and 0 < self.draft <= 4:
+                continue  # drafts 3-4: only a boolean beside minimum/maximum (read above) means anything
             if not isinstance(value, int | float) or not math.isfinite(value):
                 return None
             if key == "minimum":
