@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .key_presence import all_of, asserting, condition, is_false, json_types, presence
-from .schema_check import _MISSING, resolve_pointer
+from .schema_paths import MISSING, resolve_pointer
 
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
                           "allOf", "anyOf", "oneOf", "not"})
@@ -129,7 +129,7 @@ class _Translator:
         if ref in self.by_pointer:
             return self.by_pointer[ref]
         target = resolve_pointer(self.root, ref)
-        if target is _MISSING:
+        if target is MISSING:
             raise _Untranslatable(ref)
         # Named before the body is built: a recursive reference finds the rule.
         name = self.by_pointer[ref] = self.new_rule()
@@ -337,7 +337,7 @@ class _Translator:
                     if len(head) < 3 or head[0] != "#" or head[1] not in ("definitions", "$defs"):
                         raise _Untranslatable(ref)
                     target = resolve_pointer(self.root, ref)
-                    if target is _MISSING:
+                    if target is MISSING:
                         raise _Untranslatable(ref)
                     found.add(head[1])
                     stack.append(target)

@@ -256,8 +256,17 @@ class ConstraintCompiler:
             check_schema(schema, param=param)
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)
+        applied = rewritten.applied
+        if (applied and result.rung in (Rung.GENERIC_JSON, Rung.UNCONSTRAINED)
+                and result.reason not in ("compile_timeout", "compile_memory")):
+            # A rewrite can leave a schema the engine finds too large or too complex (nested
+            # negated patterns) even relaxed; the original's relaxed rung, which drops only the
+            # keywords the engine lacks, then serves closer to the schema than generic JSON.
+            original = climb(self.engine, schema, start, self.options.timeout_s, generic_cache=self._generic)
+            if original.rung is Rung.RELAXED:
+                result, applied = original, ()
         return self._result(request, result.rung, result.grammar, result.reason,
-                            rewrites=rewritten.applied, schema=schema)
+                            rewrites=applied, schema=schema)
 
     def _regex(self, request: RegexRequest, start: float) -> CompiledConstraint:
         if not isinstance(request.pattern, str):

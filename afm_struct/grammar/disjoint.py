@@ -1,18 +1,25 @@
 """Prove that two JSON Schemas share no instance (so ``oneOf`` may be read as ``anyOf``).
 
 The proof is conservative: ``False`` means "not proven", never "they overlap".  Evidence used:
-disjoint instance types, disjoint ``const``/``enum`` sets, and for objects a discriminating
-property (required on one side, with disjoint values or types on both) or a property one side
-requires and the other's closed property list forbids.
+disjoint instance types (within the kinds the enclosing schema admits), disjoint ``const``/``enum``
+sets, ``enum`` values the other side rejects (checked by jsonschema), string constraints whose
+languages do not meet (patterns, lengths, enums: :mod:`.pattern_lang`), and for objects a
+discriminating property (required on one side, with disjoint values on both) or a property one
+side requires and the other's closed property list forbids.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
+from collections.abc import Callable
 from typing import Any
 
 _ALL = frozenset({"null", "boolean", "object", "array", "integer", "nonint", "string"})
 _MAX_REF_HOPS = 16
+# Draft 4 has no ``const`` (jsonschema ignores it): set while a draft-3/4 proof runs.  A context
+# variable, not a module global: compiles run in worker threads at the same time.
+_CONST_IGNORED: contextvars.ContextVar[bool] = contextvars.ContextVar("const_ignored", default=False)
 
 
 def resolve_local(node: Any, root: Any) -> Any:
@@ -53,7 +60,7 @@ def _value_atoms(value: Any) -> str:
 
 
 def _values(node: dict[str, Any]) -> list[Any] | None:
-    if "const" in node:
+    if "const" in node and not _CONST_IGNORED.get():
         return [node["const"]]
     enum = node.get("enum")
     return list(enum) if isinstance(enum, list) else None
@@ -108,19 +115,61 @@ def _values_disjoint(a: Any, b: Any, root: Any) -> bool:
     return False
 
 
-def schemas_disjoint(a: Any, b: Any, root: Any) -> bool:
-    """True only when no JSON value is valid against both ``a`` and ``b``."""
-    if not (type_atoms(a, root) & type_atoms(b, root)):
+def schemas_disjoint(a: Any, b: Any, root: Any, kinds: frozenset[str] = _ALL, draft: int = 0,
+                     valid: Callable[[Any, Any], bool] | None = None) -> bool:
+    """True only when no JSON value of kinds ``kinds`` is valid against both ``a`` and ``b``.
+
+    ``valid(value, schema)`` (jsonschema with the root's references) lets listed values be
+    checked against the other side."""
+    token = _CONST_IGNORED.set(draft in (3, 4))
+    try:
+        return _disjoint(a, b, root, kinds, draft, valid)
+    finally:
+        _CONST_IGNORED.reset(token)
+
+
+def _disjoint(a: Any, b: Any, root: Any, kinds: frozenset[str], draft: int,
+              valid: Callable[[Any, Any], bool] | None) -> bool:
+    common = type_atoms(a, root) & type_atoms(b, root) & kinds
+    if not common:
         return True
     if _values_disjoint(a, b, root):
         return True
     a, b = resolve_local(a, root), resolve_local(b, root)
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return False
+    if valid is not None:
+        for x, y in ((a, b), (b, a)):
+            values = _values(x)
+            if values is not None and len(values) <= 64 and not any(
+                    _value_atoms(v) in common and valid(v, y) for v in values):
+                return True
+    if common == {"string"} and _strings_disjoint(a, b, root, draft):
+        return True
     # Beyond this point only objects may be common to both.
-    if not (type_atoms(a, root) & type_atoms(b, root)) <= {"object"}:
+    if not common <= {"object"}:
         return False
     return _objects_disjoint(a, b, root)
+
+
+def kinds_in_draft(node: Any, root: Any, draft: int) -> frozenset[str]:
+    """:func:`type_atoms` as ``draft`` reads ``node`` (drafts 3 and 4 have no ``const``)."""
+    token = _CONST_IGNORED.set(draft in (3, 4))
+    try:
+        return type_atoms(node, root)
+    finally:
+        _CONST_IGNORED.reset(token)
+
+
+def _strings_disjoint(a: dict[str, Any], b: dict[str, Any], root: Any, draft: int) -> bool:
+    from .pattern_lang import string_language
+
+    def resolve(ref: str) -> Any:
+        target = resolve_local({"$ref": ref}, root)
+        return None if isinstance(target, dict) and target.get("$ref") == ref else target
+
+    la, lb = string_language(a, resolve, draft), string_language(b, resolve, draft)
+    return la is not None and lb is not None and (la & lb).is_empty() is True
 
 
 def _objects_disjoint(a: dict[str, Any], b: dict[str, Any], root: Any) -> bool:
@@ -142,11 +191,3 @@ def _objects_disjoint(a: dict[str, Any], b: dict[str, Any], root: Any) -> bool:
                 return True
     return False
 
-
-def branches_disjoint(branches: list[Any], root: Any) -> bool:
-    """True when every pair of ``branches`` is provably disjoint."""
-    for i, a in enumerate(branches):
-        for b in branches[i + 1:]:
-            if not schemas_disjoint(a, b, root):
-                return False
-    return True

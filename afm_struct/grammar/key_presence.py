@@ -10,16 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# Keywords that assert something (JSON Schema drafts 4 to 2020-12); every other key is an
-# annotation or an unknown keyword, which JSON Schema ignores.
-ASSERTIONS = frozenset({
-    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
-    "maxLength", "minLength", "pattern", "format", "items", "prefixItems", "additionalItems", "contains",
-    "minContains", "maxContains", "maxItems", "minItems", "uniqueItems", "maxProperties", "minProperties",
-    "required", "properties", "patternProperties", "additionalProperties", "dependentRequired",
-    "dependentSchemas", "dependencies", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
-    "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dynamicRef", "$recursiveRef",
-    "contentEncoding", "contentMediaType", "contentSchema"})
+from .keywords import ASSERTIONS  # keywords that assert something (drafts 4 to 2020-12)
+
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 
 

@@ -18,17 +18,16 @@ from typing import Any
 
 from .any_order import any_order_grammar
 from .engine import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
+from .keywords import ENGINE_REASONS, TABLE
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
 from .regex_classify import first_irregular_pattern
 from .spec import CompileOptions, Rung
 from .worker import WorkerLimitError, run_with_timeout, submit
 
 _UNIMPLEMENTED = re.compile(r'Unimplemented keys: \["([^"]+)"')
+# llguidance's words → reason: the keyword table's entries first, then what no keyword causes.
 _REASONS: tuple[tuple[str, str], ...] = (
-    ("oneOf constraints are not supported", "unsupported_keyword:oneOf"),
-    ("min/maxProperties", "unsupported_keyword:minProperties"),
-    ("patternProperty regexes", "unsupported_keyword:patternProperties"),
-    ("circular references with sibling keys", "unsupported_ref_siblings"),
+    *ENGINE_REASONS,
     ("intersection stack level exceeded", "schema_intersection_too_deep"),
     ("Unsatisfiable schema", "unsatisfiable_schema"),
     ("integer range", "unsupported_integer_range"),
@@ -43,7 +42,8 @@ _REASONS: tuple[tuple[str, str], ...] = (
 def failure_reason(message: str, schema: Any) -> str:
     """A machine-readable reason for an engine's compile error on ``schema``."""
     if m := _UNIMPLEMENTED.search(message):
-        return f"unsupported_keyword:{m.group(1)}"
+        keyword = TABLE.get(m.group(1))
+        return keyword.reason if keyword is not None else f"unsupported_keyword:{m.group(1)}"
     if message.startswith("Unknown format:"):
         return f"unsupported_format:{message.split(':', 1)[1].strip().splitlines()[0]}"
     lowered = message.lower()

@@ -32,7 +32,7 @@ import interegular
 from interegular import patterns as _p
 
 from ..errors import GrammarLimitError
-from .schema_check import json_path
+from .schema_paths import json_path
 
 # The longest forced run (in bytes of JSON text) a schema may ask for: far above any real
 # pattern or constant, and a step's lexer work stays within ~8 ms on a laptop CPU.

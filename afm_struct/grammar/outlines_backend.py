@@ -19,18 +19,14 @@ import numpy as np
 
 from ..models.byte_level import byte_decoder
 from .engine import EXACT_COMPILE, SchemaCompileOptions, mask_words
+from .keywords import OUTLINES_UNENFORCED
 from .llguidance_backend import BackendCompileError
 from .spec import CompileOptions
 from .worker import ProcessWorker, WorkerLimitError
 
 # JSON Schema assertion keywords outlines-core does not turn into regex constraints (it skips
-# them silently, or reads oneOf as anyOf).  Unknown keywords are annotations and do not count.
-_UNENFORCED = frozenset({
-    "not", "oneOf", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-    "patternProperties", "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
-    "minContains", "maxContains", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "unevaluatedProperties", "unevaluatedItems", "additionalItems",
-})
+# them silently, or reads oneOf as anyOf): the keyword table's ``outlines=False`` entries.
+_UNENFORCED = OUTLINES_UNENFORCED
 _FORMATS = frozenset({"date-time", "date", "time", "uuid", "uri", "email"})
 
 

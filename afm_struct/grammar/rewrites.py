@@ -1,40 +1,56 @@
-"""Semantics-preserving JSON Schema rewrites that bring a schema inside the engines' coverage.
+"""Semantics-preserving JSON Schema rewrites that bring a schema inside llguidance's coverage.
 
-Each rewrite maps a schema node to an equivalent node (same valid instances) built only from
-keywords llguidance enforces, or leaves it unchanged when it cannot prove equivalence:
+Each rewrite maps a schema node to one with the same valid instances, built from keywords
+llguidance enforces, or leaves it alone when it cannot (the ladder then downgrades, honestly).
+Which rewrites a node gets is decided by its keywords through the one table in
+:mod:`.keywords`; they run in :data:`REGISTRY` order, children before parents:
 
-* ``oneof_disjoint``     ``oneOf`` whose branches are pairwise disjoint → ``anyOf``
-* ``unknown_format``     a ``format`` the draft's checker does not assert is an annotation → dropped
-* ``exact_format``       a ``format`` llguidance lacks or enforces loosely → an exact ``pattern``
-  (and ``maxLength``), see :mod:`.formats`
-* ``not_simple``         ``not`` of a type, of ``required``, of a bound, ``not {}`` → positive form
+* ``ref_siblings``       keywords next to ``$ref`` in drafts 3–7 (ignored there) → dropped
+* ``noop_keyword``       keywords that constrain nothing here (``uniqueItems: false``, lone ``if``,
+  ``minContains`` without ``contains``, array keywords under ``type: string``...)
+* ``unknown_format`` / ``exact_format``  see :mod:`.formats`
+* ``regular_pattern``    a pattern llguidance cannot parse (lookahead after ``^``, ``$`` inside a
+  group) rewritten as the same regular language
 * ``dependencies``       ``dependentRequired`` / ``dependencies`` / ``dependentSchemas`` → ``anyOf``
-* ``min_max_properties`` redundant or enumerable ``minProperties`` / ``maxProperties``
-* ``noop_keyword``       keywords that constrain nothing (``uniqueItems: false``, lone ``if``)
-* ``ref_siblings``       keywords next to ``$ref`` in drafts 3–7 (ignored by those drafts) → dropped
+* ``pattern_properties`` overlapping ``patternProperties`` split into disjoint regexes
+* ``property_names``     ``propertyNames`` of a string schema → key patterns
+* ``min_max_properties`` ``min/maxProperties`` over optional properties → ``anyOf`` by presence
+* ``unique_items``       ``uniqueItems`` over a small finite item domain → the unique tuples
+* ``contains``           ``contains`` / ``minContains`` / ``maxContains`` on bounded arrays
+* ``not_positive``       ``not`` → its positive form (:mod:`.negation`)
+* ``if_then_else``       → ``anyOf: [if ∧ then, ¬if ∧ else]``
+* ``oneof_disjoint``     ``oneOf`` whose branches provably never overlap → ``anyOf``
+* ``oneof_exclusive``    other ``oneOf`` → ``anyOf`` of "this branch and not the overlapping ones"
 
-All functions are pure: the input is never mutated, the output shares no mutable state with it.
-A node reached by a ``$ref`` through a keyword a rewrite removes is left alone (the pointer
-would dangle otherwise).
+All functions are pure.  A node reached by a ``$ref`` through a keyword a rewrite removes is
+left alone (the pointer would dangle otherwise).  Negations of ``$ref`` targets become new
+definitions under ``$defs`` (``afm-not-N``); if one of them has no positive form, the whole
+schema is rewritten again with that reference left un-negated.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .disjoint import branches_disjoint
-from .formats import drop_annotation_format, exact_format
-
-ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
+from . import regular, rewrite_logic, rewrite_objects, rewrite_values
+from .drafts import draft_of, validator_class
+from .keywords import TABLE, TRIGGERS, rewrites_for
+from .negation import ATOMS, Negator
+from .schema_paths import MISSING, escape_pointer_part, local_refs_resolve, resolve_pointer
 
 # Keywords whose value is one subschema / a map of subschemas / a list of subschemas.
 _ONE = ("additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
         "propertyNames", "unevaluatedProperties", "unevaluatedItems")
 _MAP = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")
 _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+_MAX_RETRIES = 6
+NEGATED_PREFIX = "afm-not-"
+# Keys next to a ``$ref`` that do not change what it accepts.
+_INERT_NEAR_REF = frozenset({"title", "description", "$comment", "default", "examples", "$schema",
+                             "$id", "id", "definitions", "$defs", "deprecated", "readOnly", "writeOnly"})
 
 
 @dataclass(frozen=True)
@@ -45,14 +61,124 @@ class RewriteResult:
     applied: tuple[str, ...]
 
 
-def draft_of(schema: Any) -> int:
-    """The draft number a schema declares (3, 4, 6, 7, 2019, 2020); 0 when it declares none."""
-    uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
-    for marker, draft in (("draft-03", 3), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7),
-                          ("2019-09", 2019), ("2020-12", 2020)):
-        if marker in str(uri):
-            return draft
-    return 0
+@dataclass
+class RewriteContext:
+    """What a rewrite may consult: the draft, the original root, the ref targets, the negator."""
+
+    draft: int
+    root: Any
+    refs: set[str]
+    blocked: set[str] = field(default_factory=set)
+    applied: set[str] = field(default_factory=set)
+    negated: dict[tuple[str, frozenset[str], frozenset[str] | None], str] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    negate_refs: bool = True
+    path: str | None = None  # the node being rewritten (None: a copy, not part of the document)
+    negator: Negator = field(init=False)
+    _validator: Any = None
+
+    def __post_init__(self) -> None:
+        self.negator = Negator(self.draft, self.negated_ref, self.positive, self.name_valid)
+
+    def resolve(self, ref: str) -> Any:
+        """The target of a local ``$ref`` in the original schema, or None."""
+        target = resolve_pointer(self.root, ref) if isinstance(ref, str) else MISSING
+        return None if target is MISSING else target
+
+    def deref(self, schema: Any) -> Any:
+        """``schema`` with references followed while the reference decides alone (a bare
+        ``$ref``, or any ``$ref`` in drafts 3–7)."""
+        for _ in range(16):
+            if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
+                return schema
+            if self.draft not in (3, 4, 6, 7) and set(schema) - _INERT_NEAR_REF - {"$ref"}:
+                return schema
+            target = self.resolve(schema["$ref"])
+            if target is None:
+                return schema
+            schema = target
+        return schema
+
+    def closed_keys(self, schema: Any) -> frozenset[str] | None:
+        """The keys an object valid against ``schema`` can have, when that set is finite."""
+        schema = self.deref(schema)
+        if not isinstance(schema, dict) or schema.get("additionalProperties") is not False \
+                or schema.get("patternProperties"):
+            return None
+        props = schema.get("properties", {})
+        return frozenset(k for k, v in props.items() if v is not False) if isinstance(props, dict) else None
+
+    def validator(self) -> Any:
+        """A jsonschema validator over the original schema (``evolve(schema=...)`` checks a
+        subschema with its references), or None where that could misjudge."""
+        if self._validator is None:
+            text = json.dumps(self.root)
+            try:
+                simple = ("$dynamicRef" not in text and "$recursiveRef" not in text
+                          and local_refs_resolve(self.root))
+                self._validator = validator_class(self.root)(self.root) if simple else False
+            except Exception:  # an odd $schema: the meta-schema check reports it
+                self._validator = False
+        return self._validator or None
+
+    def valid(self, value: Any, schema: Any) -> bool:
+        """jsonschema's verdict on ``value`` against a subschema (True when it cannot judge:
+        callers use it to prove that a value is rejected)."""
+        check = self.validator()
+        try:
+            return True if check is None else bool(check.evolve(schema=schema).is_valid(value))
+        except Exception:  # an odd regex or keyword value
+            return True
+
+    def name_valid(self, names: Any, key: str) -> bool | None:
+        """Whether ``key`` passes the ``propertyNames`` schema ``names`` (None: cannot tell)."""
+        check = self.validator()
+        return None if check is None else bool(check.evolve(schema=names).is_valid(key))
+
+    def negated_ref(self, ref: str, allowed: frozenset[str],
+                    keys: frozenset[str] | None = None) -> dict[str, Any] | None:
+        """A reference to the negation of ``ref``'s target (built after the walk), or None."""
+        if (not self.negate_refs or ref in self.blocked or not ref.startswith("#")
+                or resolve_pointer(self.root, ref) is MISSING):
+            return None
+        key = (ref, allowed, keys)
+        if key not in self.negated:
+            n = len(self.negated)
+            while f"{NEGATED_PREFIX}{n}" in self.taken:
+                n += 1
+            self.negated[key] = f"{NEGATED_PREFIX}{n}"
+            self.taken.add(self.negated[key])
+        return {"$ref": f"#/$defs/{self.negated[key]}"}
+
+    def positive(self, schema: Any) -> Any:
+        """``schema`` (a copy of part of the original) with the rewrites applied."""
+        return _walk(schema, None, self)
+
+
+Rewrite = Callable[[dict[str, Any], dict[str, Any], RewriteContext], "dict[str, Any] | None"]
+
+# name -> (function(node, original, ctx), keywords it removes: a $ref into one blocks it).
+REGISTRY: dict[str, tuple[Rewrite, tuple[str, ...]]] = {
+    "ref_siblings": (rewrite_objects.ref_siblings, ()),
+    "noop_keyword": (rewrite_values.noop, ("if", "then", "else", "additionalItems", "contains")),
+    "unknown_format": (rewrite_values.unknown_format, ()),
+    "exact_format": (rewrite_values.exact_format, ()),
+    "regular_pattern": (rewrite_values.regular_pattern, ()),
+    "dependencies": (rewrite_objects.dependencies, ("dependencies", "dependentSchemas")),
+    "pattern_properties": (rewrite_objects.pattern_properties, ("patternProperties",)),
+    "property_names": (rewrite_objects.property_names, ("propertyNames", "patternProperties")),
+    "min_max_properties": (rewrite_objects.min_max_properties, ()),
+    "unique_items": (rewrite_values.unique_items, ("items",)),
+    "contains": (rewrite_values.contains, ("contains", "items")),
+    "not_positive": (rewrite_logic.not_positive, ("not",)),
+    "if_then_else": (rewrite_logic.if_then_else, ("if", "then", "else")),
+    "oneof_disjoint": (rewrite_logic.oneof_disjoint, ("oneOf",)),
+    "oneof_exclusive": (rewrite_logic.oneof_exclusive, ("oneOf",)),
+}
+
+_NAMED = {name for k in TABLE.values() for name in k.rewrites}
+if _NAMED != set(REGISTRY):  # a rewrite no keyword names would never run (and vice versa)
+    raise RuntimeError(f"keyword table and rewrite registry disagree: {sorted(_NAMED ^ set(REGISTRY))}")
 
 
 def _ref_targets(schema: Any) -> set[str]:
@@ -73,341 +199,97 @@ def _ref_targets(schema: Any) -> set[str]:
     return out
 
 
-# ---------------------------------------------------------------- single-node rewrites
-
-def _types_of(node: dict[str, Any]) -> list[str] | None:
-    t = node.get("type")
-    if isinstance(t, str):
-        return [t]
-    if isinstance(t, list) and all(isinstance(x, str) for x in t):
-        return list(t)
-    return None
-
-
-# not {minLength: n} == a string of length <= n-1, and so on.
-_LENGTH_NEGATION = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
-                    "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1)}
-
-
-def _atoms(types: list[str]) -> set[str]:
-    out = set()
-    for t in types:
-        out |= {"integer", "nonint"} if t == "number" else {t}
-    return out
-
-
-def _negate(sub: Any, siblings: dict[str, Any], draft: int) -> dict[str, Any] | bool | None:
-    """A positive schema equal to ``not sub`` (given the sibling ``type``), or None."""
-    if sub is True or sub == {}:
-        return False
-    if sub is False:
-        return True
-    if not isinstance(sub, dict):
-        return None
-    keys = set(sub)
-    if keys == {"type"}:
-        negated = _types_of(sub)
-        if negated is None:
-            return None
-        # Work in disjoint atoms: "number" is integer + non-integer.
-        allowed = _atoms(_types_of(siblings) or list(ALL_TYPES)) - _atoms(negated)
-        if "nonint" in allowed and "integer" not in allowed:
-            return None  # "a number that is not an integer" has no positive form
-        rest = [t for t in ALL_TYPES if t in allowed]
-        if "integer" in allowed and "nonint" not in allowed:
-            rest.append("integer")
-        elif "integer" in allowed:
-            rest.append("number")
-        if not rest:
-            return False
-        return {"type": rest[0] if len(rest) == 1 else rest}
-    if keys == {"required"} and isinstance(sub["required"], list) and sub["required"]:
-        # Non-objects satisfy ``required`` vacuously, so ``not required`` demands an object.
-        absent = [{"properties": {name: False}} for name in sub["required"]]
-        if len(absent) == 1:
-            return {"type": "object", **absent[0]}
-        return {"type": "object", "anyOf": absent}
-    if len(keys) == 1:
-        (key,) = keys
-        value = sub[key]
-        numeric = isinstance(value, int | float) and not isinstance(value, bool)
-        if not numeric:
-            pass
-        elif key in ("minimum", "maximum"):
-            if 0 < draft <= 4:
-                bound = "maximum" if key == "minimum" else "minimum"
-                excl = "exclusiveMaximum" if key == "minimum" else "exclusiveMinimum"
-                return {"type": "number", bound: value, excl: True}
-            return {"type": "number", "exclusiveMaximum" if key == "minimum" else "exclusiveMinimum": value}
-        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not 0 < draft <= 4:
-            return {"type": "number", "maximum" if key == "exclusiveMinimum" else "minimum": value}
-        elif key in _LENGTH_NEGATION and isinstance(value, int) and value >= 0:
-            typ, other, step = _LENGTH_NEGATION[key]
-            if value + step < 0:
-                return False
-            return {"type": typ, other: value + step}
-    combinator = next(iter(keys)) if len(keys) == 1 else None
-    if combinator in ("anyOf", "allOf") and isinstance(sub[combinator], list) and sub[combinator]:
-        parts = [_negate(s, {}, draft) for s in sub[combinator]]
-        if any(p is None for p in parts):
-            return None
-        return {"allOf" if combinator == "anyOf" else "anyOf": parts}
-    return None
-
-
-def rewrite_not(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
-    """``not`` with a positive equivalent → that equivalent (joined through ``allOf``)."""
-    if "not" not in node:
-        return None
-    positive = _negate(node["not"], node, draft)
-    if positive is None:
-        return None
-    out = {k: v for k, v in node.items() if k != "not"}
-    if positive is True:
-        return out
-    return {**out, "allOf": [*out.get("allOf", []), positive]}
-
-
-def rewrite_oneof(node: dict[str, Any], draft: int, root: Any) -> dict[str, Any] | None:
-    """``oneOf`` → ``anyOf`` when no instance can match two branches."""
-    branches = node.get("oneOf")
-    if not isinstance(branches, list) or not branches:
-        return None
-    if len(branches) > 1 and not branches_disjoint(branches, root):
-        exclusive = _exclusive_required(branches)
-        if exclusive is None:
-            return None
-        branches = exclusive
-    if "anyOf" in node:  # both present: wrap this one so neither constraint is lost
-        return _replace_key(node, "oneOf", "allOf", [*node.get("allOf", []), {"anyOf": branches}]) \
-            if "allOf" not in node else None
-    return _replace_key(node, "oneOf", "anyOf", branches)
-
-
-_ANNOTATION_KEYS = frozenset({"title", "description", "$comment", "examples"})
-
-
-def _exclusive_required(branches: list[Any]) -> list[Any] | None:
-    """``oneOf`` of bare ``required`` lists → disjoint branches: "R_i present and, for every other
-    branch j, some key of R_j − R_i absent".  Non-objects satisfy every bare ``required`` at
-    once, so they fail the ``oneOf``: each new branch demands an object.  None if not that shape.
-    """
-    sets: list[list[str]] = []
-    for b in branches:
-        if not (isinstance(b, dict) and isinstance(b.get("required"), list) and b["required"]
-                and set(b) <= {"required"} | _ANNOTATION_KEYS
-                and all(isinstance(x, str) for x in b["required"])):
-            return None
-        sets.append(b["required"])
-    out: list[Any] = []
-    for i, req in enumerate(sets):
-        conds: list[Any] = []
-        for j, other in enumerate(sets):
-            if j == i:
-                continue
-            missing = [x for x in other if x not in req]
-            if not missing:  # branch j holds whenever branch i does: i can never be the only one
-                conds = [False]
-                break
-            absent = [{"properties": {x: False}} for x in missing]
-            conds.append(absent[0] if len(absent) == 1 else {"anyOf": absent})
-        if conds == [False]:
-            continue
-        out.append({"type": "object", "required": req, **({"allOf": conds} if conds else {})})
-    return out or [False]
-
-
-def _replace_key(node: dict[str, Any], old: str, new: str, value: Any) -> dict[str, Any]:
-    """``node`` with ``old`` replaced by ``new: value`` at the same position.
-
-    Position matters to llguidance: properties are generated in the order applicators appear.
-    """
-    return {(new if k == old else k): (value if k == old else v) for k, v in node.items()}
-
-
-def rewrite_format(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
-    """Drop a ``format`` the draft's checker does not assert (an annotation by the spec)."""
-    return drop_annotation_format(node, draft)
-
-
-def rewrite_exact_format(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
-    """A ``format`` llguidance lacks or enforces loosely → our exact ``pattern`` for it."""
-    return exact_format(node, draft)
-
-
-def rewrite_dependencies(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
-    """``a`` present ⇒ ``b`` present (or ⇒ schema S): ``anyOf: [a absent, a and b present]``."""
-    deps: list[tuple[str, Any]] = []
-    # ``dependencies`` is a keyword up to draft 7; 2019-09 split it in two (and ignores it).
-    keys = ("dependentRequired", "dependentSchemas") if draft >= 2019 else ("dependencies",)
-    if draft == 0:
-        keys = ("dependencies", "dependentRequired", "dependentSchemas")
-    for key in keys:
-        value = node.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            return None
-        deps.extend(value.items())
-    if not deps:
-        return None
-    extra: list[Any] = []
-    for name, dep in deps:
-        absent = {"properties": {name: False}}
-        if isinstance(dep, list):
-            if not dep:
-                continue
-            present: Any = {"required": [name, *dep]}
-        elif isinstance(dep, dict | bool):
-            if dep is True or dep == {}:
-                continue
-            present = {"required": [name], "allOf": [dep]}
-        else:
-            return None
-        extra.append({"anyOf": [absent, present]})
-    out = {k: v for k, v in node.items() if k not in keys}
-    if extra:
-        out["allOf"] = [*out.get("allOf", []), *extra]
-    return out
-
-
-def rewrite_min_max_properties(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
-    """Drop ``min/maxProperties`` implied by ``required`` / a closed property list; turn
-    ``minProperties: 1`` over a closed list into ``anyOf`` of single ``required``."""
-    lo, hi = node.get("minProperties"), node.get("maxProperties")
-    if lo is None and hi is None:
-        return None
-    props = node.get("properties", {})
-    closed = node.get("additionalProperties") is False and not node.get("patternProperties")
-    required = set(node.get("required", []))
-    out = dict(node)
-    changed = False
-    if isinstance(lo, int) and (lo <= len(required) or lo <= 0):
-        out.pop("minProperties")
-        changed = True
-    elif lo == 1 and closed and isinstance(props, dict) and props:
-        out.pop("minProperties")
-        out["allOf"] = [*out.get("allOf", []), {"anyOf": [{"required": [p]} for p in props]}]
-        changed = True
-    if isinstance(hi, int) and closed and isinstance(props, dict) and hi >= len(props):
-        out.pop("maxProperties")
-        changed = True
-    return out if changed else None
-
-
-def rewrite_noop(node: dict[str, Any], draft: int) -> dict[str, Any] | None:
-    """Drop keywords that never reject: ``uniqueItems: false``, ``if`` with no ``then``/``else``,
-    ``additionalItems`` when ``items`` is a single schema, ``contains: true``-like empties."""
-    drop = set()
-    if node.get("uniqueItems") is False:
-        drop.add("uniqueItems")
-    if "if" in node and "then" not in node and "else" not in node:
-        drop.add("if")
-    if "additionalItems" in node and not isinstance(node.get("items"), list):
-        drop.add("additionalItems")
-    if node.get("uniqueItems") is True and node.get("maxItems") in (0, 1):
-        drop.add("uniqueItems")
-    if not drop:
-        return None
-    return {k: v for k, v in node.items() if k not in drop}
-
-
-# The registry, applied in this order: name -> (function, keywords it removes; a $ref into one
-# of them blocks the rewrite).  ``oneof_disjoint`` alone also takes the root (to resolve refs).
-_REWRITES: dict[str, tuple[Callable[..., dict[str, Any] | None], tuple[str, ...]]] = {
-    "noop_keyword": (rewrite_noop, ("if", "additionalItems")),
-    "unknown_format": (rewrite_format, ()),
-    "exact_format": (rewrite_exact_format, ()),
-    "dependencies": (rewrite_dependencies, ("dependencies", "dependentSchemas")),
-    "min_max_properties": (rewrite_min_max_properties, ()),
-    "not_simple": (rewrite_not, ("not",)),
-    "oneof_disjoint": (rewrite_oneof, ("oneOf",)),
-}
-
-
-# Keys next to a draft ≤ 7 ``$ref`` that still matter: they locate ref targets or set the base URI.
-_REF_KEEP = frozenset({"$ref", "$schema", "$id", "id", "definitions", "$defs"})
-
-
-def rewrite_ref_siblings(node: dict[str, Any], draft: int, path: str,
-                         refs: set[str]) -> dict[str, Any] | None:
-    """Drafts 3–7 ignore every keyword next to ``$ref``; llguidance intersects them (2019+
-    semantics).  Drop them, except keys that hold ref targets or change the base URI."""
-    if not (isinstance(node.get("$ref"), str) and draft in (3, 4, 6, 7)):
-        return None
-    drop = [k for k in node if k not in _REF_KEEP and f"{path}/{k}" not in refs]
-    if not drop:
-        return None
-    return {k: v for k, v in node.items() if k not in drop}
-
-
-# Every rewrite above needs one of these keywords (or a sibling $ref): most nodes have none.
-_TRIGGERS = frozenset({"$ref", "uniqueItems", "if", "additionalItems", "format", "dependencies",
-                       "dependentRequired", "dependentSchemas", "minProperties", "maxProperties",
-                       "not", "oneOf"})
-
-
-def _rewrite_node(node: dict[str, Any], path: str, ctx: _Ctx) -> dict[str, Any]:
-    if _TRIGGERS.isdisjoint(node):
+def _rewrite_node(node: dict[str, Any], original: dict[str, Any], path: str | None,
+                  ctx: RewriteContext) -> Any:
+    if TRIGGERS.isdisjoint(node):
         return node
-    new_ref = rewrite_ref_siblings(node, ctx.draft, path, ctx.refs)
-    if new_ref is not None:
-        node = new_ref
-        ctx.applied.add("ref_siblings")
-    for name, (func, removes) in _REWRITES.items():
-        if any(f"{path}/{k}" in ctx.refs for k in removes):
+    for name, (func, removes) in REGISTRY.items():
+        if name not in rewrites_for(node.keys()):
             continue
-        new = func(node, ctx.draft, ctx.root) if name == "oneof_disjoint" else func(node, ctx.draft)
+        if path is not None and any(f"{path}/{k}" in ctx.refs for k in removes):
+            continue
+        ctx.path = path
+        new = func(node, original, ctx)
         if new is not None:
-            node = new
             ctx.applied.add(name)
+            if not isinstance(new, dict):  # the node admits nothing (or everything)
+                return new
+            node = new
     return node
 
 
-@dataclass
-class _Ctx:
-    draft: int
-    root: Any
-    refs: set[str]
-    applied: set[str]
-
-
-def _walk(node: Any, path: str, ctx: _Ctx) -> Any:
+def _walk(node: Any, path: str | None, ctx: RewriteContext) -> Any:
     if not isinstance(node, dict):
         return node
+
+    def sub(key: str) -> str | None:
+        return None if path is None else f"{path}/{key}"
+
     out: dict[str, Any] = {}
     for key, value in node.items():
-        sub = f"{path}/{key}"
         if key in _ONE:
-            out[key] = _walk(value, sub, ctx)
+            out[key] = _walk(value, sub(key), ctx)
         elif key in _MAP and isinstance(value, dict):
-            out[key] = {k: _walk(v, f"{sub}/{_escape(k)}", ctx) for k, v in value.items()}
+            out[key] = {k: _walk(v, sub(f"{key}/{escape_pointer_part(k)}"), ctx) for k, v in value.items()}
         elif key in _LIST and isinstance(value, list):
-            out[key] = [_walk(v, f"{sub}/{i}", ctx) for i, v in enumerate(value)]
+            out[key] = [_walk(v, sub(f"{key}/{i}"), ctx) for i, v in enumerate(value)]
         elif key == "items":
-            out[key] = ([_walk(v, f"{sub}/{i}", ctx) for i, v in enumerate(value)]
-                        if isinstance(value, list) else _walk(value, sub, ctx))
+            out[key] = ([_walk(v, sub(f"items/{i}"), ctx) for i, v in enumerate(value)]
+                        if isinstance(value, list) else _walk(value, sub(key), ctx))
         elif key == "dependencies" and isinstance(value, dict):
-            out[key] = {k: _walk(v, f"{sub}/{_escape(k)}", ctx) for k, v in value.items()}
+            out[key] = {k: _walk(v, sub(f"{key}/{escape_pointer_part(k)}"), ctx) for k, v in value.items()}
         else:  # shared, not copied: no rewrite mutates a value it did not build
             out[key] = value
-    return _rewrite_node(out, path, ctx)
-
-
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
+    return _rewrite_node(out, node, path, ctx)
 
 
 def rewrite_schema(schema: Any) -> RewriteResult:
     """Apply every rewrite bottom-up over all subschemas; ``applied`` names those that fired."""
     if not isinstance(schema, dict):
         return RewriteResult(schema, ())
-    # Refs into the root are resolved against the original: disjointness looks through them.
-    ctx = _Ctx(draft=draft_of(schema), root=schema, refs=_ref_targets(schema), applied=set())
-    out = _walk(schema, "", ctx)
-    return RewriteResult(out, tuple(sorted(ctx.applied)))
+    draft, refs = draft_of(schema), _ref_targets(schema)
+    taken = set(schema.get("$defs", {})) if isinstance(schema.get("$defs"), dict) else set()
+    with regular.budget():
+        return _rewrite(schema, draft, refs, taken)
+
+
+def _rewrite(schema: dict[str, Any], draft: int, refs: set[str], taken: set[str]) -> RewriteResult:
+    blocked: set[str] = set()
+    for _attempt in range(_MAX_RETRIES):
+        ctx = RewriteContext(draft=draft, root=schema, refs=refs, blocked=blocked, taken=set(taken))
+        out = _walk(schema, "", ctx)
+        failed = _add_negated_definitions(out, ctx)
+        if failed is None:
+            return RewriteResult(out, tuple(sorted(ctx.applied)))
+        blocked.add(failed)
+    ctx = RewriteContext(draft=draft, root=schema, refs=refs, taken=set(taken), negate_refs=False)
+    return RewriteResult(_walk(schema, "", ctx), tuple(sorted(ctx.applied)))
+
+
+def _add_negated_definitions(out: dict[str, Any], ctx: RewriteContext) -> str | None:
+    """Build the negated definitions the walk referred to (in place, into ``out["$defs"]``);
+    the first reference without a positive negation, if any (the caller retries without it)."""
+    if not ctx.negated:
+        return None
+    if "$defs" in out and not isinstance(out["$defs"], dict):
+        return next(iter(ctx.negated))[0]
+    defs: dict[str, Any] = {}
+    done: set[tuple[str, frozenset[str], frozenset[str] | None]] = set()
+    while len(done) < len(ctx.negated):
+        key = next(k for k in ctx.negated if k not in done)
+        done.add(key)
+        ref, allowed, keys = key
+        negated = ctx.negator.negate(resolve_pointer(ctx.root, ref), allowed, keys)
+        if negated is None:
+            return ref
+        defs[ctx.negated[key]] = negated
+    out["$defs"] = {**out.get("$defs", {}), **defs}
+    return None
 
 
 def canonical_json(value: Any) -> str:
     """Sorted-key, compact JSON: one spelling per schema (cache keys, equality in tests)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+__all__ = ["ATOMS", "REGISTRY", "RewriteContext", "RewriteResult", "canonical_json", "rewrite_schema"]

@@ -32,7 +32,8 @@ from typing import Any
 
 from jsonschema.exceptions import best_match
 
-from .schema_check import _MISSING, _local_refs_resolve, json_path, resolve_pointer, validator_class
+from .drafts import validator_class
+from .schema_paths import MISSING, json_path, local_refs_resolve, resolve_pointer
 
 TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
 _MAX_REFS = 2000  # beyond this many distinct refs, skip the analysis (cost bound)
@@ -133,7 +134,7 @@ class _Analysis:
 
     def _resolve(self, ref: str) -> Any:
         target = resolve_pointer(self.root, ref)
-        return None if target is _MISSING else target
+        return None if target is MISSING else target
 
     def _collect(self, node: Any, depth: int) -> None:
         """Every local ``$ref`` target (non-local refs: give up, the compiler decides)."""
@@ -263,7 +264,7 @@ class _Analysis:
         if self._validator is None:
             text = json.dumps(self.root)
             if (self.cls is None or "$dynamicRef" in text or "$recursiveRef" in text
-                    or not _local_refs_resolve(self.root)):
+                    or not local_refs_resolve(self.root)):
                 self._validator = False
             else:
                 self._validator = self.cls(self.root)

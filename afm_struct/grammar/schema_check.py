@@ -12,40 +12,21 @@ import functools
 import json
 import warnings
 from typing import Any
-from urllib.parse import unquote
 
 import jsonschema_rs
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
 from ..errors import SchemaError
 from .diagnostics import meta_schema_problem
+from .drafts import validator_class
 from .meta_schema import flattened_meta_schema
+from .satisfiability import find_empty
+from .schema_paths import DATA_KEYWORDS, json_path, local_refs_resolve
 from .spec import CompileOptions
-
-
-def json_path(parts: Any) -> str:
-    """``["properties", "a b", 0]`` → ``$.properties['a b'][0]``."""
-    out = "$"
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and part.replace("_", "").replace("-", "").isalnum() and "-" not in part:
-            out += f".{part}"
-        else:
-            out += f"[{json.dumps(part)}]"
-    return out
-
-
-def validator_class(schema: Any) -> Any:
-    """The jsonschema validator class a schema declares (Draft 2020-12 when undeclared)."""
-    if isinstance(schema, dict) and "$schema" in schema and not isinstance(schema["$schema"], str):
-        raise SchemaError("'$schema' must be a string", path="$.$schema", param="schema")
-    return validator_for(schema, default=Draft202012Validator)
 
 
 @functools.cache
@@ -106,56 +87,17 @@ def _check_schema(schema: Any, param: str) -> None:
 def check_satisfiable(schema: Any, *, param: str, prefix: str = "$") -> None:
     """Raise :class:`SchemaError` (400) when ``schema`` provably has no instance; ``prefix`` is
     where the schema sits in the request (for a tool's parameters)."""
-    from .satisfiability import find_empty  # it uses json_path from here
-
     empty = find_empty(schema)
     if empty is not None:
         raise SchemaError(empty.message(), path=prefix + json_path(empty.path)[1:], param=param)
 
 
-_NOT_SCHEMAS = ("enum", "const", "default", "examples")
-
-
-def _local_refs_resolve(schema: dict[str, Any]) -> bool:
-    """Fast path: True when every ``$ref`` is a JSON pointer into ``schema`` that resolves and no
-    nested ``$id``/``id`` changes the base URI (the common case, no registry needed)."""
-    stack: list[tuple[Any, bool]] = [(schema, True)]
-    while stack:
-        node, is_root = stack.pop()
-        if isinstance(node, dict):
-            if not is_root and isinstance(node.get("$id", node.get("id")), str):
-                return False
-            ref = node.get("$ref")
-            if isinstance(ref, str) and resolve_pointer(schema, ref) is _MISSING:
-                return False
-            stack.extend((v, False) for k, v in node.items() if k not in _NOT_SCHEMAS)
-        elif isinstance(node, list):
-            stack.extend((v, False) for v in node)
-    return True
-
-
-_MISSING = object()
-
-
-def resolve_pointer(schema: Any, ref: str) -> Any:
-    """The target of a local ref ``#`` / ``#/a/b`` in ``schema``, or ``_MISSING``."""
-    if not ref.startswith("#") or (len(ref) > 1 and not ref.startswith("#/")):
-        return _MISSING
-    node = schema
-    for part in ref[2:].split("/") if len(ref) > 1 else []:
-        part = unquote(part).replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _MISSING
-    return node
+_NOT_SCHEMAS = DATA_KEYWORDS
 
 
 def _check_refs(schema: dict[str, Any], cls: Any, param: str) -> None:
     """Resolve every ``$ref`` from the scope it appears in (``$id`` changes the base URI)."""
-    if _local_refs_resolve(schema):
+    if local_refs_resolve(schema):
         return
     spec = referencing.jsonschema.specification_with(cls.META_SCHEMA.get("$schema", ""),
                                                      default=referencing.jsonschema.DRAFT202012)

@@ -11,7 +11,11 @@ from afm_struct.grammar.compiler import ConstraintCompiler
 from afm_struct.grammar.spec import CompileOptions
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "jsonschemabench" / "data"
+# The shared dev set sits beside the checkout (/work/shared next to /work/main) or, for a
+# worktree, beside one of its parents.
+SHARED = next((p / "shared" / "jsonschemabench" / "data" for p in Path(__file__).resolve().parents
+               if (p / "shared" / "jsonschemabench" / "data").is_dir()),
+              Path(__file__).resolve().parents[2].parent / "shared" / "jsonschemabench" / "data")
 
 
 @pytest.fixture(scope="session")

@@ -61,12 +61,12 @@ def test_rung_relaxed(compiler, tokenizer) -> None:  # type: ignore[no-untyped-d
 
 
 def test_rung_generic_json_with_precise_regex_reason(compiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": "^(?!x)[a-z]+$"}}}
+    schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]+(?<!x)$"}}}
     c = compiler.compile(JsonSchemaRequest(schema))
     assert (c.mode, c.rung, c.reason) == (Mode.DOWNGRADED, Rung.GENERIC_JSON, "regex_lookaround")
-    assert accepts(c, tokenizer, json.dumps({"id": "xyz"}))  # any object...
+    assert accepts(c, tokenizer, json.dumps({"id": "abx"}))  # any object...
     assert not accepts(c, tokenizer, "[1]")                   # ...of the top-level type only
-    assert not c.validate(json.dumps({"id": "xyz"})).ok
+    assert not c.validate(json.dumps({"id": "abx"})).ok
 
 
 def test_rung_unconstrained_on_timeout(tokenizer) -> None:  # type: ignore[no-untyped-def]

@@ -32,25 +32,25 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
          {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
           "additionalProperties": False}]},
      [{"a": "x"}, {"b": "y"}], [{}, {"a": "x", "b": "y"}, {"a": 1}]),
-    ("oneof_disjoint",  # exactly one of several required sets
+    ("oneof_exclusive",  # exactly one of several required sets
      {"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
       "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]},
      [{"a": 1}, {"b": 1, "c": 2}, {"a": 1, "b": 2}, {"b": 1, "c": 2, "x": 0}],
      [{}, {"a": 1, "b": 2, "c": 3}, {"b": 1}]),
-    ("oneof_disjoint", {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+    ("oneof_exclusive", {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
      [{"a": 1}, {"b": 1}], [{"a": 1, "b": 1}, {}, "s", 3]),
     ("unknown_format", {"type": "string", "format": "mongoId", "maxLength": 4},
      ["abcd", ""], ["abcde", 3]),
-    ("not_simple", {"type": ["string", "null", "integer"], "not": {"type": "null"}},
+    ("not_positive", {"type": ["string", "null", "integer"], "not": {"type": "null"}},
      ["x", 3], [None, 1.5, {}]),
-    ("not_simple", {"not": {"type": "integer"}, "type": ["integer", "string"]}, ["x"], [1, None]),
-    ("not_simple", {"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
+    ("not_positive", {"not": {"type": "integer"}, "type": ["integer", "string"]}, ["x"], [1, None]),
+    ("not_positive", {"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
      [{}, {"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, "s"]),
-    ("not_simple", {"not": {"minimum": 3}}, [2, 2.99, -1], [3, 4, "a", None]),
-    ("not_simple", {"not": {"maxLength": 2}}, ["abc"], ["ab", "", 1]),
-    ("not_simple", {"not": {"anyOf": [{"type": "string"}, {"type": "boolean"}]}},
+    ("not_positive", {"not": {"minimum": 3}}, [2, 2.99, -1], [3, 4, "a", None]),
+    ("not_positive", {"not": {"maxLength": 2}}, ["abc"], ["ab", "", 1]),
+    ("not_positive", {"not": {"anyOf": [{"type": "string"}, {"type": "boolean"}]}},
      [1, None, {}, []], ["s", True]),
-    ("not_simple", {"type": "integer", "not": False}, [1, 0], ["a", None]),
+    ("not_positive", {"type": "integer", "not": False}, [1, 0], ["a", None]),
     ("dependencies",
      {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
       "properties": {"card": {"type": "string"}, "zip": {"type": "string"}},
@@ -69,6 +69,18 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
       "definitions": {"p": {"type": ["string", "object"]}},
       "properties": {"s": {"$ref": "#/definitions/p", "enum": ["key", "sas"], "description": "d"}}},
      [{"s": {"key": "x"}}, {"s": "other"}, {}], [{"s": 3}, {"s": None}]),
+    ("oneof_exclusive",  # {"a":1,"b":"x"} matches both branches, {"a":1,"b":2} only one
+     {"oneOf": [{"required": ["a"], "properties": {"b": {"type": "string"}}}, {"required": ["b"]}]},
+     [{"a": 1, "b": 2}, {"a": 1}, {"b": 2}], [{"a": 1, "b": "x"}, {}]),
+    ("oneof_exclusive",  # {} matches both branches
+     {"oneOf": [{"type": "object", "properties": {"k": {"const": 1}}},
+                {"type": "object", "properties": {"k": {"const": 2}}}]},
+     [{"k": 1}, {"k": 2}], [{}, {"x": 0}, {"k": 3}, 1]),
+    ("not_positive",  # a type name that is not a primitive (o11666): seven words, one regex
+     {"type": "string",
+      "not": {"enum": ["boolean", "integer", "number", "string", "array", "object", "null"]}},
+     ["bool", "Object", "", "nulls", "x"], ["boolean", "null", "array", 1]),
+    ("not_positive", {"not": {"pattern": "^a"}}, ["b", "", "ba"], ["a", "ab", 1, None]),
     ("noop_keyword", {"type": "array", "items": {"type": "integer"}, "uniqueItems": False,
                       "additionalItems": False},
      [[], [1, 1]], [["a"], "x"]),
@@ -103,12 +115,9 @@ def test_rewrites_are_pure() -> None:
 
 @pytest.mark.parametrize("schema", [
     {"oneOf": [{"type": "integer"}, {"type": "number"}]},  # 1 matches both
-    {"oneOf": [{"required": ["a"], "properties": {"b": {"type": "string"}}},
-               {"required": ["b"]}]},  # {"a":1,"b":"x"} matches both, {"a":1,"b":2} one
-    {"oneOf": [{"type": "object", "properties": {"k": {"const": 1}}},
-               {"type": "object", "properties": {"k": {"const": 2}}}]},  # {} matches both
     {"not": {"type": "integer"}},  # 1.5 is allowed, integers are not: no positive form
-    {"not": {"pattern": "^a"}},
+    {"not": {"multipleOf": 3}},  # no positive form for "not a multiple"
+    {"type": "array", "uniqueItems": True, "items": {"type": "string"}},  # infinite item domain
 ])
 def test_unprovable_cases_are_left_alone(schema: dict[str, Any]) -> None:
     result = rewrite_schema(schema)

@@ -208,7 +208,7 @@ def test_objects_stay_open_where_the_schema_says_so(tokenizer) -> None:
 def test_a_non_strict_schema_that_cannot_be_enforced_is_generic_without_downgrade(tokenizer) -> None:
     """A lookaround regex is beyond the engine: the strict tool is downgraded, the non-strict one
     falls back to generic object arguments quietly (the header concerns strict tools)."""
-    odd = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(?!x)a+$"}},
+    odd = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(?<!x)a+$"}},
            "required": ["code"]}
     fmt = load_table().get("hermes")
     loose = compile_tool_grammar(tokenizer, fmt, (ToolDef("f", parameters=odd),), required=True,
