@@ -322,3 +322,40 @@ def test_previous_response_id_without_a_store_is_404_in_openais_shape(serve):
 def test_unknown_model_is_404(serve):
     r = post(serve("x").url, {"input": "hi", "model": "gpt-9"})
     assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_strict_schema_with_tools_is_enforced_as_the_answer(serve, stream):
+    live = serve('{"name": "Ada", "age": 36}')
+    request = {"input": "x", "text": schema_format(PERSON), "tools": [WEATHER], "max_output_tokens": 40}
+    if stream:
+        response, events = stream_events(live.url, request)
+        validated(events)
+        deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+        final = events[-1]["response"]
+        assert len(deltas) > 1  # enforced: streamed as generated, not held back to the end
+    else:
+        response = post(live.url, request)
+        final = response.json()
+    assert "x-grammar-constraints" not in response.headers
+    assert json.loads(final["output"][0]["content"][0]["text"]) == {"name": "Ada", "age": 36}
+
+
+def test_with_tools_prose_cannot_replace_the_schemas_answer(serve):
+    # the model wants prose around its JSON: the grammar allows the schema's answer or a call
+    live = serve('Sure! Here it is: {"name": "Ada", "age": 36}')
+    body = post(live.url, {"input": "x", "text": schema_format(PERSON), "tools": [WEATHER],
+                           "max_output_tokens": 40}).json()
+    for item in body["output"]:
+        if item["type"] == "message":
+            value = json.loads(item["content"][0]["text"])
+            assert set(value) == {"name", "age"} and isinstance(value["age"], int)
+        else:
+            assert item["type"] == "function_call" and set(json.loads(item["arguments"])) == {"city"}
+
+
+def test_a_strict_schema_with_tools_still_allows_the_call(serve):
+    live = serve(CALL)
+    body = post(live.url, {"input": "x", "text": schema_format(PERSON), "tools": [WEATHER]}).json()
+    assert [i["type"] for i in body["output"]] == ["function_call"]
+    assert json.loads(body["output"][0]["arguments"]) == {"city": "Paris"}
