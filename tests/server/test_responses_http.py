@@ -11,7 +11,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from afm_struct.testing import Script
 
-from .responses_client import post, stream_events, types
+from .responses_client import check_sequence, post, stream_events, types
 
 # The SDK's event model of each event type.
 EVENT_MODELS = {model.model_fields["type"].annotation.__args__[0]: model
@@ -36,6 +36,7 @@ def validated(events: list[dict]) -> None:
     for event in events:
         model = EVENT_MODELS[event["type"]]
         assert model.model_validate(event).type == event["type"]
+    check_sequence(events)
 
 
 def test_streamed_text_event_sequence(serve):
