@@ -9,7 +9,9 @@ import typing
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from afm_struct.testing import Script
+from afm_struct.models import load_tokenizer
+from afm_struct.testing import Script, scripted_loaded_model
+from server.live import start_server
 
 from .responses_client import check_sequence, post, stream_events, types
 
@@ -360,3 +362,33 @@ def test_a_strict_schema_with_tools_still_allows_the_call(serve):
     body = post(live.url, {"input": "x", "text": schema_format(PERSON), "tools": [WEATHER]}).json()
     assert [i["type"] for i in body["output"]] == ["function_call"]
     assert json.loads(body["output"][0]["arguments"]) == {"city": "Paris"}
+
+
+# The switch as Qwen3's template reads it (``enable_thinking``), shown in the prompt before the
+# assistant header (where the scripted model finds the prompt's end).
+SWITCH_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                   "{% if enable_thinking is defined %}[thinking={{ enable_thinking }}]{% endif %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize(("effort", "switch"), [("none", "False"), ("minimal", "False"), ("low", "True"),
+                                                ("high", "True"), (None, "unset")])
+def test_reasoning_effort_drives_the_templates_thinking_switch(effort, switch) -> None:
+    tok = load_tokenizer()
+    tok.hf.chat_template = SWITCH_TEMPLATE
+
+    def answer(ids: list[int]) -> str:
+        prompt = tok.decode(ids)
+        return prompt.split("[thinking=")[1].split("]")[0] if "[thinking=" in prompt else "unset"
+
+    live = start_server(scripted_loaded_model(tok, Script(answer)))
+    try:
+        request: dict = {"input": "hi", **({"reasoning": {"effort": effort}} if effort else {})}
+        body = post(live.url, request).json()
+        assert body["output"][-1]["content"][0]["text"] == switch
+        assert body["reasoning"]["effort"] == effort
+        # chat_template_kwargs wins over the effort's switch
+        forced = post(live.url, {**request, "chat_template_kwargs": {"enable_thinking": True}}).json()
+        assert forced["output"][-1]["content"][0]["text"] == "True"
+    finally:
+        live.stop()
