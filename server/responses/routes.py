@@ -42,6 +42,15 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 Keep = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+def get_route(path: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``@router.get(path)`` that also answers HEAD, as every GET resource here does
+    (:func:`server.routes.get_route`, for this router)."""
+    def register(handler: Callable[..., Any]) -> Callable[..., Any]:
+        router.add_api_route(path, handler, methods=["HEAD"], include_in_schema=False, **kwargs)
+        return router.get(path, **kwargs)(handler)
+    return register
+
+
 def store_of(request: Request) -> ResponseStore | None:
     """The app's response store (None: responses are not kept)."""
     return getattr(request.app.state, "response_store", None)
@@ -129,7 +138,7 @@ async def _stored(request: Request, response_id: str) -> Any:
     return store, tenant_of(request).owner
 
 
-@router.get("/v1/responses/{response_id}", response_model=None, responses=_ERRORS)
+@get_route("/v1/responses/{response_id}", response_model=None, responses=_ERRORS)
 async def retrieve_response(response_id: str, request: Request, stream: bool = False) -> dict[str, Any]:
     """A stored response object (404 unknown, deleted or another tenant's)."""
     if stream:
@@ -154,7 +163,7 @@ async def delete_response(response_id: str, request: Request) -> dict[str, Any]:
     return {"id": response_id, "object": "response", "deleted": True}
 
 
-@router.get("/v1/responses/{response_id}/input_items", response_model=None, responses=_ERRORS)
+@get_route("/v1/responses/{response_id}/input_items", response_model=None, responses=_ERRORS)
 async def list_input_items(response_id: str, request: Request, after: str | None = None,
                            limit: str = "20", order: str = "desc") -> dict[str, Any]:
     """A page of the stored response's input items (OpenAI's list object); ``limit`` 1-100,

@@ -60,6 +60,10 @@ def test_stored_by_default_and_retrieved_deleted_listed(stored) -> None:
     assert body["store"] is True
     got = httpx.get(f"{live.url}/v1/responses/{body['id']}", headers=A)
     assert got.status_code == 200 and got.json() == body
+    head = httpx.head(f"{live.url}/v1/responses/{body['id']}", headers=A)
+    assert head.status_code == 200 and head.content == b""
+    options = httpx.options(f"{live.url}/v1/responses/{body['id']}", headers=A)
+    assert options.headers["allow"] == "DELETE, GET, HEAD, OPTIONS"
     items = httpx.get(f"{live.url}/v1/responses/{body['id']}/input_items", headers=A).json()
     assert items["object"] == "list" and items["has_more"] is False
     assert [i["content"] for i in items["data"]] == [[{"type": "input_text", "text": "FIRST-TURN"}]]
