@@ -1,6 +1,7 @@
 """Random traffic over HTTP on a scripted server: arrivals, kinds, cancels, disconnects, bursts.
 
-Each seed draws server limits (active 1-6, queue 0-6, join wait on or off) and 14-28 requests:
+Each seed draws server limits (active 1-6, queue 0-6, join wait on or off) and 14-28 requests,
+each over Chat Completions or the Responses API (the same request in either protocol's shape):
 random start times (some in bursts that overflow the queue), streamed or not, json_schema,
 json_object, tools (auto or required) or free text, stop strings, max_tokens; some cancelled by
 X-Request-ID at a random point, some streams closed by the client after a random number of
@@ -11,7 +12,8 @@ chunks.  Invariants:
 * a completed stream is well framed and has exactly one finish chunk, then at most a usage
   chunk, then [DONE]; nothing follows [DONE];
 * a cancel answered 200 makes the response finish ``cancelled`` (the registry's contract), and a
-  cancelled stream emits nothing after its finish chunk;
+  cancelled stream emits nothing after its finish chunk; Responses streams are cancelled by
+  their response id, and follow the Responses event order (``check_sequence``);
 * constrained outputs that end by ``stop``/``length`` parse (and validate against the schema)
   when no stop string cut them; tool calls' arguments parse and validate;
 * every request that completed normally gets the same answer when sent again alone (the
@@ -37,6 +39,7 @@ import pytest
 from afm_struct.testing import Script
 
 from .conftest import wait_until
+from .responses_client import check_sequence
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                            "age": {"type": "integer"}},
@@ -111,7 +114,8 @@ def _check_status(o: Outcome, r: httpx.Response) -> None:
     required call needs more than 4 tokens; a json_object answer fits in 1)."""
     if r.status_code == 400:
         error = r.json()["error"]
-        assert error["code"] == "max_tokens_too_small" and error["param"] == "max_tokens", r.text
+        param = "max_tokens" if o.protocol == "chat" else "max_output_tokens"
+        assert error["code"] == "max_tokens_too_small" and error["param"] == param, r.text
         assert o.kind in ("json_schema", "tools_required") and o.body["max_tokens"] < 40, (o.kind, o.body)
         return
     assert r.status_code in (200, 503), r.text
@@ -120,8 +124,10 @@ def _check_status(o: Outcome, r: httpx.Response) -> None:
 class Outcome:
     """What the client saw of one request."""
 
-    def __init__(self, i: int, kind: str, body: dict[str, Any], stream: bool, fate: str) -> None:
+    def __init__(self, i: int, kind: str, body: dict[str, Any], stream: bool, fate: str,
+                 protocol: str = "chat") -> None:
         self.i, self.kind, self.body, self.stream, self.fate = i, kind, body, stream, fate
+        self.protocol = protocol
         self.status: int | None = None
         self.reason: str | None = None
         self.content: str | None = None
@@ -152,6 +158,9 @@ def _assemble_stream(payloads: list[str]) -> tuple[str, str | None, list[dict[st
 
 
 async def _one(client: httpx.AsyncClient, url: str, o: Outcome, rng: random.Random) -> None:
+    if o.protocol == "responses":
+        await _one_response(client, url, o, rng)
+        return
     headers = {"X-Request-ID": f"rnd-{o.i}"}
 
     async def cancel() -> None:
@@ -213,7 +222,10 @@ async def _traffic(url: str, rng: random.Random, n: int) -> list[Outcome]:
         kind, body = _body(rng, i)
         stream = rng.random() < 0.6
         fate = rng.choice(["normal", "normal", "normal", "cancel"] + (["disconnect"] if stream else []))
-        outcomes.append(Outcome(i, kind, body, stream, fate))
+        protocol = rng.choice(["chat", "responses"])
+        if protocol == "responses":
+            body.pop("stop", None)  # the Responses API has no stop strings
+        outcomes.append(Outcome(i, kind, body, stream, fate, protocol))
 
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
@@ -228,10 +240,89 @@ async def _traffic(url: str, rng: random.Random, n: int) -> list[Outcome]:
 
 async def _alone(url: str, o: Outcome) -> tuple[str | None, str | None, list[Any] | None]:
     async with httpx.AsyncClient(timeout=60) as client:
+        if o.protocol == "responses":
+            r = await client.post(f"{url}/v1/responses", json=responses_body(o.body))
+            assert r.status_code == 200, r.text
+            return _read_response(r.json())
         r = await client.post(f"{url}/v1/chat/completions", json=o.body)
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     return choice["finish_reason"], choice["message"].get("content"), choice["message"].get("tool_calls")
+
+
+def responses_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat request ``body`` in the Responses API's shape."""
+    out: dict[str, Any] = {"input": body["messages"][0]["content"], "max_output_tokens": body["max_tokens"],
+                           "temperature": body["temperature"], "seed": body["seed"]}
+    fmt = body.get("response_format")
+    if fmt is not None:
+        out["text"] = {"format": {"type": "json_object"} if fmt["type"] == "json_object" else
+                       {"type": "json_schema", **fmt["json_schema"]}}
+    if "tools" in body:
+        out["tools"] = [{"type": "function", **t["function"]} for t in body["tools"]]
+        out["tool_choice"] = body["tool_choice"]
+        out["parallel_tool_calls"] = body["parallel_tool_calls"]
+    return out
+
+
+def _read_response(response: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
+    """(finish reason, content, calls) of a response object, in chat's terms."""
+    content = "".join(part["text"] for item in response["output"] if item["type"] == "message"
+                      for part in item["content"])
+    calls = [{"function": {"name": item["name"], "arguments": item["arguments"]}}
+             for item in response["output"] if item["type"] == "function_call"]
+    status = response["status"]
+    reason = {"cancelled": "cancelled", "incomplete": "length"}.get(status, "tool_calls" if calls else "stop")
+    assert status in ("completed", "incomplete", "cancelled"), response
+    return reason, content, calls
+
+
+async def _one_response(client: httpx.AsyncClient, url: str, o: Outcome, rng: random.Random) -> None:
+    """One request over the Responses API: non-streamed ones are cancelled by X-Request-ID (the
+    registry is shared), streamed ones by their response id."""
+    headers = {"X-Request-ID": f"rnd-{o.i}"}
+    body = responses_body(o.body)
+
+    async def cancel(path: str) -> None:
+        r = await client.post(f"{url}{path}")
+        assert r.status_code in (200, 404), r.text
+        o.cancel_status = r.status_code
+
+    if not o.stream:
+        canceller = None
+        if o.fate == "cancel":
+            async def later() -> None:
+                await asyncio.sleep(rng.uniform(0, 0.15))
+                await cancel(f"/v1/chat/completions/rnd-{o.i}/cancel")
+            canceller = asyncio.create_task(later())
+        r = await client.post(f"{url}/v1/responses", json=body, headers=headers)
+        if canceller is not None:
+            await canceller
+        o.status = r.status_code
+        _check_status(o, r)
+        if r.status_code == 200:
+            o.reason, o.content, o.calls = _read_response(r.json())
+        return
+    stop_after = rng.randint(0, 12)
+    async with client.stream("POST", f"{url}/v1/responses", json={**body, "stream": True},
+                             headers=headers) as r:
+        o.status = r.status_code
+        if r.status_code != 200:
+            await r.aread()
+            _check_status(o, r)
+            return
+        events: list[dict[str, Any]] = []
+        async for line in r.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(json.loads(line[6:]))
+            if len(events) == stop_after and o.fate == "disconnect":
+                o.disconnected = True
+                return
+            if len(events) == max(stop_after, 1) and o.fate == "cancel":
+                await cancel(f"/v1/responses/{events[0]['response']['id']}/cancel")
+    check_sequence(events)
+    o.reason, o.content, o.calls = _read_response(events[-1]["response"])
 
 
 def _calls_key(calls: list[dict[str, Any]] | None) -> list[tuple[str, str]]:
@@ -256,7 +347,7 @@ def test_random_http_traffic(serve, seed):
     for o in outcomes:
         if o.status != 200 or o.disconnected:
             continue
-        where = (seed, o.i, o.kind, o.stream, o.fate, o.reason, o.content, o.calls)
+        where = (seed, o.i, o.protocol, o.kind, o.stream, o.fate, o.reason, o.content, o.calls)
         if o.cancel_status == 200:
             assert o.reason == "cancelled", where
         _check_answer(o.kind, o.body, o.reason, o.content, o.calls)
