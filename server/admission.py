@@ -74,8 +74,10 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
     structured = await plan_structured(tokenizer, plan.output, compile_fn=state.compile_fn)
     if tool_plan is not None:
         # An enforced JSON format goes into the tool grammar as the answer the calls alternate
-        # with (formats whose calls open with a marker; see tools.grammar.answer_schema).
-        answer = plan.output.constraint_request() if structured.enforced else None
+        # with, when the protocol asks (formats whose calls open with a marker; see
+        # tools.grammar.answer_schema).
+        answer = (plan.output.constraint_request()
+                  if plan.tools.format_answer and structured.enforced else None)
         tool_plan = await asyncio.to_thread(tool_plan.constrained, tokenizer, compile_fn=state.compile_fn,
                                             answer=answer)
     constraint = structured.constraint

@@ -220,7 +220,7 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
         sampling=sampling_params(body, default_max_tokens=state.settings.default_max_tokens),
         budget=Budget(explicit=body.max_output_tokens is not None, param="max_output_tokens"),
         id_prefix=ID_PREFIX, output=output_format(fmt),
-        tools=ToolUse(callable_tools, choice, body.parallel_tool_calls),
+        tools=ToolUse(callable_tools, choice, body.parallel_tool_calls, format_answer=True),
         logprobs=logprobs_wanted(body), close_on_length=body.afm_close_on_length,
         delivery=Delivery(stream=body.stream, include_usage=True, profile=profile_key),
         paths=PATHS)
