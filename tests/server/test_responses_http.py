@@ -392,3 +392,13 @@ def test_reasoning_effort_drives_the_templates_thinking_switch(effort, switch) -
         assert forced["output"][-1]["content"][0]["text"] == "True"
     finally:
         live.stop()
+
+
+def test_profile_rides_the_final_response_object(serve):
+    live = serve("Hello there, world!")
+    _, events = stream_events(live.url, {"input": "hi"}, {"X-AFM-Profile": "true"})
+    assert events[-1]["type"] == "response.completed" and "afm_profile" in events[-1]["response"]
+    body = post(live.url, {"input": "hi"}, {"X-AFM-Profile": "true"}).json()
+    assert body["afm_profile"]["request_id"]
+    assert "afm_profile" not in post(live.url, {"input": "hi"}).json()
+
