@@ -11,6 +11,7 @@ an unknown one.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from afm_struct.errors import InvalidRequestError, NotFoundError
+from afm_struct.errors import AfmError, InvalidRequestError, NotFoundError
 from afm_struct.store import ResponseStore
 
 from ..admission import Prepared, admit, prepare, response_headers
@@ -35,6 +36,7 @@ from .schemas import ResponsesRequest
 from .storage import input_items, record, response_of, unknown_response
 
 router = APIRouter()
+log = logging.getLogger("afm_struct.server")
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 500, 503)
@@ -117,7 +119,11 @@ async def respond(request: Request, state: ServerState, prepared: Prepared, stre
                 yield frame
             table.pop(key, None)
             if keep is not None:
-                await keep(stream.final())
+                try:
+                    await keep(stream.final())
+                except AfmError as err:  # the status is sent: the answer stands, unkept
+                    log.error("response %s was not stored (request %s): %s", prepared.ident.id,
+                              prepared.plan.request_id, err.message)
 
         return SSEResponse(frames(), headers=headers, on_close=close)
     watcher = asyncio.create_task(_close_on_disconnect(request, close))

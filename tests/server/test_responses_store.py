@@ -176,3 +176,30 @@ def test_without_a_store_the_stored_routes_are_404(serve) -> None:
     live = serve()
     for method, path in (("GET", ""), ("DELETE", ""), ("GET", "/input_items"), ("POST", "/cancel")):
         assert httpx.request(method, f"{live.url}/v1/responses/resp_x{path}").status_code == 404
+
+
+class BrokenStore:
+    """A store whose writes fail as a database that went away does (503 store_unavailable)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def put(self, response: Any) -> Any:
+        from afm_struct.store import StoreError
+        raise StoreError("the response store cannot be written: disk full")
+
+
+def test_a_store_failure_is_503_before_headers_and_logged_after(tokenizer, tmp_path, caplog) -> None:
+    live = start_server(scripted_loaded_model(tokenizer, "Hello"),
+                        response_store=BrokenStore(open_store(tmp_path / "r.sqlite3")))
+    try:
+        r = post(live.url, {"input": "hi"})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
+        _, events = stream_events(live.url, {"input": "hi"})
+        assert events[-1]["type"] == "response.completed"  # the answer stands, unkept
+        assert wait_until(lambda: "was not stored" in caplog.text)
+    finally:
+        live.stop()
