@@ -38,8 +38,8 @@ set_tracing_disabled(True)  # no trace export (it would try to reach OpenAI)
 
 @pytest.fixture
 def default_client(compat_server: CompatServer) -> Iterator[None]:
-    """The SDK's default client pointed at the server (a fresh one per test: run_sync makes a new
-    event loop each time, and an AsyncOpenAI client's connections belong to one loop)."""
+    """The SDK's default client pointed at the server, set as a new user would (a fresh one per
+    test, so no test depends on another's connections)."""
     set_default_openai_client(openai.AsyncOpenAI(base_url=compat_server.base_url, api_key="unused",
                                                  max_retries=0, timeout=120), use_for_tracing=False)
     yield
