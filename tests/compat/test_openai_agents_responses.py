@@ -1,7 +1,8 @@
 """openai-agents with its default model, the Responses API (``OpenAIResponsesModel``), on the
 default AsyncOpenAI client pointed at the server, as a new user would set it up: a structured
 ``output_type`` over two turns (``previous_response_id``), and a ``function_tool`` strict and
-not, forced by ``tool_choice="required"``."""
+not, forced by ``tool_choice="required"``, the strict run's items then passed back as the next
+turn's input."""
 
 from __future__ import annotations
 
@@ -93,3 +94,19 @@ def test_function_tool_required(compat_server: CompatServer, wire: Wire, default
     assert response["status"] == "completed"
     (call,) = [item for item in response["output"] if item["type"] == "function_call"]
     assert set(json.loads(call["arguments"])) == {"city", "unit"}
+    if strict:
+        _items_passed_back(compat_server, wire, result.to_input_list(), call)
+
+
+def _items_passed_back(server: CompatServer, wire: Wire, history: list, call: dict) -> None:
+    """The other way to a second turn: the run's items sent back as input (the call and its
+    output), which the server reads into the conversation."""
+    agent = Agent(name="reply", instructions="Answer in a few words.", model=server.model,
+                  model_settings=ModelSettings(max_tokens=8, temperature=0))
+    reply = Runner.run_sync(agent, [*history, {"role": "user", "content": "Thanks."}])
+    assert isinstance(reply.final_output, str)
+    sent = wire.last["input"]
+    kinds = [item.get("type", "message") for item in sent]
+    assert kinds == ["message", "function_call", "function_call_output", "message"], kinds
+    assert sent[1]["call_id"] == sent[2]["call_id"] == call["call_id"]
+    assert "previous_response_id" not in wire.last
