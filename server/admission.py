@@ -73,12 +73,20 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
             GenerationRequest(prompt_ids=prompt_ids, params=plan.sampling, fit_to_context=fit))
     structured = await plan_structured(tokenizer, plan.output, compile_fn=state.compile_fn)
     if tool_plan is not None:
-        tool_plan = await asyncio.to_thread(tool_plan.constrained, tokenizer, compile_fn=state.compile_fn)
+        # An enforced JSON format goes into the tool grammar as the answer the calls alternate
+        # with, when the protocol asks (formats whose calls open with a marker; see
+        # tools.grammar.answer_schema).
+        answer = (plan.output.constraint_request()
+                  if plan.tools.format_answer and structured.enforced else None)
+        tool_plan = await asyncio.to_thread(tool_plan.constrained, tokenizer, compile_fn=state.compile_fn,
+                                            answer=answer)
     constraint = structured.constraint
     if tool_plan is not None and tool_plan.constraint is not None:
-        # One mask per request: the tool grammar (which allows free text where the format does)
-        # wins; a JSON output format then runs best-effort, deferred and sanitized.
-        structured = structured.without_mask("a tool grammar owns the mask")
+        # One mask per request: the tool grammar wins.  It holds the JSON answer when it could
+        # (enforced: streamed as generated); else it allows free text where the format does, and
+        # a JSON output format runs best-effort, deferred and sanitized.
+        if not tool_plan.answered:
+            structured = structured.without_mask("a tool grammar owns the mask")
         constraint = tool_plan.constraint
     reasoning = reasoning_tags(state, prompt_ids)
     if reasoning is not None and plan.budget.reasoning_tokens is not None:
@@ -161,12 +169,16 @@ def check_request_budget(state: ServerState, plan: GenerationPlan, generation: G
 
 
 def calls_are_whole(tool_plan: ToolPlan, text: str) -> bool:
-    """True when ``text`` (a cut output) already holds at least one call, every call valid."""
+    """True when ``text`` (a cut output) already holds at least one call, every call valid; or,
+    when the grammar holds the output format's answer (:attr:`ToolPlan.answered`), no call at
+    all (the grammar accepted it: it is that answer)."""
     router = tool_plan.make_router()
     router.feed(text)
     router.finish()
     calls = router.calls
-    return bool(calls) and all(tool_plan.validate_call(c.name or "", c.arguments).ok for c in calls)
+    if not calls:
+        return tool_plan.answered
+    return all(tool_plan.validate_call(c.name or "", c.arguments).ok for c in calls)
 
 
 def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags | None:

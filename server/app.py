@@ -26,6 +26,7 @@ from .cancel import InflightRegistry
 from .errors import install_error_handlers
 from .middleware import BodyLimitMiddleware, RequestIdMiddleware
 from .operations import install as install_operations
+from .responses.routes import router as responses_router
 from .routes import router
 from .settings import ServerSettings
 from .state import ServerState
@@ -84,6 +85,7 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app.state.response_store = response_store
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(responses_router)
     add_operations_middleware = install_operations(app, settings)
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,

@@ -26,6 +26,10 @@ OUTSIDE_BODY = {
     "body": lambda r: r.status in (408, 413),
     "request_id": lambda r: r.path.endswith("/cancel"),
     "model": lambda r: r.method in ("GET", "HEAD") and r.path.startswith("/v1/models/"),
+    # the query parameters of the stored responses' routes
+    "stream": lambda r: r.method in ("GET", "HEAD") and r.path.startswith("/v1/responses/"),
+    **{name: (lambda r: r.method in ("GET", "HEAD") and r.path.endswith("/input_items"))
+       for name in ("limit", "order", "after")},
 }
 
 

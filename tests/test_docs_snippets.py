@@ -3,7 +3,8 @@
 The blocks of a page run top to bottom in one fresh interpreter (a page may define ``City``
 once and use it below), as a reader pasting the page would.  Pages that talk to a server
 (``http://127.0.0.1:9999``) get a live server on the scripted model instead, at an ephemeral
-port substituted for that address (and in ``OPENAI_BASE_URL``); the scripted model answers
+port substituted for that address (and in ``OPENAI_BASE_URL``), with a response store as
+``make serve`` has (``previous_response_id`` works); the scripted model answers
 each request with a valid instance of what was asked (the tool call or the schema), so
 client libraries take the same paths as against the real model.  Pages that load the real
 model (``load_model()``, ``extract()`` without ``model=``) run it and are marked ``model``.
@@ -27,6 +28,7 @@ import pytest
 
 from afm_struct.grammar.spec import JsonSchemaRequest
 from afm_struct.models.tokenizer import Tokenizer
+from afm_struct.store import open_store
 from afm_struct.testing import Script, scripted_loaded_model
 from server.live import start_server
 from server.settings import ServerSettings
@@ -175,7 +177,8 @@ def test_every_python_block_runs(page: Path, tokenizer: Tokenizer, tmp_path: Pat
     if any(DOCS_URL in b.code for b in blocks):
         assistant = DocsAssistant(tokenizer)
         live = start_server(scripted_loaded_model(tokenizer, Script(assistant)),
-                            ServerSettings(served_model_names=(DOCS_MODEL,)), compile_fn=assistant.compile)
+                            ServerSettings(served_model_names=(DOCS_MODEL,)), compile_fn=assistant.compile,
+                            response_store=open_store(tmp_path / "responses.sqlite3"))
     try:
         done = run_page(blocks, tmp_path, live.url if live else None)
     finally:

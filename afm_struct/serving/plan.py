@@ -108,11 +108,16 @@ TEXT = OutputFormat()
 @dataclass(frozen=True)
 class ToolUse:
     """The tools the model may call (checked: :func:`afm_struct.tools.check_tools`), the
-    normalized ``tool_choice`` and whether calls may run in parallel (None: the default, yes)."""
+    normalized ``tool_choice`` and whether calls may run in parallel (None: the default, yes).
+
+    ``format_answer``: a JSON output format is enforced inside the tool grammar as the answer
+    the calls alternate with (the Responses API); False keeps chat's wire, where the tool
+    grammar allows free text and the format runs best-effort beside it."""
 
     tools: tuple[ToolDef, ...] = ()
     choice: Choice = field(default_factory=lambda: Choice("none"))
     parallel: bool | None = None
+    format_answer: bool = False
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ class ToolGrammar:
     reason: str | None
     rungs: dict[str, str] = field(default_factory=dict)  # tool name → ladder rung (strict tools)
     guided: dict[str, str] = field(default_factory=dict)  # tool name → ladder rung (non-strict tools)
+    answered: bool = False  # the output format's JSON answer is in the grammar, enforced
 
 
 def grammar_marker(tokenizer: Any, text: str) -> str:
@@ -143,9 +144,15 @@ def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
 
 
 def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
-                  required: bool, parallel: bool) -> str:
-    """The Lark text for ``embedded`` tools in ``fmt``'s syntax and the request's mode."""
+                  required: bool, parallel: bool, answer: Any = None) -> str:
+    """The Lark text for ``embedded`` tools in ``fmt``'s syntax and the request's mode.
+
+    ``answer`` (a JSON Schema with llguidance options, or None) replaces the free text of the
+    ``auto`` modes: the output is then either an answer following that schema or the calls
+    (the request asked for a JSON output format and allows calls)."""
     mode = ("required" if required else "auto") + ("_many" if parallel else "_one")
+    if answer is not None and not required:
+        mode = "answered" + ("_many" if parallel else "_one")
     opener = markup(tokenizer, fmt.open)
     closer = markup(tokenizer, fmt.close)
     args_marker = markup(tokenizer, fmt.args_marker)
@@ -165,16 +172,43 @@ def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any
     text = re.sub(r"\{\{UNTIL:(\w+):(.*?)\}\}",
                   lambda m: text_until(tokenizer, m.group(1), m.group(2)), text)
     # {{MARK:text}}: a syntax's own text (channel headers) with its added tokens by id.
-    return re.sub(r"\{\{MARK:(.*?)\}\}", lambda m: markup(tokenizer, m.group(1)), text)
+    text = re.sub(r"\{\{MARK:(.*?)\}\}", lambda m: markup(tokenizer, m.group(1)), text)
+    if mode.startswith("answered"):
+        text += ("\nanswered_one: answer | required_one\nanswered_many: answer | required_many\n"
+                 f"answer: %json {json.dumps(answer)}\n")
+    return text
+
+
+def answer_schema(tokenizer: Any, fmt: ToolFormat, request: Any, options: CompileOptions,
+                  compile_fn: Compile | None = None) -> Any:
+    """What to embed for a JSON output format next to the calls (:func:`build_grammar`'s
+    ``answer``): the rewritten schema with exact options when the format compiles exactly, else
+    None (the format then runs best-effort, as before).  Only formats whose calls open with a
+    marker (where a call is a bare JSON object, Llama 3, a JSON answer would read as a call) and
+    whose answer is plain text before any call (Harmony's answer has its own channel)."""
+    if not fmt.open or request is None or "auto_one: TEXT |" not in fmt.grammar_template():
+        return None
+    if isinstance(request, JsonSchemaRequest):
+        compiled = (compile_fn(tokenizer, request) if compile_fn is not None
+                    else compile_constraint(tokenizer, request, options))
+        if compiled.rung is not Rung.EXACT:
+            return None
+        return with_options(rewrite_schema(request.schema).schema, json_options(options))
+    if getattr(request, "kind", None) == "json_object":
+        return with_options(GENERIC_ARGS, json_options(options))
+    return None
 
 
 def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, ...], *,
                          required: bool, parallel: bool, options: CompileOptions | None = None,
-                         compile_fn: Compile | None = None, closed: bool = True) -> ToolGrammar:
-    """Build and compile the grammar for ``tools`` (the callable ones, in request order).
+                         compile_fn: Compile | None = None, closed: bool = True,
+                         answer: Any = None) -> ToolGrammar:
+    """Build and compile the grammar for ``tools`` (the callable ones, in request order), with
+    ``answer`` in place of free text when given (:func:`answer_schema`).
 
     Never raises for a schema the engine cannot handle: the tool is served lower on the ladder;
-    if the assembled grammar still fails, every tool falls back to generic arguments.
+    if the assembled grammar still fails, every tool falls back to generic arguments (and any
+    answer to free text).
     """
     options = options or CompileOptions()
 
@@ -201,7 +235,8 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
         rungs[tool.name] = rung.value
         if is_downgraded(tool.strict, rung) and reason is None:
             reason = f"{tool.name}: {why or rung.value}"
-    grammar = build_grammar(tokenizer, fmt, embedded, required=required, parallel=parallel)
+    grammar = build_grammar(tokenizer, fmt, embedded, required=required, parallel=parallel, answer=answer)
+    answered = answer is not None and not required
     try:
         constraint = compile_lark(grammar)
     except SchemaError as exc:
@@ -214,10 +249,12 @@ def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, 
         grammar = build_grammar(tokenizer, fmt, [(t.name, generic) for t in tools],
                                 required=required, parallel=parallel)
         constraint = compile_lark(grammar)
+        answered = False
         reason = reason or why or "tool_grammar_error"
         rungs = {name: Rung.GENERIC_JSON.value for name in rungs}
         guided = {name: Rung.GENERIC_JSON.value for name in guided}
     # ``rungs`` holds exactly the strict tools (non-strict ones are in ``guided``).
     downgraded = any(is_downgraded(True, Rung(r)) for r in rungs.values())
     return ToolGrammar(grammar=grammar, constraint=constraint, downgraded=downgraded,
-                       reason=reason if downgraded else None, rungs=rungs, guided=guided)
+                       reason=reason if downgraded else None, rungs=rungs, guided=guided,
+                       answered=answered)

@@ -37,7 +37,7 @@ from .formats import (
     load_table,
     template_knows_tools,
 )
-from .grammar import Compile, compile_tool_grammar
+from .grammar import Compile, answer_schema, compile_tool_grammar
 from .prompt import render_messages
 from .stream import ToolCallRouter, new_call_id
 
@@ -62,6 +62,7 @@ class ToolPlan:
     source_messages: list[dict[str, Any]] = field(default_factory=list)
     knows_tools: bool = True
     table: FormatTable | None = None
+    answered: bool = False  # the output format's JSON is enforced by this grammar (no free text)
 
     @property
     def callable_tools(self) -> tuple[ToolDef, ...]:
@@ -102,19 +103,24 @@ class ToolPlan:
 
     def constrained(self, tokenizer: Any, *, options: CompileOptions | None = None,
                     compile_fn: Compile | None = None, constrain_non_strict: bool = True,
-                    closed_objects: bool = True) -> ToolPlan:
+                    closed_objects: bool = True, answer: Any = None) -> ToolPlan:
         """This plan with its tool grammar compiled (see :func:`plan_tools`); unchanged when no
-        call is constrained.  Compiles (possibly slowly): call it off the event loop."""
+        call is constrained.  ``answer``: the output format's request (a JSON Schema or JSON
+        object), enforced in the grammar as the alternative to the calls where it can be
+        (:attr:`answered`).  Compiles (possibly slowly): call it off the event loop."""
         callable_tools = self.callable_tools
         if not callable_tools or not (any(t.strict for t in callable_tools) or constrain_non_strict):
             return self
+        options = options or CompileOptions()
+        required = self.choice.kind in ("required", "function")
+        embedded = None if required else answer_schema(tokenizer, self.format, answer, options, compile_fn)
         compiled = compile_tool_grammar(tokenizer, self.format, callable_tools,
-                                        required=self.choice.kind in ("required", "function"),
+                                        required=required,
                                         parallel=self.parallel, options=options,
-                                        compile_fn=compile_fn, closed=closed_objects)
+                                        compile_fn=compile_fn, closed=closed_objects, answer=embedded)
         return replace(self, constraint=compiled.constraint, downgraded=compiled.downgraded,
                        reason=compiled.reason, grammar=compiled.grammar, rungs=compiled.rungs,
-                       guided=compiled.guided)
+                       guided=compiled.guided, answered=compiled.answered)
 
     def validate_call(self, name: str, arguments: str) -> ValidationOutcome:
         """Check one finished call against its tool's ``parameters`` (unknown name: not ok)."""

@@ -1,10 +1,11 @@
 """Client-library compatibility: one live server on the embedded SmolLM2 for this package.
 
 The server is the real app (``server.app.create_app``) behind uvicorn on an ephemeral port,
-wrapped in a small ASGI recorder that keeps every ``POST /v1/chat/completions`` exchange
-(request body, status, headers, response body).  Tests assert on what each library actually
-sends (``wire.requests``); when a test fails, its exchanges are attached to the report as a
-``wire`` section, so a failure shows the exact request and response
+wrapped in a small ASGI recorder that keeps every ``POST /v1/chat/completions`` and
+``POST /v1/responses`` exchange (path, request body, status, headers, response body), with a
+SQLite response store in a temporary directory (``previous_response_id`` works).  Tests assert
+on what each library actually sends (``wire.requests``); when a test fails, its exchanges are
+attached to the report as a ``wire`` section, so a failure shows the exact request and response
 (``AFM_COMPAT_WIRE=1 pytest -rA tests/compat`` shows it for passing tests too).
 """
 
@@ -24,6 +25,7 @@ import uvicorn
 from pydantic import BaseModel
 
 from afm_struct.models import LoadedModel
+from afm_struct.store import open_store
 from server.app import create_app
 
 # Small budgets: the tiny model decodes ~18 tok/s on 2 cores; greedy decoding for stable answers.
@@ -48,8 +50,9 @@ class Weather(BaseModel):
 
 @dataclass
 class Exchange:
-    """One recorded chat-completions request and its response."""
+    """One recorded generation request (chat completions or responses) and its response."""
 
+    path: str
     request: dict[str, Any]
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
@@ -60,19 +63,23 @@ class Exchange:
         if len(text) > 4000:
             text = text[:2000] + "\n…\n" + text[-2000:]
         grammar = self.headers.get("x-grammar-constraints", "")
-        return (f">>> {json.dumps(self.request, indent=1)}\n<<< {self.status} "
+        return (f">>> {self.path} {json.dumps(self.request, indent=1)}\n<<< {self.status} "
                 f"{'x-grammar-constraints: ' + grammar if grammar else ''}\n{text}")
 
 
+# The generation routes the recorder keeps (the stored-response routes pass through).
+RECORDED = ("/v1/chat/completions", "/v1/responses")
+
+
 class Recorder:
-    """ASGI wrapper recording chat-completions exchanges (other routes pass through)."""
+    """ASGI wrapper recording generation exchanges (other routes pass through)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.exchanges: list[Exchange] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in RECORDED:
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -86,7 +93,7 @@ class Recorder:
             request = json.loads(raw)
         except ValueError:
             request = {"_raw": raw.decode("utf-8", "replace")}
-        exchange = Exchange(request)
+        exchange = Exchange(scope["path"], request)
         self.exchanges.append(exchange)
         replayed = False
 
@@ -119,8 +126,9 @@ class CompatServer:
 
 
 @pytest.fixture(scope="package")
-def compat_server(embedded: LoadedModel) -> Iterator[CompatServer]:
-    recorder = Recorder(create_app(embedded))
+def compat_server(embedded: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CompatServer]:
+    store = open_store(tmp_path_factory.mktemp("compat-store") / "responses.sqlite3")
+    recorder = Recorder(create_app(embedded, response_store=store))
     config = uvicorn.Config(recorder, host="127.0.0.1", port=0, log_level="warning",
                             timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
@@ -155,7 +163,7 @@ class Wire:
 
     @property
     def last(self) -> dict[str, Any]:
-        assert self.exchanges, "no chat-completions request reached the server"
+        assert self.exchanges, "no generation request reached the server"
         return self.exchanges[-1].request
 
 
@@ -178,8 +186,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
         report.sections.append(("wire", text))
 
 
+def response_tool(request: dict[str, Any], name: str) -> dict[str, Any]:
+    """The declared function tool ``name`` in a recorded Responses request (the flat shape)."""
+    for tool in request.get("tools", []):
+        if tool.get("type") == "function" and tool.get("name") == name:
+            return tool
+    raise AssertionError(f"no function tool {name!r} in {request.get('tools')}")
+
+
 def tool_schema(request: dict[str, Any], name: str) -> dict[str, Any]:
-    """The ``function`` object of the declared tool ``name`` in a recorded request."""
+    """The ``function`` object of the declared tool ``name`` in a recorded chat request."""
     for tool in request.get("tools", []):
         if tool.get("function", {}).get("name") == name:
             return tool["function"]

@@ -1,0 +1,154 @@
+"""Responses API tools and ``tool_choice`` → the plan's checked tools and :class:`Choice`.
+
+Function tools are flat (``{"type": "function", "name", "parameters", "strict"}``; ``strict``
+defaults to true, as OpenAI's Responses API has it) and are checked by the one tool check,
+:func:`afm_struct.tools.check_tools`, at ``tools.N``.
+
+Custom tools (``{"type": "custom", "name", "format"}``) take one string, their ``input``.  The
+core knows function tools only, so a custom tool is served as a function whose arguments are
+``{"input": <string>}``: the model's call goes through the same prompt, grammar and router as
+any call, and the encoder shows the string as the call's ``input``.  The string is free text
+for the ``text`` format and follows the grammar for ``{"type": "grammar", "syntax": "regex"}``
+(a JSON Schema ``pattern``, anchored: the whole input matches, enforced inside the JSON string
+with its escapes).  Lark grammars cannot be placed inside a JSON string (their text would need
+escaping the grammar does not describe), so ``syntax: "lark"`` is refused by name.
+
+Built-in tools (web search, file search, computer use, code interpreter, ...) are refused
+with a 400 naming ``tools.N.type``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from afm_struct.errors import InvalidRequestError
+from afm_struct.grammar.spec import ToolDef
+from afm_struct.tools.definitions import Choice, ToolSpec, check_choice, check_tools
+
+CUSTOM_INPUT_KEY = "input"
+
+
+@dataclass(frozen=True)
+class DeclaredTools:
+    """The request's tools, checked: ``defs`` in request order, the names of custom tools
+    (their calls are shown as ``custom_tool_call`` items) and the tools echoed in the response."""
+
+    defs: tuple[ToolDef, ...]
+    custom: frozenset[str]
+    echo: list[dict[str, Any]]
+
+
+def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str]:
+    """The arguments schema standing for a custom tool's ``format`` (at ``where``), and the words
+    telling the model what its input is."""
+    string: dict[str, Any] = {"type": "string"}
+    hint = "Its input is free text."
+    if fmt is not None and not isinstance(fmt, dict):
+        raise InvalidRequestError(f"{where} must be an object", param=where)
+    kind = (fmt or {}).get("type", "text")
+    if kind == "grammar":
+        syntax = fmt.get("syntax")
+        definition = fmt.get("definition")
+        if syntax == "lark":
+            raise InvalidRequestError(
+                f"{where}.syntax 'lark' is not supported for custom tools here: the input travels "
+                "as a JSON string, which a Lark grammar cannot describe; send syntax 'regex' or the "
+                "text format", param=f"{where}.syntax", code="unsupported_value")
+        if syntax != "regex":
+            raise InvalidRequestError(f"{where}.syntax must be 'regex' (or 'lark'), not {syntax!r}",
+                                      param=f"{where}.syntax")
+        if not isinstance(definition, str) or not definition:
+            raise InvalidRequestError(f"{where}.definition must be a non-empty regular expression",
+                                      param=f"{where}.definition")
+        string["pattern"] = f"^(?:{definition})$"
+        hint = f"Its input must match the regular expression {definition}"
+    elif kind != "text":
+        raise InvalidRequestError(f"{where}.type must be 'text' or 'grammar', not {kind!r}",
+                                  param=f"{where}.type")
+    schema = {"type": "object", "properties": {CUSTOM_INPUT_KEY: string},
+              "required": [CUSTOM_INPUT_KEY], "additionalProperties": False}
+    return schema, hint
+
+
+def read_tools(tools: list[Any] | None) -> DeclaredTools:
+    """Check ``tools`` (400s naming ``tools.N...``); slow for big schemas: off the event loop."""
+    specs: list[ToolSpec] = []
+    custom: set[str] = set()
+    echo: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools or ()):
+        where = f"tools.{i}"
+        if not isinstance(tool, dict):
+            raise InvalidRequestError(f"{where} must be a tool object", param=where)
+        kind = tool.get("type")
+        name = tool.get("name")
+        description = tool.get("description") or ""
+        if kind == "function":
+            strict = tool.get("strict")
+            strict = True if strict is None else strict
+            if not isinstance(strict, bool):
+                raise InvalidRequestError(f"{where}.strict must be a boolean", param=f"{where}.strict")
+            specs.append(ToolSpec(name=name, where=where, description=description,
+                                  parameters=tool.get("parameters"), strict=strict))
+            echo.append({"type": "function", "name": name, "description": description or None,
+                         "parameters": tool.get("parameters"), "strict": strict})
+        elif kind == "custom":
+            schema, hint = custom_parameters(tool.get("format"), f"{where}.format")
+            words = f"{description}\n{hint}" if description else hint
+            specs.append(ToolSpec(name=name, where=where, description=words, parameters=schema,
+                                  strict=True))
+            if isinstance(name, str):
+                custom.add(name)
+            echo.append({"type": "custom", "name": name, "description": description or None,
+                         "format": tool.get("format") or {"type": "text"}})
+        else:
+            raise InvalidRequestError(
+                f"{where}.type {kind!r} is not supported here: this server runs function and custom "
+                "tools only (no built-in tools such as web_search, file_search or computer_use)",
+                param=f"{where}.type", code="unsupported_value")
+    return DeclaredTools(check_tools(specs), frozenset(custom), echo)
+
+
+def read_choice(choice: Any, declared: DeclaredTools) -> tuple[Choice, tuple[ToolDef, ...]]:
+    """``tool_choice`` → the plan's :class:`Choice` and the tools it may call
+    (``allowed_tools`` narrows them to its list; 400s name ``tool_choice...``)."""
+    defs = declared.defs
+    if choice is None:
+        return Choice("auto" if defs else "none"), defs
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise InvalidRequestError(f"tool_choice {choice!r} is not one of none, auto, required or "
+                                      "a tool object", param="tool_choice")
+        return check_choice(Choice(choice), defs), defs
+    if not isinstance(choice, dict):
+        raise InvalidRequestError("tool_choice must be a string or an object", param="tool_choice")
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
+        name = choice.get("name")
+        if not isinstance(name, str):
+            raise InvalidRequestError("tool_choice.name must name a tool", param="tool_choice.name")
+        if name in {t.name for t in defs} and (name in declared.custom) != (kind == "custom"):
+            raise InvalidRequestError(f"tool_choice names {kind} {name!r}, but that tool is not a "
+                                      f"{kind} tool", param="tool_choice.type")
+        return check_choice(Choice("function", name), defs, param="tool_choice.name"), defs
+    if kind == "allowed_tools":
+        mode = choice.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise InvalidRequestError(f"tool_choice.mode must be 'auto' or 'required', not {mode!r}",
+                                      param="tool_choice.mode")
+        listed = choice.get("tools")
+        if not isinstance(listed, list) or not listed:
+            raise InvalidRequestError("tool_choice.tools must list the tools allowed",
+                                      param="tool_choice.tools")
+        names = []
+        for j, ref in enumerate(listed):
+            name = ref.get("name") if isinstance(ref, dict) else None
+            if name not in {t.name for t in defs}:
+                raise InvalidRequestError(f"tool_choice.tools[{j}] names {name!r}, which is not in tools",
+                                          param=f"tool_choice.tools.{j}.name", code="unknown_tool")
+            names.append(name)
+        allowed = tuple(t for t in defs if t.name in names)
+        return check_choice(Choice(mode), allowed), allowed
+    raise InvalidRequestError(f"tool_choice.type {kind!r} is not supported here: send none, auto, "
+                              "required, a function or custom tool, or allowed_tools",
+                              param="tool_choice.type", code="unsupported_value")
