@@ -40,6 +40,9 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 THINKING_OFF = ("none", "minimal")
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+# The fields of a json_schema text format.  ``description`` is echoed; it does not reach the
+# prompt (the schema is enforced by the mask, not described to the model).
+FORMAT_KEYS = ("type", "name", "schema", "strict", "description")
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,9 @@ def output_format(fmt: dict[str, Any] | None) -> OutputFormat:
     if kind != "json_schema":
         raise InvalidRequestError(f"text.format.type must be text, json_object or json_schema, not {kind!r}",
                                   param="text.format.type")
+    for key in fmt:
+        if key not in FORMAT_KEYS:
+            raise refuse(f"unknown parameter text.format.{key}", f"text.format.{key}", "unknown_parameter")
     name = fmt.get("name")
     if not isinstance(name, str) or not 1 <= len(name) <= 64:
         raise InvalidRequestError("text.format.name must be a string of 1-64 characters",

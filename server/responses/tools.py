@@ -27,6 +27,9 @@ from afm_struct.grammar.spec import ToolDef
 from afm_struct.tools.definitions import Choice, ToolSpec, check_choice, check_tools
 
 CUSTOM_INPUT_KEY = "input"
+# The fields each tool type has; any other is refused by name (nothing is silently ignored).
+TOOL_KEYS = {"function": ("type", "name", "description", "parameters", "strict"),
+             "custom": ("type", "name", "description", "format")}
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,10 @@ def read_tools(tools: list[Any] | None) -> DeclaredTools:
         if not isinstance(tool, dict):
             raise InvalidRequestError(f"{where} must be a tool object", param=where)
         kind = tool.get("type")
+        for key in tool:
+            if kind in TOOL_KEYS and key not in TOOL_KEYS[kind]:
+                raise InvalidRequestError(f"unknown parameter {where}.{key} for a {kind} tool",
+                                          param=f"{where}.{key}", code="unknown_parameter")
         name = tool.get("name")
         description = tool.get("description") or ""
         if kind == "function":

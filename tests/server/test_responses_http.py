@@ -302,6 +302,10 @@ def test_items_passed_back_reach_the_prompt(serve, tokenizer):
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
     ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input.0.type"),
     ({"metadata": {"k": 5}}, "metadata.k"),
+    ({"text": {"format": {"type": "json_schema", "name": "p", "schema": PERSON, "strictly": True}}},
+     "text.format.strictly"),
+    ({"tools": [{**WEATHER, "defer_loading": True}]}, "tools.0.defer_loading"),
+    ({"tools": [{"type": "custom", "name": "c", "grammar": "x"}]}, "tools.0.grammar"),
     ({"max_output_tokens": 0}, "max_output_tokens"),
 ])
 def test_unsupported_or_bad_fields_are_400_naming_the_field(serve, extra, param):
