@@ -119,7 +119,9 @@ def hidden_tokens(tokenizer: Any, plan: GenerationPlan, reasoning: ReasoningTags
     if not plan.skip_special_tokens:
         return frozenset()
     keep = (reasoning.open, reasoning.close) if reasoning is not None else ()
-    return hidden_token_ids(tokenizer, keep=keep + (tool_plan.format.markup if tool_plan else ()))
+    if tool_plan is not None:  # its markers, and its own reasoning pair (Harmony's analysis channel)
+        keep += tool_plan.format.markup + tuple(getattr(tool_plan.format, "reasoning", None) or ())
+    return hidden_token_ids(tokenizer, keep=keep)
 
 
 async def plan_request_tools(state: ServerState, plan: GenerationPlan) -> ToolPlan | None:

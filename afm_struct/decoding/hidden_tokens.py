@@ -33,8 +33,12 @@ def _hidden(tokenizer: Any, keep: frozenset[str]) -> frozenset[int]:
     special = {i for i, added in hf.added_tokens_decoder.items() if added.special}
     special.update(getattr(hf, "all_special_ids", None) or ())
     markup = {vocab[t] for t in markup_texts() if t in vocab}
-    kept = {vocab[t] for t in keep if t in vocab}
-    return frozenset((special | markup) - kept)
+    hidden = special | markup
+    # A kept marker may span several tokens (Harmony's '<|channel|>commentary to=functions.'):
+    # every special or markup token inside one is read by the parser, so it keeps its text.
+    texts = {i: t for t, i in vocab.items() if i in hidden}
+    kept = {i for i, t in texts.items() if any(t in marker for marker in keep)}
+    return frozenset(hidden - kept)
 
 
 def hidden_token_ids(tokenizer: Any, *, keep: Iterable[str] = ()) -> frozenset[int]:
