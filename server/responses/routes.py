@@ -103,7 +103,9 @@ async def respond(request: Request, state: ServerState, prepared: Prepared, stre
     """Admit ``prepared`` and answer: the event stream or the response object, kept at the end
     when ``keep`` is given; the run stops when the client goes away or a cancel names it."""
     run = admit(state, prepared, owner=owner)
-    headers = response_headers(prepared)
+    # The response's id before its first event: a balancer routes its cancel by it
+    # (deploy/haproxy.cfg), as it routes a chat cancel by X-Request-ID.
+    headers = {**response_headers(prepared), "X-AFM-Response-ID": prepared.ident.id}
     table, key = running(request), (owner, prepared.ident.id)
     table[key] = (prepared.plan.request_id, stream)
 

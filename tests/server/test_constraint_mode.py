@@ -11,7 +11,7 @@ import pytest
 from .conftest import USER, stream_raw
 
 UNIQUE = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "maxItems": 3}
-LOOKAROUND = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?!x)[a-z]{2}$"}},
+LOOKAROUND = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?<!x)[a-z]{2}$"}},
               "required": ["a"]}
 SIMPLE = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 5}}, "required": ["q"]}
 

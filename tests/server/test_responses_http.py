@@ -85,8 +85,8 @@ def test_json_schema_strict_is_enforced_and_not_flagged(serve):
 
 
 def test_downgraded_header_exactly_when_a_strict_schema_is_not_enforced_exactly(serve):
-    # a lookaround is outside what a token mask enforces exactly
-    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(?!x)[a-z]+$"}},
+    # a lookbehind is outside what a token mask enforces exactly (a lookahead after ^ is restated)
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(?<!x)[a-z]+$"}},
               "required": ["code"]}
     live = serve('{"code": "abc"}')
     strict = post(live.url, {"input": "x", "text": schema_format(schema), "max_output_tokens": 40})
