@@ -487,17 +487,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"afm-struct: warning: serving on {args.host} without an API key: anyone who can reach "
               f"port {args.port} can use the model; set --api-key, --api-key-file or {auth.ENV_VAR}",
               file=sys.stderr, flush=True)
-    # Opened (and migrated) once here: a store that cannot be used stops the cluster with one
-    # line, rather than every replica failing on it in its own log.
-    store = open_response_store(args)
-    if store is not None:
-        print(f"afm-struct cluster: responses stored in {store.description}", file=sys.stderr, flush=True)
-        store.close()
     cluster = Cluster(replica_count(args), args.port, forwarded_args(args, args.serve_actions),
                       host=args.host, api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
                       run_dir=Path(args.run_dir) if args.run_dir else None, restart=args.restart,
                       replica_ports=args.replica_ports, metrics_port=args.metrics_port,
                       drain_s=args.drain_seconds, responses_store=args.responses_store)
+    # Opened (and migrated) once here, after the options are checked and before any replica
+    # starts: a store that cannot be used stops the cluster with one line, rather than every
+    # replica failing on it in its own log.
+    try:
+        store = open_response_store(args)
+    except BaseException:
+        cluster.stop()  # nothing runs yet: this removes the run directory it made
+        raise
+    if store is not None:
+        cluster._say(f"responses stored in {store.description}")
+        store.close()
 
     def on_sigterm(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt  # one path out for Ctrl-C and SIGTERM

@@ -88,15 +88,15 @@ def test_the_response_store_reaches_the_replicas_in_their_environment(
 
 
 def test_cluster_refuses_a_store_it_cannot_open_before_starting_replicas(tmp_path: Path) -> None:
-    """One line naming the store, exit 1, and no replica started (no run directory made)."""
+    """One line naming the store, exit 1, no replica started and no run directory left."""
     (tmp_path / "dir.sqlite3").mkdir()
     result = subprocess.run([EXE, "cluster", "--replicas", "2", "--port", str(free_port()),
-                             "--model", "scripted", "--run-dir", str(tmp_path / "run"),
-                             "--responses-store", str(tmp_path / "dir.sqlite3")],
-                            capture_output=True, text=True, timeout=60)
+                             "--model", "scripted", "--responses-store", str(tmp_path / "dir.sqlite3")],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
     assert result.returncode == 1, result.stderr
     assert "dir.sqlite3" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "run").exists()
+    assert not list(tmp_path.glob("afm-cluster-*"))
 
 
 def test_missing_haproxy_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
