@@ -14,7 +14,9 @@ API keys given to the cluster (``--api-key``, ``--api-key-file``, ``AFM_STRUCT_A
 their tenant names, are handed to the replicas in their environment, not on their command line
 (where ``ps`` would show them); HAProxy passes ``Authorization`` through, probes the open
 ``/health``, and routes a cancel by its ID and a digest of its key (a request ID is unique per
-tenant only).
+tenant only).  The response store (``--responses-store``, e.g. a PostgreSQL URL that may hold a
+password) reaches the replicas the same way, in ``AFM_STRUCT_RESPONSES_STORE``; the cluster opens
+it once before starting them, so a database that cannot be used stops it with one line.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from ..errors import AfmError
 from ..resources import data_dir
 from .cluster_ports import check_replica_ports, free_port, parse_ports
 from .lifetime import die_with_parent, terminate_all
+from .serve import STORE_ENV, open_response_store
 
 TEMPLATE = data_dir("deploy") / "haproxy.cfg"
 HAPROXY_HINT = ("install HAProxy 2.6+: `apt-get install -y haproxy` (Debian/Ubuntu) or "
                 "`brew install haproxy` (macOS), or give --haproxy PATH")
 # Options of the shared serve set that the cluster does not forward on the command line.
-_NOT_FORWARDED = ("api_keys", "api_key_file")
+# The keys and the store (a URL with a password) go in the replicas' environment instead.
+_NOT_FORWARDED = ("api_keys", "api_key_file", "responses_store")
 DEFAULT_REPLICAS = 3
 # A replica that dies sooner than this after starting, this many times in a row, is left down:
 # restarting a replica that cannot start would only spin.
@@ -137,6 +141,9 @@ class Cluster:
     # cluster's own HAProxy being ``local_peer``.  Empty: one balancer, no peers section.
     peers: tuple[tuple[str, str], ...] = ()
     local_peer: str = ""
+    # The replicas' --responses-store (a path, or a PostgreSQL URL shared by all of them),
+    # passed in their environment; None: theirs (AFM_STRUCT_RESPONSES_STORE, or the default).
+    responses_store: str | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -217,6 +224,8 @@ class Cluster:
         if self.api_keys:  # one key a line, named as given (server.auth.parse_keys)
             env["AFM_STRUCT_API_KEYS"] = "\n".join(f"{k.name}: {k.secret}" if k.name else k.secret
                                                     for k in self.api_keys)
+        if self.responses_store:
+            env[STORE_ENV] = self.responses_store
         cmd = [*serve_command(), "serve", "--host", "127.0.0.1", "--port", str(replica.port),
                *self.serve_args]
         with open(replica.log_path, "ab") as log:
@@ -482,7 +491,18 @@ def run(args: argparse.Namespace) -> int:
                       host=args.host, api_keys=keys, haproxy=args.haproxy, template=Path(args.haproxy_config),
                       run_dir=Path(args.run_dir) if args.run_dir else None, restart=args.restart,
                       replica_ports=args.replica_ports, metrics_port=args.metrics_port,
-                      drain_s=args.drain_seconds)
+                      drain_s=args.drain_seconds, responses_store=args.responses_store)
+    # Opened (and migrated) once here, after the options are checked and before any replica
+    # starts: a store that cannot be used stops the cluster with one line, rather than every
+    # replica failing on it in its own log.
+    try:
+        store = open_response_store(args)
+    except BaseException:
+        cluster.stop()  # nothing runs yet: this removes the run directory it made
+        raise
+    if store is not None:
+        cluster._say(f"responses stored in {store.description}")
+        store.close()
 
     def on_sigterm(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt  # one path out for Ctrl-C and SIGTERM

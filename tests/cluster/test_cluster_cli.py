@@ -19,6 +19,7 @@ import pytest
 from afm_struct.cli import build_parser
 from afm_struct.cli import cluster as cluster_cli
 from afm_struct.cli.cluster import Cluster, ClusterError, forwarded_args, free_port
+from afm_struct.cli.serve import STORE_ENV
 from server.auth import ENV_VAR, load_api_keys
 from server.tenants import ApiKey
 
@@ -62,6 +63,40 @@ def test_keys_reach_the_replicas_with_their_names_and_haproxy_keys_cancels_on_th
     assert "sk-a" not in seen["cmd"]
     open_config = Cluster(2, 18083, run_dir=tmp_path).render_config()
     assert f"set-var(txn.owner) {cluster_cli.OWNER_WITHOUT_KEYS}" in open_config
+
+
+def test_the_response_store_reaches_the_replicas_in_their_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL URL holds a password: on a replica's command line `ps` would show it, so the
+    cluster hands it over in AFM_STRUCT_RESPONSES_STORE, like the keys."""
+    url = "postgresql://afm:s3cret@db:5432/afm"
+    args = build_parser().parse_args(["cluster", "--model", "scripted", "--responses-store", url])
+    assert forwarded_args(args, args.serve_actions) == ["--model", "scripted"]
+    c = Cluster(2, 18084, ["--model", "scripted"], run_dir=tmp_path, responses_store=url)
+    seen: dict[str, str] = {}
+
+    class Recorder:
+        def __init__(self, cmd: list[str], **kwargs: object) -> None:
+            seen.update(kwargs["env"])  # type: ignore[arg-type]
+            seen["cmd"] = " ".join(cmd)
+            self.pid = 0
+
+    monkeypatch.setenv(STORE_ENV, "/somewhere/else.sqlite3")  # the cluster's option wins
+    monkeypatch.setattr(cluster_cli.subprocess, "Popen", Recorder)
+    c._spawn_replica(c.members[0])
+    assert seen[STORE_ENV] == url and "s3cret" not in seen["cmd"]
+
+
+def test_cluster_refuses_a_store_it_cannot_open_before_starting_replicas(tmp_path: Path) -> None:
+    """One line naming the store, exit 1, no replica started and no run directory left."""
+    (tmp_path / "dir.sqlite3").mkdir()
+    result = subprocess.run([EXE, "cluster", "--replicas", "2", "--port", str(free_port()),
+                             "--model", "scripted", "--responses-store", str(tmp_path / "dir.sqlite3")],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert result.returncode == 1, result.stderr
+    assert "dir.sqlite3" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("afm-cluster-*"))
 
 
 def test_missing_haproxy_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
