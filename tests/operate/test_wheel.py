@@ -135,7 +135,8 @@ def test_installed_server_answers_a_tool_call_and_a_json_schema(installed, tmp_p
         server.wait_ready()
         user = [{"role": "user", "content": "count"}]
         r = httpx.post(f"{server.url}/v1/chat/completions", timeout=120, json={
-            "messages": user, "tools": [TOOL], "tool_choice": "required", "max_tokens": 64})
+            "messages": user, "tools": [TOOL], "tool_choice": "required", "max_tokens": 64,
+                "parallel_tool_calls": False})
         assert r.status_code == 200, r.text
         choice = r.json()["choices"][0]
         (call,) = choice["message"]["tool_calls"]
