@@ -61,15 +61,16 @@ class PhaseFaults:
         self.rng = random.Random(0)
         self.fired: Counter[str] = Counter()
         pre = gen.prefiller
-        mask = self.wrap("mask", gen.fill_mask)
         for owner, attr, phase in ((pre, "_prefill_chunk", "prefill"),
                                    (pre, "_prefill_together", "together"),
                                    (pre, "make_cache", "shared_prefix"),  # only the shared prefix
                                    (gen.batch, "join", "join"), (gen, "_forward", "forward"),
                                    (gen, "_advance", "advance")):
             monkeypatch.setattr(owner, attr, self.wrap(phase, getattr(owner, attr)))
-        monkeypatch.setattr(gen, "fill_mask", mask)
-        monkeypatch.setattr(pre, "fill_mask", mask)
+        # One row's mask (the generator and the prefiller share one MaskFiller, which fills a
+        # batch's rows together and then finishes each row on its own).
+        filler = gen.fill_mask
+        monkeypatch.setattr(filler, "_finish_row", self.wrap("mask", filler._finish_row))
         for name, phase in (("sample_rows", "sample"), ("emit_run", "emit")):
             monkeypatch.setattr(generator_module, name, self.wrap(phase, getattr(generator_module, name)))
 
