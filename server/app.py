@@ -23,6 +23,7 @@ from afm_struct.store import ResponseStore
 
 from .auth import ApiKeyMiddleware
 from .cancel import InflightRegistry
+from .completions_api.route import router as completions_router
 from .errors import install_error_handlers
 from .middleware import BodyLimitMiddleware, RequestIdMiddleware
 from .operations import install as install_operations
@@ -84,6 +85,7 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app.state.response_store = response_store
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(completions_router)
     add_operations_middleware = install_operations(app, settings)
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,

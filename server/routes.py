@@ -37,7 +37,7 @@ from .tenants import tenant_of
 router = APIRouter()
 log = logging.getLogger("afm_struct.server")
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 500, 503)
 }
 
@@ -73,7 +73,7 @@ async def _close_on_disconnect(request: Request, close: Callable[[], None]) -> N
 
 @router.post("/v1/chat/completions", response_model=None,
              responses={200: {"model": ChatCompletionResponse,
-                              "content": {"text/event-stream": {}}}, **_ERRORS})
+                              "content": {"text/event-stream": {}}}, **ERROR_RESPONSES})
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> StreamingResponse | JSONResponse:
     """Create a chat completion (SSE when ``stream`` is true)."""
     state = _state(request)
