@@ -26,6 +26,7 @@ from .cancel import InflightRegistry
 from .completions_api.route import router as completions_router
 from .errors import install_error_handlers
 from .middleware import BodyLimitMiddleware, RequestIdMiddleware
+from .ollama.route import router as ollama_router
 from .operations import install as install_operations
 from .routes import router
 from .settings import ServerSettings
@@ -86,6 +87,7 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(completions_router)
+    app.include_router(ollama_router)
     add_operations_middleware = install_operations(app, settings)
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,

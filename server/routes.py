@@ -90,13 +90,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Str
 
 async def respond(request: Request, state: ServerState, prepared: Prepared, *,
                   stream: Callable[[], StreamEncoder], body: Callable[[], BodyEncoder],
-                  ) -> StreamingResponse | JSONResponse:
-    """Admit ``prepared`` and answer with the protocol's encoders: SSE (``stream``) or one
-    JSON body (``body``), the run stopped when the client goes away."""
+                  content_type: str | None = None) -> StreamingResponse | JSONResponse:
+    """Admit ``prepared`` and answer with the protocol's encoders: SSE (``stream``; another
+    streamed ``content_type`` such as Ollama's NDJSON) or one JSON body (``body``), the run
+    stopped when the client goes away."""
     request.state.afm_prepared = prepared  # for the metrics and the request log (server/observe.py)
     run = request.state.afm_run = admit(state, prepared, owner=tenant_of(request).owner)
     headers = response_headers(prepared)
     if prepared.plan.delivery.stream:
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         return SSEResponse(sse_body(run, stream()), headers=headers, on_close=run.close)
     watcher = asyncio.create_task(_close_on_disconnect(request, run.close))
     try:
