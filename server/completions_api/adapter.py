@@ -16,6 +16,7 @@ from afm_struct.errors import InvalidRequestError
 from afm_struct.serving.plan import Budget, Conversation, Delivery, GenerationPlan, RequestPaths
 
 from ..chat.adapter import check_n, output_format
+from ..constraint_plan import dialect_output
 from ..request import check_model, check_values
 from ..state import ServerState
 from .encoder import ID_PREFIX
@@ -26,9 +27,11 @@ PATHS = RequestPaths(conversation="prompt")
 DEFAULT_MAX_TOKENS = 16
 
 
-def plan_completion(state: ServerState, body: CompletionRequest, *, request_id: str,
-                    profile_key: str | None) -> GenerationPlan:
-    """The plan of ``body`` (400/404 errors raised here)."""
+async def plan_completion(state: ServerState, body: CompletionRequest, *, request_id: str,
+                          profile_key: str | None) -> GenerationPlan:
+    """The plan of ``body`` (400/404 errors raised here).  The output constraint is read as on
+    chat: ``response_format`` or one of the other servers' constraint fields
+    (:mod:`server.constraint_fields`), enforced or refused."""
     check_values(body)
     check_n(body.n)
     check_unsupported(body)
@@ -38,7 +41,7 @@ def plan_completion(state: ServerState, body: CompletionRequest, *, request_id: 
         request_id=request_id, model=model, conversation=Conversation.raw(prompt),
         sampling=sampling_params(body),
         budget=Budget(explicit=body.max_tokens is not None, param="max_tokens"),
-        id_prefix=ID_PREFIX, output=output_format(body.response_format),
+        id_prefix=ID_PREFIX, output=await dialect_output(body) or output_format(body.response_format),
         logprobs=logprobs_wanted(body), close_on_length=body.afm_close_on_length,
         delivery=Delivery(stream=body.stream,
                           include_usage=bool(body.stream_options and body.stream_options.include_usage),

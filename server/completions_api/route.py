@@ -30,7 +30,7 @@ async def completions(body: CompletionRequest, request: Request) -> StreamingRes
     """Complete a raw prompt, no chat template applied (SSE when ``stream`` is true)."""
     state: ServerState = request.app.state.afm
     started = time.perf_counter()
-    plan = plan_completion(state, body, request_id=request.state.request_id,
+    plan = await plan_completion(state, body, request_id=request.state.request_id,
                            profile_key=parse_profile_header(request.headers.get("x-afm-profile")))
     prepared = await prepare(state, plan, started=started)
     logprobs = plan.logprobs is not None

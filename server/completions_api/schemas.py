@@ -14,7 +14,8 @@ class CompletionRequest(BaseModel):
     """``POST /v1/completions``."""
 
     # NaN and Infinity are not JSON numbers (Python's reader takes them, and 1e400 as inf).
-    model_config = ConfigDict(allow_inf_nan=False)
+    # Unknown fields are kept for server.constraint_fields (other servers' constraint fields).
+    model_config = ConfigDict(allow_inf_nan=False, extra="allow")
 
     # A string, or a list of one; token-id prompts are refused by the adapter with a reason.
     prompt: str | list[str] | list[int] | list[list[int]]

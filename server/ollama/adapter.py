@@ -29,6 +29,7 @@ from afm_struct.serving.plan import (
 )
 from afm_struct.tools import parse_choice, parse_tools
 
+from ..constraint_fields import read_field
 from ..request import check_model, check_values
 from ..state import ServerState
 from .schemas import OllamaBase, OllamaChatRequest, OllamaGenerateRequest, OllamaMessage
@@ -121,16 +122,11 @@ def sampling_params(options: dict[str, Any] | None, *, default_max_tokens: int,
 
 
 def output_format(fmt: str | dict[str, Any] | None) -> OutputFormat:
-    """``format``: "" or absent is text, "json" any JSON object, an object a JSON schema (held
-    strict: refused when it cannot be enforced exactly is told by ``X-Grammar-Constraints``)."""
+    """``format``: "" or absent is text; "json" any JSON object, an object a JSON schema, both
+    strict as every dialect constraint (:func:`server.constraint_fields.read_field`)."""
     if fmt is None or fmt == "":
         return TEXT
-    if fmt == "json":
-        return OutputFormat("json_object")
-    if isinstance(fmt, dict):
-        return OutputFormat("json_schema", schema=fmt, strict=True, param="format")
-    raise InvalidRequestError(f'format must be "json" or a JSON schema object, got {fmt!r}',
-                              param="format", code="invalid_value")
+    return read_field("json_or_schema", fmt, "format")
 
 
 def thinking(think: bool | str | None) -> bool | None:

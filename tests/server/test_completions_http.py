@@ -205,3 +205,24 @@ def test_openai_sdk_completions_create(serve) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=done.model, prompt="Q:", n=2)
     assert info.value.body["param"] == "n"
+
+
+def test_constraint_fields_of_other_servers_apply(serve) -> None:
+    """vLLM's guided_choice / structured_outputs.regex and llama.cpp's grammar on a raw prompt,
+    with the mode header; a constraint field this server does not know is refused, not dropped."""
+    live = serve("maybe yes")
+    r = _post(live.url, {"prompt": "Answer:", "max_tokens": 10, "guided_choice": ["yes", "no"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] in ("yes", "no")
+    assert r.headers["x-afm-constraint-mode"] == "exact"
+    r = _post(live.url, {"prompt": "N:", "max_tokens": 10, "structured_outputs": {"regex": "[0-9]{3}"}})
+    assert r.status_code == 200 and len(r.json()["choices"][0]["text"]) == 3
+    assert r.json()["choices"][0]["text"].isdigit()
+    r = _post(live.url, {"prompt": "N:", "max_tokens": 10, "grammar": 'root ::= "a" | "b"'})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] in ("a", "b"), r.text
+    unknown = _post(live.url, {"prompt": "x", "guided_lark": "start: 'a'"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "guided_lark"
+    both = _post(live.url, {"prompt": "x", "guided_regex": "a", "response_format": {"type": "json_object"}})
+    assert both.status_code == 400 and both.json()["error"]["code"] == "conflicting_constraints"
+    free = _post(live.url, {"prompt": "x"})
+    assert "x-afm-constraint-mode" not in free.headers

@@ -186,3 +186,12 @@ def test_a_client_that_goes_away_stops_its_generation(serve) -> None:
         next(x for x in r.iter_lines() if x)
     assert wait_until(lambda: live.state.scheduler.load[0] == 0)
     assert live.loaded.model.calls < 300
+
+
+def test_format_sets_the_constraint_mode_header(serve) -> None:
+    live = serve('{"name": "Paris", "population": 1}')
+    body = {"model": _model(live), "messages": USER, "stream": False, "format": City.model_json_schema()}
+    r = httpx.post(f"{live.url}/api/chat", json=body, timeout=60)
+    assert r.status_code == 200 and r.headers["x-afm-constraint-mode"] == "exact"
+    r = httpx.post(f"{live.url}/api/chat", json={**body, "format": 5}, timeout=60)
+    assert r.status_code == 400 and "format" in r.json()["error"]
