@@ -107,7 +107,15 @@ def _model_entry(state: ServerState, name: str, modified: float) -> dict[str, An
             "details": _details(state)}
 
 
-@router.get("/api/tags")
+def get_route(path: str) -> Any:
+    """``@router.get(path)`` that answers HEAD too (as every GET route here: RFC 9110)."""
+    def register(handler: Any) -> Any:
+        router.add_api_route(path, handler, methods=["HEAD"])
+        return router.get(path)(handler)
+    return register
+
+
+@get_route("/api/tags")
 async def ollama_tags(request: Request) -> dict[str, Any]:
     """The served model, under each name it answers to."""
     state = _state(request)
@@ -116,7 +124,7 @@ async def ollama_tags(request: Request) -> dict[str, Any]:
     return {"models": [_model_entry(state, n, started) for n in names]}
 
 
-@router.get("/api/ps")
+@get_route("/api/ps")
 async def ollama_ps(request: Request) -> dict[str, Any]:
     """The running model (the one loaded; it stays loaded)."""
     state = _state(request)
@@ -148,7 +156,7 @@ async def ollama_show(request: Request) -> Response:
         "capabilities": ["completion", "tools"]})
 
 
-@router.get("/api/version")
+@get_route("/api/version")
 async def ollama_version() -> dict[str, str]:
     """The Ollama API level followed here."""
     return {"version": OLLAMA_VERSION}

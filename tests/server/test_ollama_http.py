@@ -168,6 +168,9 @@ def test_model_listing(serve) -> None:
     assert client.chat(model="smollm2:latest", messages=USER).model == "smollm2"
     assert [m.model for m in client.ps().models] == ["smollm2"]
     assert httpx.get(f"{live.url}/api/version").json()["version"]
+    for path in ("/api/tags", "/api/ps", "/api/version"):  # every GET route answers HEAD
+        head = httpx.head(f"{live.url}{path}")
+        assert head.status_code == 200 and head.content == b""
     with pytest.raises(ollama.ResponseError):
         client.show("nope")
 
