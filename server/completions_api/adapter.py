@@ -43,6 +43,7 @@ async def plan_completion(state: ServerState, body: CompletionRequest, *, reques
         budget=Budget(explicit=body.max_tokens is not None, param="max_tokens"),
         id_prefix=ID_PREFIX, output=await dialect_output(body) or output_format(body.response_format),
         logprobs=logprobs_wanted(body), close_on_length=body.afm_close_on_length,
+        skip_special_tokens=body.skip_special_tokens,
         delivery=Delivery(stream=body.stream,
                           include_usage=bool(body.stream_options and body.stream_options.include_usage),
                           profile=profile_key),

@@ -40,6 +40,8 @@ class CompletionRequest(BaseModel):
     echo: bool = False
     response_format: ResponseFormat | None = None
     afm_close_on_length: bool | None = None
+    # As vLLM: special tokens (an end-of-turn the model wrote) have no text unless false.
+    skip_special_tokens: bool = True
     user: str | None = None
 
 

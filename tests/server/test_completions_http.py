@@ -226,3 +226,10 @@ def test_constraint_fields_of_other_servers_apply(serve) -> None:
     assert both.status_code == 400 and both.json()["error"]["code"] == "conflicting_constraints"
     free = _post(live.url, {"prompt": "x"})
     assert "x-afm-constraint-mode" not in free.headers
+
+
+def test_skip_special_tokens_as_vllm(serve) -> None:
+    live = serve("a<|im_start|>b")
+    assert _post(live.url, {"prompt": "x"}).json()["choices"][0]["text"] == "ab"
+    shown = _post(live.url, {"prompt": "x", "skip_special_tokens": False}).json()["choices"][0]["text"]
+    assert shown == "a<|im_start|>b"
