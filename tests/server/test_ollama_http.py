@@ -198,3 +198,17 @@ def test_format_sets_the_constraint_mode_header(serve) -> None:
     assert r.status_code == 200 and r.headers["x-afm-constraint-mode"] == "exact"
     r = httpx.post(f"{live.url}/api/chat", json={**body, "format": 5}, timeout=60)
     assert r.status_code == 400 and "format" in r.json()["error"]
+
+
+def test_cancel_by_request_id_ends_the_stream_cancelled(serve) -> None:
+    """Ollama has no cancel route; the server's own reaches these requests by X-Request-ID."""
+    live = serve(Script(" ".join(f"w{i}" for i in range(400)), delay_s=0.02))
+    with httpx.stream("POST", f"{live.url}/api/generate", timeout=60, headers={"X-Request-ID": "oll-1"},
+                      json={"model": _model(live), "prompt": "go", "options": {"num_predict": 300}}) as r:
+        lines = r.iter_lines()
+        first = json.loads(next(x for x in lines if x))
+        cancel = httpx.post(f"{live.url}/v1/completions/oll-1/cancel")
+        assert cancel.status_code == 200 and cancel.json()["cancelled"] is True
+        rest = [json.loads(x) for x in lines if x]
+    assert first["done"] is False and rest[-1]["done"] is True and rest[-1]["done_reason"] == "cancelled"
+    assert rest[-1]["eval_count"] < 300
