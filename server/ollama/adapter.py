@@ -188,6 +188,11 @@ async def plan_ollama_chat(state: ServerState, body: OllamaChatRequest, *, reque
         raise InvalidRequestError("messages is empty: send at least one message", param="messages",
                                   code="missing_required_parameter")
     messages = chat_messages(body.messages)
+    if body.tools and body.format not in (None, ""):
+        # One mask serves a request, as for the constraint fields on chat (never one dropped).
+        raise InvalidRequestError("format and tools both constrain the output; one mask serves a "
+                                  "request, so send one of them", param="tools",
+                                  code="conflicting_constraints")
     tools = await asyncio.to_thread(parse_tools, body.tools) if body.tools else ()
     use = ToolUse(tools, parse_choice("auto" if tools else None, tools))
     return _plan(state, body, Conversation(messages, thinking=thinking(body.think)),

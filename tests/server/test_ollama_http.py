@@ -212,3 +212,10 @@ def test_cancel_by_request_id_ends_the_stream_cancelled(serve) -> None:
         rest = [json.loads(x) for x in lines if x]
     assert first["done"] is False and rest[-1]["done"] is True and rest[-1]["done_reason"] == "cancelled"
     assert rest[-1]["eval_count"] < 300
+
+
+def test_format_with_tools_is_a_conflict_not_a_dropped_constraint(serve) -> None:
+    live = serve(CALL)
+    with pytest.raises(ollama.ResponseError) as info:
+        _client(live).chat(model=_model(live), messages=USER, tools=[WEATHER], format="json")
+    assert info.value.status_code == 400 and "format and tools" in info.value.error
