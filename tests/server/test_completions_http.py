@@ -233,3 +233,12 @@ def test_skip_special_tokens_as_vllm(serve) -> None:
     assert _post(live.url, {"prompt": "x"}).json()["choices"][0]["text"] == "ab"
     shown = _post(live.url, {"prompt": "x", "skip_special_tokens": False}).json()["choices"][0]["text"]
     assert shown == "a<|im_start|>b"
+
+
+def test_a_prompt_over_the_context_is_a_400_naming_prompt(serve) -> None:
+    live = serve(context_length=64)
+    long = _post(live.url, {"prompt": "word " * 200})
+    assert long.status_code == 400 and long.json()["error"]["param"] == "prompt"
+    assert long.json()["error"]["code"] == "context_length_exceeded"
+    budget = _post(live.url, {"prompt": "word " * 40, "max_tokens": 40})
+    assert budget.status_code == 400 and budget.json()["error"]["code"] == "context_length_exceeded"
