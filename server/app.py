@@ -88,7 +88,8 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app.include_router(router)
     app.include_router(completions_router)
     app.include_router(ollama_router)
-    add_operations_middleware = install_operations(app, settings)
+    add_operations_middleware = install_operations(
+        app, settings, [*router.routes, *completions_router.routes, *ollama_router.routes])
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
                        timeout_s=settings.body_timeout_s)
