@@ -181,7 +181,8 @@ def test_new_protocols_are_labelled_by_their_route_refused_or_not(serve) -> None
     auth = {"Authorization": f"Bearer {KEY}"}
     ok = httpx.post(f"{live.url}/v1/completions", json={"prompt": "x"}, headers=auth, timeout=60)
     assert ok.status_code == 200
-    assert httpx.post(f"{live.url}/api/chat", json={}, headers={"Authorization": "Bearer no"}).status_code == 401
+    refused = httpx.post(f"{live.url}/api/chat", json={}, headers={"Authorization": "Bearer no"})
+    assert refused.status_code == 401
     m = samples(live.url, auth)
     assert total(m, "afm_requests_total", endpoint="/v1/completions", status="200") == 1
     assert total(m, "afm_requests_total", endpoint="/api/chat", status="401") == 1
