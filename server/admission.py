@@ -19,9 +19,10 @@ from afm_struct.decoding.closing import check_budget
 from afm_struct.decoding.events import GenerationRequest
 from afm_struct.decoding.hidden_tokens import hidden_token_ids
 from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
+from afm_struct.errors import InvalidRequestError
 from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.serving.events import ResponseIdentity
-from afm_struct.serving.plan import GenerationPlan
+from afm_struct.serving.plan import ENGINE_CONVERSATION, Conversation, GenerationPlan
 from afm_struct.tools import ToolPlan, plan_tools
 
 from .constraint_mode import mode_headers
@@ -65,8 +66,7 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
     with plan.paths.naming():
         tool_plan = await plan_request_tools(state, plan)
         prompt_ids = await asyncio.get_running_loop().run_in_executor(
-            TOKENIZER_THREAD, tokenize_prompt, state, conversation.messages, tool_plan,
-            conversation.template_variables())
+            TOKENIZER_THREAD, tokenize_prompt, state, conversation, tool_plan)
         # an explicit budget is not lowered: 400 if it cannot fit
         fit = not plan.budget.explicit
         state.scheduler.generator.max_tokens_for(
@@ -88,7 +88,8 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
         if not tool_plan.answered:
             structured = structured.without_mask("a tool grammar owns the mask")
         constraint = tool_plan.constraint
-    reasoning = reasoning_tags(state, prompt_ids)
+    # A raw prompt's text is the caller's: no thinking block is split off it.
+    reasoning = reasoning_tags(state, prompt_ids) if conversation.prompt is None else None
     if reasoning is not None and plan.budget.reasoning_tokens is not None:
         reasoning = replace(reasoning, budget=plan.budget.reasoning_tokens)
     counter = TokenCounter()
@@ -142,17 +143,24 @@ async def plan_request_tools(state: ServerState, plan: GenerationPlan) -> ToolPl
 TOKENIZER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="afm-tokenize")
 
 
-def tokenize_prompt(state: ServerState, messages: list[dict[str, Any]], tool_plan: ToolPlan | None,
-                    template_kwargs: dict[str, Any] | None) -> list[int]:
+def tokenize_prompt(state: ServerState, conversation: Conversation, tool_plan: ToolPlan | None) -> list[int]:
     """The prompt's token ids (on :data:`TOKENIZER_THREAD`: rendering and tokenizing a long
     chat take a while).  A prompt its length alone shows to be too long is refused before tokenizing; a
-    long one gives the memory tokenizing it took back to the OS."""
+    long one gives the memory tokenizing it took back to the OS.  A raw prompt is tokenized as
+    written (:meth:`Conversation.raw`); it must hold at least one token."""
     tokenizer = state.loaded.tokenizer
     context = state.loaded.info.context_length
-    if tool_plan is not None:
+    template_kwargs = conversation.template_variables()
+    if conversation.prompt is not None:
+        ids = tokenizer.encode_raw_prompt(conversation.prompt, context_length=context)
+        if not ids:
+            raise InvalidRequestError("the prompt is empty: send at least one token of text",
+                                      param=ENGINE_CONVERSATION, code="invalid_value")
+    elif tool_plan is not None:
         ids = tool_plan.encode_prompt(tokenizer, template_kwargs, context_length=context)
     else:
-        ids = tokenizer.encode_chat(messages, template_kwargs=template_kwargs, context_length=context)
+        ids = tokenizer.encode_chat(conversation.messages, template_kwargs=template_kwargs,
+                                    context_length=context)
     if len(ids) >= RELEASE_AFTER_TOKENS:
         release_free_memory()
     return ids

@@ -1,4 +1,4 @@
-"""A chat request's output constraint, whichever field asked for it → one :class:`OutputFormat`.
+"""A chat or text completion request's output constraint, whichever field asked → one :class:`OutputFormat`.
 
 ``response_format`` is read by the chat adapter as before; a constraint field of another
 server's dialect (:mod:`server.constraint_fields`), or llama.cpp's schema inside a
@@ -13,6 +13,7 @@ import asyncio
 from afm_struct.errors import InvalidRequestError
 from afm_struct.serving.plan import OutputFormat
 
+from .completions_api.schemas import CompletionRequest
 from .constraint_fields import (
     check_response_format_extra,
     check_tool_extra,
@@ -22,16 +23,18 @@ from .constraint_fields import (
 from .schemas import ChatCompletionRequest
 
 
-def read_request_constraint(body: ChatCompletionRequest) -> OutputFormat | None:
+def read_request_constraint(body: ChatCompletionRequest | CompletionRequest) -> OutputFormat | None:
     """The dialect constraint of ``body`` (None: ``response_format`` or nothing asks for one);
-    400s for refused, malformed or conflicting fields.  Converts grammars: call it off the loop."""
+    400s for refused, malformed or conflicting fields.  Converts grammars: call it off the loop.
+    A text completion has the same fields but no tools."""
     fmt = body.response_format
     if fmt is not None:
         check_response_format_extra(fmt)
-    check_tool_extra(body.tools)
+    body_tools = getattr(body, "tools", None)
+    check_tool_extra(body_tools)
     from_format = response_format_schema(fmt)
     asks_json = fmt is not None and fmt.type != "text"
-    tools = "tools" if body.tools and body.tool_choice != "none" else None
+    tools = "tools" if body_tools and getattr(body, "tool_choice", None) != "none" else None
     format_param = "response_format" if asks_json and from_format is None else None
     found = read_constraint_fields(body.model_extra or {}, response_format=format_param, tools=tools)
     if from_format is not None:
@@ -42,7 +45,7 @@ def read_request_constraint(body: ChatCompletionRequest) -> OutputFormat | None:
     return found
 
 
-async def dialect_output(body: ChatCompletionRequest) -> OutputFormat | None:
+async def dialect_output(body: ChatCompletionRequest | CompletionRequest) -> OutputFormat | None:
     """:func:`read_request_constraint`: off the event loop when extra fields may hold a grammar
     to convert; without them it is a few cheap checks."""
     if body.model_extra:

@@ -37,7 +37,7 @@ from .tenants import tenant_of
 router = APIRouter()
 log = logging.getLogger("afm_struct.server")
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 500, 503)
 }
 
@@ -73,7 +73,7 @@ async def _close_on_disconnect(request: Request, close: Callable[[], None]) -> N
 
 @router.post("/v1/chat/completions", response_model=None,
              responses={200: {"model": ChatCompletionResponse,
-                              "content": {"text/event-stream": {}}}, **_ERRORS})
+                              "content": {"text/event-stream": {}}}, **ERROR_RESPONSES})
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> StreamingResponse | JSONResponse:
     """Create a chat completion (SSE when ``stream`` is true)."""
     state = _state(request)
@@ -90,13 +90,16 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Str
 
 async def respond(request: Request, state: ServerState, prepared: Prepared, *,
                   stream: Callable[[], StreamEncoder], body: Callable[[], BodyEncoder],
-                  ) -> StreamingResponse | JSONResponse:
-    """Admit ``prepared`` and answer with the protocol's encoders: SSE (``stream``) or one
-    JSON body (``body``), the run stopped when the client goes away."""
+                  content_type: str | None = None) -> StreamingResponse | JSONResponse:
+    """Admit ``prepared`` and answer with the protocol's encoders: SSE (``stream``; another
+    streamed ``content_type`` such as Ollama's NDJSON) or one JSON body (``body``), the run
+    stopped when the client goes away."""
     request.state.afm_prepared = prepared  # for the metrics and the request log (server/observe.py)
     run = request.state.afm_run = admit(state, prepared, owner=tenant_of(request).owner)
     headers = response_headers(prepared)
     if prepared.plan.delivery.stream:
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         return SSEResponse(sse_body(run, stream()), headers=headers, on_close=run.close)
     watcher = asyncio.create_task(_close_on_disconnect(request, run.close))
     try:

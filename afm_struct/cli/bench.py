@@ -6,7 +6,7 @@ import argparse
 import importlib
 
 # Each module defines register(subparsers) for its own ``bench <kind>`` subcommand.
-BENCHMARKS = ("masks", "step", "decode", "extract", "serve", "soak", "report")
+BENCHMARKS = ("masks", "step", "decode", "extract", "serve", "soak", "report", "completions")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -77,6 +77,16 @@ class Tokenizer:
             ids = [self.bos_token_id, *ids]
         return ids
 
+    def encode_raw_prompt(self, text: str, *, context_length: int | None = None) -> list[int]:
+        """Prompt token ids for a prompt written whole by the caller (text completions): no
+        template, BOS added when the model wants one, and special-token strings in ``text``
+        read as those tokens.  Unlike chat text, nothing here is untrusted text inside a
+        template: the caller writes the turns and their control tokens itself (vLLM's rule for
+        ``/v1/completions``).  ``context_length``: as in :meth:`encode_chat`."""
+        if context_length is not None:
+            check_fits(text, self.token_bound, context_length)
+        return self.encode(text, add_special_tokens=True)
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` exactly as generated (no whitespace clean-up)."""
         return self.hf.decode(list(ids), skip_special_tokens=False,

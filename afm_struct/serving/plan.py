@@ -48,13 +48,24 @@ class Conversation:
     """The turns to render with the chat template, as its dicts (``role``, ``content``, and
     ``name``, ``tool_calls``, ``tool_call_id`` where they apply; ``developer`` already read as
     ``system``).  ``template_kwargs`` are extra template variables as the caller sent them
-    (chat's ``chat_template_kwargs``).  ``thinking`` is the protocol's reasoning setting (the
+    (chat's ``chat_template_kwargs``).  ``prompt`` replaces all of them: a raw prompt
+    (:meth:`raw`).  ``thinking`` is the protocol's reasoning setting (the
     Responses API's ``reasoning.effort``): None leaves the template's default, True / False
     set its thinking switch unless ``template_kwargs`` set it already."""
 
     messages: list[dict[str, Any]]
     template_kwargs: dict[str, Any] | None = None
     thinking: bool | None = None
+    # A raw prompt (text completions): tokenized as written, no template, no thinking split.
+    prompt: str | None = None
+
+    @classmethod
+    def raw(cls, prompt: str) -> Conversation:
+        """A prompt the caller wrote whole (``/v1/completions``, Ollama's ``raw``): no chat
+        template is applied, and special-token text in it is read as those tokens (the caller
+        owns the whole prompt, as vLLM reads it); see
+        :meth:`afm_struct.models.tokenizer.Tokenizer.encode_raw_prompt`."""
+        return cls(messages=[], prompt=prompt)
 
     def template_variables(self) -> dict[str, Any] | None:
         """The extra variables to render the template with (None: none)."""

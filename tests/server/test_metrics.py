@@ -172,3 +172,17 @@ def test_log_content_adds_prompt_and_output(serve, request_log) -> None:
                                   for rec in request_log.records))
     (rec,) = [rec for rec in request_log.records if getattr(rec, "afm", {}).get("request_id") == "log-2"]
     assert "tell me" in rec.afm["content"]["prompt"] and rec.afm["content"]["output"] == DOC
+
+
+def test_new_protocols_are_labelled_by_their_route_refused_or_not(serve) -> None:
+    """/v1/completions and Ollama's routes count under their own endpoint, a 401 refused before
+    routing included (matched against every route of the app, not chat's only)."""
+    live = serve(DOC, api_keys=(ApiKey(KEY),))
+    auth = {"Authorization": f"Bearer {KEY}"}
+    ok = httpx.post(f"{live.url}/v1/completions", json={"prompt": "x"}, headers=auth, timeout=60)
+    assert ok.status_code == 200
+    refused = httpx.post(f"{live.url}/api/chat", json={}, headers={"Authorization": "Bearer no"})
+    assert refused.status_code == 401
+    m = samples(live.url, auth)
+    assert total(m, "afm_requests_total", endpoint="/v1/completions", status="200") == 1
+    assert total(m, "afm_requests_total", endpoint="/api/chat", status="401") == 1
