@@ -46,7 +46,10 @@ async def read_body(request: Request, model: type[Body]) -> Body:
     try:
         data = json.loads(raw or b"{}")
     except ValueError as exc:
-        raise InvalidRequestError(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+        # Where the JSON breaks, from the decoder's position (not its exception text).
+        where = (f" at line {exc.lineno} column {exc.colno}"
+                 if isinstance(exc, json.JSONDecodeError) else " (not UTF-8)")
+        raise InvalidRequestError("the body is not valid JSON" + where, code="invalid_json") from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
