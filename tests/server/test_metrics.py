@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 
 import httpx
 import pytest
@@ -48,11 +49,16 @@ def test_counters_and_histograms_follow_the_traffic(serve) -> None:
     for _ in range(2):
         response, payloads = stream_raw(live.url, {"messages": USER, "max_tokens": 40})
         assert response.status_code == 200 and payloads[-1] == "[DONE]"
-    fmt = {"type": "json_schema", "json_schema": {"name": "p", "strict": True, "schema": SCHEMA}}
+    # The compile cache is process-wide: a schema and a regex no other test compiles, so the
+    # first compile of each is a miss whatever ran before.
+    unique = uuid.uuid4().hex[:8]
+    fmt = {"type": "json_schema", "json_schema": {"name": "p", "strict": True,
+                                                  "schema": {**SCHEMA, "title": f"metrics-{unique}"}}}
     for _ in range(2):  # the second compile is a cache hit
         assert post(live.url, {"messages": USER, "response_format": fmt}).status_code == 200
     assert post(live.url, {"messages": USER, "temperature": -1}).status_code == 400
-    assert post(live.url, {"messages": USER, "max_tokens": 20, "guided_regex": "[0-9]{3}"}).status_code == 200
+    regex = f"[0-9]{{3}}|z{unique}"
+    assert post(live.url, {"messages": USER, "max_tokens": 20, "guided_regex": regex}).status_code == 200
     m = samples(live.url)
     route = "/v1/chat/completions"
     assert total(m, "afm_requests_total", endpoint=route, status="200", mode="text") == 5
