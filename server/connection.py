@@ -69,7 +69,11 @@ class _LingeringTransport:
         if real.is_closing() or self._protocol.half_closed or not real.can_write_eof():
             real.close()  # nothing more can arrive (or no half-close to linger in)
             return
-        real.write_eof()  # after the buffered response: the client reads it, then EOF
+        try:
+            real.write_eof()  # after the buffered response: the client reads it, then EOF
+        except OSError:
+            real.close()  # the peer is already gone (ENOTCONN): nothing to linger for
+            return
         self._protocol.lingering = True
         self._protocol.flow.resume_reading()  # drain what the client still sends
         self._protocol.linger_timer = self._protocol.loop.call_later(LINGER_S, real.close)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+from collections.abc import Iterator
 
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 # Servers the tests start from the command line keep their default response store
@@ -17,6 +19,23 @@ from afm_struct.models.tokenizer import Tokenizer
 
 # Every 4xx from a live server names a place in its request (checked after each test).
 from .error_params import error_params_name_request_paths, record_error_responses  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """Tests that run the CLI in-process configure the root logger with a handler on that
+    test's captured stderr; left in place, a later test's log line hits the closed stream
+    ("--- Logging error ---" in CI). Each test gets the root logger back as it found it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -140,11 +140,14 @@ def test_parallel_tool_calls_false_keeps_one_call(serve):
 def test_tool_choice_forms_force_the_call(serve, choice):
     live = serve("no call here, just text " + CALL)
     other = {**WEATHER, "name": "get_time"}
+    # The script's text is masked away, so the sampler picks among the grammar's tokens: at the
+    # default temperature it may open a second call (parallel calls are allowed); each must be
+    # a call, and the named forms allow get_weather alone.
     body = post(live.url, {"input": "x", "tools": [WEATHER, other], "tool_choice": choice}).json()
-    assert [i["type"] for i in body["output"]] == ["function_call"], body
-    # required may call either tool; the other forms allow get_weather alone
-    assert body["output"][0]["name"] in ("get_weather", "get_time") if choice == "required" \
-        else body["output"][0]["name"] == "get_weather"
+    kinds = [i["type"] for i in body["output"]]
+    assert kinds and set(kinds) == {"function_call"}, body
+    names = {i["name"] for i in body["output"]}
+    assert names <= {"get_weather", "get_time"} if choice == "required" else names == {"get_weather"}
     assert body["tool_choice"] == choice
 
 
