@@ -18,7 +18,6 @@ does not reveal how much of a guess was right or which key it was close to.
 from __future__ import annotations
 
 import hmac
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -28,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from afm_struct.errors import AfmError
 
-from .sse import error_envelope
+from .middleware import send_error
 from .tenants import ANONYMOUS, ApiKey, Tenant, distinct_keys
 
 ENV_VAR = "AFM_STRUCT_API_KEYS"
@@ -154,9 +153,4 @@ class ApiKeyMiddleware:
             "missing API key: send the header 'Authorization: Bearer <key>'" if header is None else
             "invalid API key: the Authorization header must be 'Bearer <key>' with a key this "
             "server accepts")
-        body = json.dumps(error_envelope(err)).encode()
-        await send({"type": "http.response.start", "status": err.status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"www-authenticate", b'Bearer realm="afm-struct"')]})
-        await send({"type": "http.response.body", "body": body})
+        await send_error(scope, send, err, [(b"www-authenticate", b'Bearer realm="afm-struct"')])

@@ -148,7 +148,7 @@ class BoundedH11Protocol(H11Protocol):
             f"the server has {len(self.connections)} connections open, over its limit of "
             f"{self.max_connections}; retry after {self.retry_after_s}s on a connection you "
             "keep", retry_after=self.retry_after_s, code="too_many_connections")
-        await send_error(send, err, [(b"retry-after", str(self.retry_after_s).encode()),
+        await send_error(scope, send, err, [(b"retry-after", str(self.retry_after_s).encode()),
                                      (b"connection", b"close")])
 
     # -- half-close ----------------------------------------------------------------------------

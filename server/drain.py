@@ -83,7 +83,7 @@ class DrainMiddleware:
             await self.app(scope, receive, send)
             return
         if self.drain.draining:
-            await send_error(send, UnavailableError(
+            await send_error(scope, send, UnavailableError(
                 "the server is draining before it shuts down; retry the request (another replica "
                 "will take it)", code="draining"),
                 [(b"retry-after", str(self.retry_after_s).encode()), (b"connection", b"close")])

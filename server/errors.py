@@ -1,5 +1,6 @@
-"""Every failure becomes the JSON error envelope with the right status — never FastAPI's 422
-shape and never a bare 500 page."""
+"""Every failure becomes a JSON error body with the right status — never FastAPI's 422 shape
+and never a bare 500 page: the OpenAI envelope, or Ollama's ``{"error": "message"}`` on
+Ollama's routes (:func:`server.sse.error_json`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from starlette.routing import Match
 
 from afm_struct.errors import AfmError, GenerationError, InvalidRequestError, NotFoundError, OverloadedError
 
-from .sse import error_envelope
+from .sse import error_json
 
 log = logging.getLogger("afm_struct.server")
 
@@ -89,10 +90,13 @@ def _without_branch_names(loc: Sequence[Any]) -> list[Any]:
             if not (isinstance(p, str) and p[:1].isalpha() and ("[" in p or p in ("str", "int")))]
 
 
-def error_response(err: AfmError) -> JSONResponse:
-    """The HTTP response of ``err`` (503s carry Retry-After)."""
+def error_response(err: AfmError, request: Request) -> JSONResponse:
+    """The HTTP response of ``err`` to ``request``, in its path's error shape (503s carry
+    Retry-After); the error's type goes in the request state for the request log and metrics
+    (an Ollama body does not carry it)."""
+    request.state.error_type = err.type
     headers = {"Retry-After": str(err.retry_after)} if isinstance(err, OverloadedError) else None
-    return JSONResponse(error_envelope(err), status_code=err.status, headers=headers)
+    return JSONResponse(error_json(err, request.url.path), status_code=err.status, headers=headers)
 
 
 def _log_tag(request: Request) -> str:
@@ -106,12 +110,12 @@ async def _on_afm_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AfmError)
     if exc.status >= 500:
         log.error("request failed (%s): %s", _log_tag(_request), exc.message)
-    return error_response(exc)
+    return error_response(exc, _request)
 
 
 async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response(validation_error(exc.errors(), exc.body))
+    return error_response(validation_error(exc.errors(), exc.body), _request)
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
@@ -140,13 +144,13 @@ async def _on_http(_request: Request, exc: Exception) -> Response:
         if _request.method == "OPTIONS":  # RFC 9110: OPTIONS on a resource says what it allows
             return Response(status_code=204, headers={"Allow": allow})
         response = error_response(MethodNotAllowedError(
-            f"{_request.method} is not allowed on {_request.url.path}; allowed: {allow}"))
+            f"{_request.method} is not allowed on {_request.url.path}; allowed: {allow}"), _request)
         response.headers["Allow"] = allow  # RFC 9110: a 405 carries Allow
         return response
     else:
         err = InvalidRequestError(str(exc.detail))
         err.status = exc.status_code
-    return error_response(err)
+    return error_response(err, _request)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -155,7 +159,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     # The exception's text stays in the log: clients get a fixed message and the ID to quote.
     response = error_response(GenerationError(
         "internal server error; the server log has the details under this request's ID",
-        code="internal_error"))
+        code="internal_error"), request)
     # Starlette sends this one from outside the middleware stack: add the correlation IDs here.
     if request_id:
         response.headers["X-Request-ID"] = response.headers["OpenAI-Request-ID"] = request_id
@@ -163,7 +167,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Register the envelope-producing handlers on ``app``."""
+    """Register the error-body-producing handlers on ``app``."""
     app.add_exception_handler(AfmError, _on_afm_error)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)

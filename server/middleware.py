@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from afm_struct.errors import AfmError, InvalidRequestError, PayloadTooLargeError, RequestTimeoutError
 from afm_struct.heap import release_free_memory
 
-from .sse import error_envelope
+from .sse import error_json
 
 # Printable ASCII without '/' (the ID is a path segment of the cancel route), bounded length.
 _REQUEST_ID = re.compile(r"^[!-.0-~]{1,128}$")
@@ -37,9 +37,13 @@ def new_request_id() -> str:
     return f"req_{uuid.uuid4().hex}"
 
 
-async def send_error(send: Send, err: AfmError, extra: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
-    """Answer ``err`` with the JSON envelope (``extra``: more headers), outside the app."""
-    body = json.dumps(error_envelope(err)).encode()
+async def send_error(scope: Scope, send: Send, err: AfmError,
+                     extra: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+    """Answer ``err`` outside the app (``extra``: more headers), in the error shape of the
+    request's path (:func:`server.sse.error_json`); its type goes in the request state for the
+    request log and metrics (an Ollama body does not carry it)."""
+    scope.setdefault("state", {})["error_type"] = err.type
+    body = json.dumps(error_json(err, scope.get("path", ""))).encode()
     await send({"type": "http.response.start", "status": err.status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *extra]})
@@ -61,7 +65,7 @@ class RequestIdMiddleware:
         echo = request_id.encode("latin-1") if _REQUEST_ID.match(request_id) else new_request_id().encode()
         extra = [(b"x-request-id", echo), (b"openai-request-id", echo)]
         if inbound is not None and not _REQUEST_ID.match(inbound):
-            await send_error(send, InvalidRequestError(
+            await send_error(scope, send, InvalidRequestError(
                 "X-Request-ID must be 1-128 printable ASCII characters without '/' or spaces",
                 param="X-Request-ID", code="invalid_request_id"), extra)
             return
@@ -92,7 +96,7 @@ class BodyLimitMiddleware:
             return
         length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await send_error(send, self._too_large(int(length)), _CLOSE)
+            await send_error(scope, send, self._too_large(int(length)), _CLOSE)
             return
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
@@ -111,12 +115,12 @@ class BodyLimitMiddleware:
                     parts.append(message.get("body", b""))
                     seen += len(parts[-1])
                     if seen > self.max_bytes:
-                        await send_error(send, self._too_large(seen), _CLOSE)
+                        await send_error(scope, send, self._too_large(seen), _CLOSE)
                         return
                     if not message.get("more_body", False):
                         break
         except TimeoutError:
-            await send_error(send, RequestTimeoutError(
+            await send_error(scope, send, RequestTimeoutError(
                 f"the request body did not arrive within {self.timeout_s:g} s ({seen} bytes "
                 "received); send it without pausing", param="body"), _CLOSE)
             return

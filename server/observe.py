@@ -228,7 +228,8 @@ class ObserveMiddleware:
             rec.tenant = tenant.label if isinstance(tenant, Tenant) else UNAUTHENTICATED
             rec.disconnected = rec.status != 0 and not ended
             if error_body:
-                rec.error_type = _error_type(b"".join(error_body))
+                # Ollama's error bodies carry no type: the layer that answered left it in the state.
+                rec.error_type = _error_type(b"".join(error_body)) or state.get("error_type")
             self._report(scope, rec, state, started)
 
     def _report(self, scope: Scope, rec: RequestRecord, state: dict[str, Any], started: float) -> None:

@@ -1,4 +1,4 @@
-"""What every protocol's wire shares: SSE framing and the JSON error envelope.
+"""What every protocol's wire shares: SSE framing and the JSON error bodies.
 
 Pure functions: values to bytes or dicts, no I/O and no state.  An event is
 ``data: <compact JSON>`` and a blank line, preceded by ``event: <type>`` when the protocol names
@@ -41,5 +41,19 @@ def error_body(err: AfmError) -> dict[str, str | None]:
 
 
 def error_envelope(err: AfmError) -> dict[str, Any]:
-    """The JSON body of every HTTP error: ``{"error": {...}}``."""
+    """The JSON body of an HTTP error on the OpenAI routes: ``{"error": {...}}``."""
     return {"error": error_body(err)}
+
+
+# Ollama's API: its clients read an error as ``{"error": "message"}`` (the envelope's object
+# would reach their users as a dict, or as a failure to parse it).
+OLLAMA_API_PREFIX = "/api/"
+
+
+def error_json(err: AfmError, path: str) -> dict[str, Any]:
+    """The JSON body of ``err`` answering a request for ``path``: Ollama's
+    ``{"error": "message"}`` under :data:`OLLAMA_API_PREFIX`, else :func:`error_envelope`.
+    Every error body goes through here, whichever layer answers (middleware or route)."""
+    if path.startswith(OLLAMA_API_PREFIX):
+        return {"error": err.message}
+    return error_envelope(err)

@@ -107,6 +107,15 @@ class CompiledConstraint:
             return True
         return all(matcher.advance(t) for t in self.tokenizer.encode(text)) and matcher.is_accepting()
 
+    def is_prefix(self, text: str) -> bool:
+        """True when ``text`` can be continued into an instance: the tokens of ``text`` fed to a
+        fresh matcher, none rejected (how a budget-cut output is judged; ``validate`` asks
+        for a whole instance).  Always True on the unconstrained rung."""
+        matcher = self.new_matcher()
+        if matcher is None or self.tokenizer is None:
+            return True
+        return all(matcher.advance(t) for t in self.tokenizer.encode(text))
+
     def sanitize(self, text: str) -> str:
         """The JSON payload of a free-form output (fences and prose removed); other kinds as is."""
         if self.kind in ("json_schema", "tool_call", "json_object"):

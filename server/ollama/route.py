@@ -4,7 +4,8 @@ clients ask to list and pick the model (``/api/tags``, ``/api/show``, ``/api/ps`
 ``/api/version``).
 
 Errors are Ollama's: ``{"error": "message"}`` with the HTTP status (the typed error's status),
-which Ollama's clients raise as ``ResponseError``.
+which Ollama's clients raise as ``ResponseError``; :func:`server.errors.error_response` gives
+every error under ``/api/`` that shape, here and in the middleware that answers first.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from afm_struct.errors import AfmError, InvalidRequestError, OverloadedError
+from afm_struct.errors import AfmError, InvalidRequestError
 
 from ..admission import prepare
-from ..errors import validation_error
+from ..errors import error_response, validation_error
 from ..routes import respond
 from ..state import ServerState
 from .adapter import ollama_model, plan_ollama_chat, plan_ollama_generate
@@ -32,12 +33,6 @@ router = APIRouter(include_in_schema=False)
 Body = TypeVar("Body", bound=BaseModel)
 # The Ollama API level these routes follow (clients compare it, not afm-struct's version).
 OLLAMA_VERSION = "0.12.0"
-
-
-def ollama_error(err: AfmError) -> JSONResponse:
-    """An error in Ollama's shape (503s carry Retry-After)."""
-    headers = {"Retry-After": str(err.retry_after)} if isinstance(err, OverloadedError) else None
-    return JSONResponse({"error": err.message}, status_code=err.status, headers=headers)
 
 
 async def read_body(request: Request, model: type[Body]) -> Body:
@@ -69,7 +64,7 @@ async def ollama_chat(request: Request) -> Response:
         plan = await plan_ollama_chat(state, body, request_id=request.state.request_id)
         return await _answer(request, state, plan, "chat", started)
     except AfmError as err:
-        return ollama_error(err)
+        return error_response(err, request)
 
 
 @router.post("/api/generate")
@@ -85,7 +80,7 @@ async def ollama_generate(request: Request) -> Response:
         plan = plan_ollama_generate(state, body, request_id=request.state.request_id)
         return await _answer(request, state, plan, "generate", started)
     except AfmError as err:
-        return ollama_error(err)
+        return error_response(err, request)
 
 
 async def _answer(request: Request, state: ServerState, plan: Any, kind: Any, started: float) -> Response:
@@ -148,7 +143,7 @@ async def ollama_show(request: Request) -> Response:
             raise InvalidRequestError("model is required", param="model", code="missing_required_parameter")
         ollama_model(requested, state.settings.model_names(state.loaded.info.id))
     except AfmError as err:
-        return ollama_error(err)
+        return error_response(err, request)
     info = state.loaded.info
     template = getattr(state.loaded.tokenizer.hf, "chat_template", None) or ""
     return JSONResponse({

@@ -80,3 +80,20 @@ def test_choice_grammar_accepts_exactly_the_choices(tokenizer, choices) -> None:
         assert compiled.validate(choice).ok, choice
     for other in (choices[0] + "x", "x" + choices[0]):
         assert compiled.validate(other).ok is (other in choices), other
+
+
+@pytest.mark.parametrize("text, whole, prefix", [
+    ('{"a": [1, true]}', True, True),
+    ('{"a": [1, tr', False, True),   # cut mid-literal: a budget-cut output
+    ('', False, True),
+    ('{"a" 1}', False, False),       # no colon: nothing continues it
+    ('[1]', False, False),           # root is an object
+])
+def test_is_prefix_judges_a_cut_output_where_validate_wants_a_whole_one(tokenizer, text, whole,
+                                                                        prefix) -> None:
+    gbnf = ('root ::= object\nobject ::= "{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}"\n'
+            'value ::= object | "[" ws (value ("," ws value)*)? "]" | [0-9]+ | "true"\n'
+            'string ::= "\\"" [a-z]* "\\""\nws ::= " "?\n')
+    compiled = compile_constraint(tokenizer, LarkRequest(to_lark(gbnf, param="grammar")[0]))
+    assert compiled.validate(text).ok is whole
+    assert compiled.is_prefix(text) is prefix
