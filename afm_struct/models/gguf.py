@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from .gguf_arch import AUX_TENSORS, FAMILIES, ArchMeta, Family
-from .gguf_header import BF16, MLX_TYPES, GGUFHeader, read_header
+from .gguf_header import BF16, MLX_TYPES, MXFP4, GGUFHeader, read_header
 
 SUPPORTED_ARCHITECTURES = tuple(FAMILIES)
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|scales|biases|bias)$")
@@ -50,6 +50,12 @@ class GGUFContents:
 def _check_types(header: GGUFHeader, path: Path) -> None:
     """One line naming a tensor MLX cannot load and what to convert the file to."""
     bad = [t for t in header.tensors if t.ggml_type not in MLX_TYPES]
+    if any(t.ggml_type == MXFP4 for t in bad):
+        first = next(t for t in bad if t.ggml_type == MXFP4)
+        raise ModelLoadError(
+            f"{path.name} holds MXFP4 tensors (e.g. {first.name}, gpt-oss's expert weights), which "
+            "this GGUF loader does not read: requantize it to Q8_0 (llama-quantize --allow-requantize "
+            "IN.gguf OUT.gguf Q8_0), or use an mlx-lm model directory (mlx-lm reads MXFP4)")
     if bad:
         kinds = ", ".join(sorted({t.type_name for t in bad}))
         raise ModelLoadError(
@@ -102,6 +108,8 @@ def rename_tensor(name: str, family: Family = FAMILIES["llama"]) -> str:
     """GGUF tensor name → mlx-lm parameter name in ``family``'s model."""
     if m := _BLOCK_RE.match(name):
         layer, part, kind = m.groups()
+        if (path := family.blocks.get(f"{part}.{kind}")) is not None:
+            return f"model.layers.{layer}.{path}"
         if part not in family.blocks:
             raise ModelLoadError(f"unexpected GGUF tensor {name} for a {family.architecture} model")
         return f"model.layers.{layer}.{family.blocks[part]}.{kind}"
@@ -138,8 +146,9 @@ def quant_spec(weight: mx.array, scales: mx.array) -> QuantSpec:
 def mlx_weights(contents: GGUFContents, *, dequantize: bool, dtype: mx.Dtype = mx.float32
                 ) -> tuple[dict[str, mx.array], dict[str, QuantSpec]]:
     """Renamed weights, either dequantized to ``dtype`` or kept packed with their specs."""
-    family = contents.family
-    renamed = {rename_tensor(k, family): v for k, v in contents.tensors.items() if k not in AUX_TENSORS}
+    family, meta = contents.family, arch_meta(contents)
+    renamed = {rename_tensor(k, family): v for k, v in contents.tensors.items()
+               if k not in AUX_TENSORS and not (family.ignores and family.ignores(k, meta))}
     if family.norm_shift:
         for name, value in renamed.items():
             if name.endswith("norm.weight"):

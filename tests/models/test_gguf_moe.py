@@ -1,0 +1,150 @@
+"""The mixture-of-experts GGUF families end to end on tiny random-weight models (no downloads).
+
+For qwen3moe (Qwen3-Coder-30B-A3B), glm4moe (GLM-4.5/4.6) and gpt-oss: mlx-lm's class with
+random weights (4 experts, 2 used) is written to GGUF as llama.cpp's converter would
+(tests/models/gguf_moe_factory.py), loaded back by our loader, and run from a fresh thread as
+the server's scheduler runs it: its logits must be mlx-lm's.  Served over HTTP with the
+family's tool-call template in its metadata, the syntax is detected from that template and a
+tool request is answered.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from afm_struct.errors import ModelLoadError
+from afm_struct.models.loader import LoadedModel, load_model
+
+from .gguf_factory import build_reference, write_gguf
+from .gguf_moe_factory import MOE_FAMILIES, Tiny, gpt_oss, tiny_moe_gguf
+
+NAMES = sorted(MOE_FAMILIES)
+SYNTAX = {"qwen3_moe": "qwen3_coder", "glm4_moe": "glm45", "gpt_oss": "harmony"}
+TOKENS = [5, 77, 130, 9, 250, 3, 44, 61, 200, 12, 33, 100, 7, 8]
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather", "strict": True,
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Tiny, LoadedModel]]:
+    """Each family's reference model and the model our loader read back from its GGUF (loaded
+    on this thread; the tests run it on others)."""
+    directory = tmp_path_factory.mktemp("moe")
+    out = {}
+    for name in NAMES:
+        tiny, path = tiny_moe_gguf(name, directory)
+        out[name] = (tiny, load_model(str(path), weights="float32"))
+    return out
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_logits_match_mlx_lm_from_a_fresh_thread(built, family: str) -> None:
+    """Loaded on one thread, run on another (the server's scheduler): the logits are mlx-lm's
+    on the same weights, and a short generation (prefill, decode steps, KV caches, gpt-oss's
+    rotating sliding-window cache) ends normally."""
+    from afm_struct.decoding.generator import GenerationRequest, Generator
+    from afm_struct.decoding.sampling import SamplingParams
+
+    tiny, loaded = built[family]
+    tokens = mx.array([TOKENS])
+    got: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            logits = loaded.model(tokens)
+            mx.eval(logits)
+            got["logits"] = logits
+            gen = Generator.from_loaded(loaded)
+            prompt = loaded.tokenizer.encode_chat([{"role": "user", "content": "hi"}])
+            got["end"] = list(gen.generate(GenerationRequest(prompt, SamplingParams(max_tokens=6))))[-1]
+        except Exception as exc:  # reported on the test's thread below
+            got["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert "error" not in got, got.get("error")
+    assert got["end"].reason in ("stop", "length") and got["end"].error is None, got["end"].error
+    expected = tiny.reference(tokens)
+    assert got["logits"].shape == expected.shape
+    assert float(mx.max(mx.abs(expected - got["logits"]))) < 1e-4
+
+
+def test_the_routing_is_exercised(built) -> None:
+    """The check above can fail on a wrong expert layout: different tokens pick different
+    experts, and each model's logits depend on which experts run."""
+    tiny, _ = built["qwen3_moe"]
+    block = tiny.reference.model.layers[0].mlp
+    x = tiny.reference.model.embed_tokens(mx.array([TOKENS]))
+    chosen = mx.argpartition(block.gate(x), kth=-2, axis=-1)[..., -2:]
+    assert len({tuple(sorted(row)) for row in np.array(chosen[0]).tolist()}) > 1
+
+
+def test_glm_mtp_block_is_not_loaded(built) -> None:
+    """GLM-4.5's file has one block more than the model runs (next-token prediction)."""
+    tiny, loaded = built["glm4_moe"]
+    assert len(loaded.model.layers) == tiny.config["num_hidden_layers"] == 3
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_tool_syntax_detected_from_the_gguf_template(built, family: str) -> None:
+    from afm_struct.tools.formats import chat_template_of, detect_format
+
+    assert detect_format(chat_template_of(built[family][1].tokenizer)).name == SYNTAX[family]
+
+
+@pytest.fixture(scope="module")
+def served(built) -> Iterator[dict[str, str]]:
+    """A live server per family (reasoning off: a random model that opens a thinking block or
+    Harmony's analysis channel may never leave it)."""
+    from server.live import start_server
+    from server.settings import ServerSettings
+
+    servers = {name: start_server(built[name][1], ServerSettings(reasoning="off")) for name in NAMES}
+    yield {name: s.url for name, s in servers.items()}
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_tool_request_over_http(served, family: str) -> None:
+    body = {"model": family, "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [WEATHER], "tool_choice": "required", "parallel_tool_calls": False,
+            "temperature": 0, "max_tokens": 160}
+    r = httpx.post(f"{served[family]}/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text[:400]
+    choice = r.json()["choices"][0]
+    calls = choice["message"].get("tool_calls") or []
+    # A greedy random gpt-oss stays in Harmony's (free) analysis channel until the budget-aware
+    # closer ends it and writes the call: "length", with the call whole.
+    assert choice["finish_reason"] == ("length" if family == "gpt_oss" else "tool_calls"), choice
+    assert [c["function"]["name"] for c in calls] == ["get_weather"]
+    jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), WEATHER["function"]["parameters"])
+
+
+def test_mxfp4_experts_are_refused_naming_the_way_out(tmp_path: Path) -> None:
+    """llama.cpp converts gpt-oss's expert weights to MXFP4, which MLX's GGUF reader cannot
+    read: one line naming the tensor and what to do."""
+    tiny = gpt_oss()
+    build_reference(tiny)
+    path = write_gguf(tiny, tmp_path / "gpt-oss-mxfp4.gguf",
+                      dtype_of=lambda name: "MXFP4" if name.endswith("_exps.weight") else "F32")
+    with pytest.raises(ModelLoadError) as info:
+        load_model(str(path), weights="float32")
+    message = str(info.value)
+    assert "\n" not in message and "MXFP4" in message and "_exps.weight" in message
+    assert "Q8_0" in message and "mlx-lm" in message
