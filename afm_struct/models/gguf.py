@@ -2,8 +2,9 @@
 
 ``mx.load`` already decodes GGUF's Q4_0/Q4_1/Q8_0 blocks into MLX's affine quantized layout
 (uint32-packed weights plus per-group scales and biases), so the work here is naming, choosing
-a weight representation and reading the hyper-parameters from the metadata.  Other ggml types
-(K-quants, Q5) are refused up front with what to convert to: ``mx.load`` cannot read them.
+a weight representation and reading the hyper-parameters from the metadata.  A file holding
+MXFP4 (gpt-oss's experts), which ``mx.load`` cannot read, is read by :mod:`gguf_tensors`.  Other
+ggml types (K-quants, Q5) are refused up front with what to convert to.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from ..errors import ModelLoadError
 from .gguf_arch import AUX_TENSORS, FAMILIES, ArchMeta, Family
 from .gguf_header import BF16, MLX_TYPES, MXFP4, GGUFHeader, read_header
+from .gguf_tensors import MXFP4_BITS, MXFP4_GROUP, MXFP4_MODE, dequantize_mxfp4, read_all
 
 SUPPORTED_ARCHITECTURES = tuple(FAMILIES)
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|scales|biases|bias)$")
@@ -33,6 +35,7 @@ class GGUFContents:
     path: Path
     tensors: dict[str, mx.array]
     metadata: dict[str, Any]
+    mxfp4: frozenset[str] = frozenset()  # names of the MXFP4 weights (their scales: .scales)
 
     @property
     def family(self) -> Family:
@@ -49,13 +52,7 @@ class GGUFContents:
 
 def _check_types(header: GGUFHeader, path: Path) -> None:
     """One line naming a tensor MLX cannot load and what to convert the file to."""
-    bad = [t for t in header.tensors if t.ggml_type not in MLX_TYPES]
-    if any(t.ggml_type == MXFP4 for t in bad):
-        first = next(t for t in bad if t.ggml_type == MXFP4)
-        raise ModelLoadError(
-            f"{path.name} holds MXFP4 tensors (e.g. {first.name}, gpt-oss's expert weights), which "
-            "this GGUF loader does not read: requantize it to Q8_0 (llama-quantize --allow-requantize "
-            "IN.gguf OUT.gguf Q8_0), or use an mlx-lm model directory (mlx-lm reads MXFP4)")
+    bad = [t for t in header.tensors if t.ggml_type not in MLX_TYPES and t.ggml_type != MXFP4]
     if bad:
         kinds = ", ".join(sorted({t.type_name for t in bad}))
         raise ModelLoadError(
@@ -89,6 +86,11 @@ def read_gguf(path: str | Path) -> GGUFContents:
         tensors, metadata = mx.load(str(path), return_metadata=True)
     except Exception as exc:  # mlx raises plain RuntimeError/ValueError on corrupt files
         raise ModelLoadError(f"cannot read GGUF file {path}: {exc} (is the file complete?)") from exc
+    if any(t.ggml_type == MXFP4 for t in header.tensors):
+        # mx.load stops at the first MXFP4 tensor (without a word): read them all with numpy.
+        del tensors
+        tensors, mxfp4 = read_all(path, header.tensors)
+        return GGUFContents(path=path, tensors=tensors, metadata=metadata, mxfp4=frozenset(mxfp4))
     _exact_bf16(path, header, tensors)
     return GGUFContents(path=path, tensors=tensors, metadata=metadata)
 
@@ -126,6 +128,12 @@ class QuantSpec:
 
     bits: int
     group_size: int
+    mode: str = "affine"
+
+    def params(self) -> dict[str, Any]:
+        """``to_quantized`` arguments (and the config entry): the mode only when not affine."""
+        params: dict[str, Any] = {"group_size": self.group_size, "bits": self.bits}
+        return params if self.mode == "affine" else {**params, "mode": self.mode}
 
 
 def quant_spec(weight: mx.array, scales: mx.array) -> QuantSpec:
@@ -153,10 +161,20 @@ def mlx_weights(contents: GGUFContents, *, dequantize: bool, dtype: mx.Dtype = m
         for name, value in renamed.items():
             if name.endswith("norm.weight"):
                 renamed[name] = value.astype(mx.float32) + family.norm_shift
+    mxfp4 = {rename_tensor(k, family) for k in contents.mxfp4}
     specs: dict[str, QuantSpec] = {}
     out: dict[str, mx.array] = {}
     for name, value in renamed.items():
         if name.endswith((".scales", ".biases")):
+            continue
+        if name in mxfp4:
+            prefix = name.rsplit(".", 1)[0]
+            scales = renamed[f"{prefix}.scales"]
+            if dequantize:
+                out[name] = dequantize_mxfp4(value, scales, dtype)
+            else:
+                out[name], out[f"{prefix}.scales"] = value, scales
+                specs[prefix] = QuantSpec(MXFP4_BITS, MXFP4_GROUP, MXFP4_MODE)
             continue
         prefix = name.rsplit(".", 1)[0]
         scales = renamed.get(f"{prefix}.scales")
@@ -218,12 +236,10 @@ def build_model(contents: GGUFContents, *, dequantize: bool) -> tuple[nn.Module,
     if specs:
         def predicate(path: str, module: nn.Module) -> bool | dict[str, int]:
             spec = specs.get(path)
-            return {"group_size": spec.group_size, "bits": spec.bits} if spec else False
+            return spec.params() if spec else False
 
         nn.quantize(model, class_predicate=predicate)
-        config["quantization"] = {
-            p: {"group_size": s.group_size, "bits": s.bits} for p, s in specs.items()
-        }
+        config["quantization"] = {p: s.params() for p, s in specs.items()}
     _missing(model, weights, family)
     try:
         model.load_weights(list(weights.items()), strict=True)

@@ -136,15 +136,90 @@ def test_tool_request_over_http(served, family: str) -> None:
     jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), WEATHER["function"]["parameters"])
 
 
-def test_mxfp4_experts_are_refused_naming_the_way_out(tmp_path: Path) -> None:
-    """llama.cpp converts gpt-oss's expert weights to MXFP4, which MLX's GGUF reader cannot
-    read: one line naming the tensor and what to do."""
+def _mxfp4_experts(model: Any) -> None:
+    """Round the expert weights to MXFP4 (gguf-py's quantizer, llama.cpp's format), so the file
+    written from them holds the reference's weights exactly."""
+    import gguf
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    kind = gguf.GGMLQuantizationType.MXFP4
+    rounded = [(k, mx.array(gguf.quants.dequantize(gguf.quants.quantize(np.array(v), kind), kind)))
+               for k, v in tree_flatten(model.parameters())
+               if ".experts." in k and k.endswith("proj.weight")]
+    assert len(rounded) == 3 * model.args.num_hidden_layers
+    model.update(tree_unflatten(rounded))
+    mx.eval(model.parameters())
+
+
+@pytest.fixture(scope="module")
+def mxfp4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tiny, Path]:
+    """gpt-oss with its expert weights in MXFP4, as llama.cpp converts the released checkpoints."""
+    tiny = gpt_oss()
+    tiny.post_build = _mxfp4_experts
+    build_reference(tiny)
+    path = write_gguf(tiny, tmp_path_factory.mktemp("mxfp4") / "gpt-oss-mxfp4.gguf",
+                      dtype_of=lambda name: "MXFP4" if name.endswith("_exps.weight") else "F32")
+    return tiny, path
+
+
+@pytest.mark.parametrize("weights", ["float32", "quantized"])
+def test_mxfp4_experts_load(mxfp4, weights: str) -> None:
+    """MXFP4 experts (``mx.load`` silently stops at the first) are read from the file: dequantized, the
+    logits are mlx-lm's on the same weights; kept packed (MLX's mxfp4 mode), they agree to
+    float rounding."""
+    from afm_struct.models.gguf import read_gguf
+
+    tiny, path = mxfp4
+    assert len(read_gguf(path).mxfp4) == 3 * tiny.config["num_hidden_layers"]
+    loaded = load_model(str(path), weights=weights)
+    if weights == "quantized":
+        experts = loaded.model.model.layers[0].mlp.experts.gate_proj
+        assert experts.mode == "mxfp4" and experts.weight.dtype == mx.uint32
+    tokens = mx.array([TOKENS])
+    diff = float(mx.max(mx.abs(tiny.reference(tokens) - loaded.model(tokens))))
+    assert diff < (1e-4 if weights == "float32" else 1e-3), diff
+
+
+def test_an_unreadable_quantization_is_still_refused(tmp_path: Path) -> None:
+    """Types neither MLX nor this loader read are refused in one line, MoE files too."""
     tiny = gpt_oss()
     build_reference(tiny)
-    path = write_gguf(tiny, tmp_path / "gpt-oss-mxfp4.gguf",
-                      dtype_of=lambda name: "MXFP4" if name.endswith("_exps.weight") else "F32")
+    path = write_gguf(tiny, tmp_path / "q5.gguf",
+                      dtype_of=lambda name: "Q5_0" if name.endswith("ffn_up_exps.weight") else "F32")
     with pytest.raises(ModelLoadError) as info:
         load_model(str(path), weights="float32")
-    message = str(info.value)
-    assert "\n" not in message and "MXFP4" in message and "_exps.weight" in message
-    assert "Q8_0" in message and "mlx-lm" in message
+    assert "Q5_0" in str(info.value) and "ffn_up_exps.weight" in str(info.value)
+
+
+def test_the_numpy_reader_reads_as_mx_load(tmp_path: Path) -> None:
+    """Files with MXFP4 are read whole by numpy: every other type must come out exactly as
+    ``mx.load`` gives it (Q8_0/Q4_0/Q4_1 in MLX's affine layout, BF16 exact)."""
+    import gguf
+
+    from afm_struct.models.gguf import read_gguf
+    from afm_struct.models.gguf_header import read_header
+    from afm_struct.models.gguf_tensors import read_tensor
+
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(2, 6, 64)) * 0.3).astype(np.float32)
+    path = tmp_path / "types.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for kind in ("Q8_0", "Q4_0", "Q4_1"):
+        qtype = getattr(gguf.GGMLQuantizationType, kind)
+        writer.add_tensor(f"{kind}.weight", gguf.quants.quantize(x, qtype), raw_dtype=qtype)
+    writer.add_tensor("F32.weight", x)
+    writer.add_tensor("F16.weight", x.astype(np.float16))
+    bf16 = gguf.quants.quantize(x, gguf.GGMLQuantizationType.BF16)
+    writer.add_tensor("BF16.weight", bf16, raw_dtype=gguf.GGMLQuantizationType.BF16)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    expected = read_gguf(path).tensors  # mx.load, BF16 re-read exactly
+    got: dict[str, mx.array] = {}
+    for info in read_header(path).tensors:
+        got.update(read_tensor(path, info))
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
+        assert mx.array_equal(got[name], value).item(), name
