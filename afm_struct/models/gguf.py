@@ -204,6 +204,8 @@ def _missing(model: nn.Module, weights: dict[str, mx.array], family: Family) -> 
 
     def gguf_name(param: str) -> str:
         parts = param.split(".")
+        if parts[:2] == ["model", "layers"] and ".".join(parts[3:]) in inverse:
+            return f"blk.{parts[2]}.{inverse['.'.join(parts[3:])]}"  # a whole-path key: exp_probs_b.bias
         if parts[:2] == ["model", "layers"]:
             inner = ".".join(parts[3:-1])
             return f"blk.{parts[2]}.{inverse.get(inner, inner)}.{parts[-1]}"

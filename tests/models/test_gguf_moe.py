@@ -223,3 +223,14 @@ def test_the_numpy_reader_reads_as_mx_load(tmp_path: Path) -> None:
     for name, value in expected.items():
         assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
         assert mx.array_equal(got[name], value).item(), name
+
+
+@pytest.mark.parametrize(("family", "dropped"), [("glm4_moe", "blk.2.exp_probs_b.bias"),
+                                                 ("gpt_oss", "blk.1.attn_sinks.weight"),
+                                                 ("qwen3_moe", "blk.0.ffn_down_exps.weight")])
+def test_a_missing_moe_tensor_is_named(tmp_path: Path, family: str, dropped: str) -> None:
+    from afm_struct.models.gguf import build_model, read_gguf
+
+    _, path = tiny_moe_gguf(family, tmp_path, drop=(dropped,))
+    with pytest.raises(ModelLoadError, match=rf"lacks tensor {dropped.replace('.', '[.]')} "):
+        build_model(read_gguf(path), dequantize=True)
