@@ -157,7 +157,8 @@ def write_gguf(tiny: Tiny, path: Path, *, dtype: str = "F32", metadata: dict[str
         if tiny.arch.startswith("gemma") and gname.endswith("norm.weight"):
             data = data + 1.0
         kind = dtype_of(gname) if dtype_of else dtype
-        if kind == "F32" or data.ndim == 1:
+        # The converter keeps 1-D tensors, biases (MoE experts' are 2-D) and routers in F32.
+        if kind == "F32" or data.ndim == 1 or not gname.endswith(".weight") or ".ffn_gate_inp." in gname:
             w.add_tensor(gname, data)
         elif kind == "F16":
             w.add_tensor(gname, data.astype(np.float16))

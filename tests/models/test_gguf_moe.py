@@ -234,3 +234,18 @@ def test_a_missing_moe_tensor_is_named(tmp_path: Path, family: str, dropped: str
     _, path = tiny_moe_gguf(family, tmp_path, drop=(dropped,))
     with pytest.raises(ModelLoadError, match=rf"lacks tensor {dropped.replace('.', '[.]')} "):
         build_model(read_gguf(path), dequantize=True)
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_q8_0_experts_load_packed_and_dequantized(tmp_path: Path, family: str) -> None:
+    """Stacked experts quantized to Q8_0 (routers and biases stay F32, as llama.cpp writes
+    them) load packed into mlx-lm's QuantizedSwitchLinear or dequantized: the same weights."""
+    from mlx_lm.models.switch_layers import QuantizedSwitchLinear
+
+    _, path = tiny_moe_gguf(family, tmp_path, dtype="Q8_0")
+    tokens = mx.array([TOKENS])
+    packed_model = load_model(str(path), weights="quantized").model
+    assert any(isinstance(m, QuantizedSwitchLinear) for m in packed_model.modules())
+    packed = packed_model(tokens)
+    dequantized = load_model(str(path), weights="float32").model(tokens)
+    assert float(mx.max(mx.abs(packed - dequantized))) < 5e-2
