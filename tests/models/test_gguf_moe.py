@@ -249,3 +249,19 @@ def test_q8_0_experts_load_packed_and_dequantized(tmp_path: Path, family: str) -
     packed = packed_model(tokens)
     dequantized = load_model(str(path), weights="float32").model(tokens)
     assert float(mx.max(mx.abs(packed - dequantized))) < 5e-2
+
+
+def test_glm_gets_no_bos_even_when_the_file_asks(tmp_path: Path) -> None:
+    """llama.cpp drops BOS for the glm4 pre-tokenizer (GLM's template writes [gMASK]<sop>
+    itself); a file saying add_bos_token with [gMASK] as BOS must not get it twice."""
+    from afm_struct.models.loader import load_tokenizer
+
+    from .gguf_moe_factory import glm4_moe
+
+    tiny = glm4_moe()
+    tiny.vocab.bos, tiny.vocab.add_bos = tiny.vocab.id("[gMASK]"), True
+    build_reference(tiny)
+    tok = load_tokenizer(str(write_gguf(tiny, tmp_path / "glm.gguf")))
+    assert not tok.add_bos
+    assert tok.encode("[gMASK]<sop>hi", add_special_tokens=True)[:2] == [
+        tiny.vocab.id("[gMASK]"), tiny.vocab.id("<sop>")]
