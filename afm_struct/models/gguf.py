@@ -86,13 +86,37 @@ def read_gguf(path: str | Path) -> GGUFContents:
         tensors, metadata = mx.load(str(path), return_metadata=True)
     except Exception as exc:  # mlx raises plain RuntimeError/ValueError on corrupt files
         raise ModelLoadError(f"cannot read GGUF file {path}: {exc} (is the file complete?)") from exc
+    mxfp4: set[str] = set()
     if any(t.ggml_type == MXFP4 for t in header.tensors):
         # mx.load stops at the first MXFP4 tensor (without a word): read them all with numpy.
         del tensors
         tensors, mxfp4 = read_all(path, header.tensors)
-        return GGUFContents(path=path, tensors=tensors, metadata=metadata, mxfp4=frozenset(mxfp4))
-    _exact_bf16(path, header, tensors)
-    return GGUFContents(path=path, tensors=tensors, metadata=metadata)
+    else:
+        _exact_bf16(path, header, tensors)
+    _split_fused_experts(tensors, mxfp4)
+    return GGUFContents(path=path, tensors=tensors, metadata=metadata, mxfp4=frozenset(mxfp4))
+
+
+_FUSED = ".ffn_gate_up_exps."
+
+
+def _split_fused_experts(tensors: dict[str, mx.array], mxfp4: set[str]) -> None:
+    """llama.cpp's converter can write a layer's gate and up experts as one tensor
+    (``ffn_gate_up_exps``: the gate rows, then the up rows); split it into the two mlx-lm holds.
+    Packed codes, scales and biases split on the same rows; a bias ``(experts, 2 * ff)`` on its
+    last axis."""
+    for name in [n for n in tensors if _FUSED in n]:
+        value = tensors.pop(name)
+        axis = -1 if name.endswith(".bias") else -2
+        if value.shape[axis] % 2:
+            raise ModelLoadError(f"GGUF tensor {name} has an odd number of rows {value.shape}")
+        gate, up = mx.split(value, 2, axis=axis)
+        for part, half in (("ffn_gate_exps", gate), ("ffn_up_exps", up)):
+            split = name.replace(_FUSED, f".{part}.")
+            tensors[split] = half
+            if name in mxfp4:
+                mxfp4.add(split)
+        mxfp4.discard(name)
 
 
 def arch_meta(contents: GGUFContents) -> ArchMeta:

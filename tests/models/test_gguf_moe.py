@@ -265,3 +265,28 @@ def test_glm_gets_no_bos_even_when_the_file_asks(tmp_path: Path) -> None:
     assert not tok.add_bos
     assert tok.encode("[gMASK]<sop>hi", add_special_tokens=True)[:2] == [
         tiny.vocab.id("[gMASK]"), tiny.vocab.id("<sop>")]
+
+
+def _fused_gate_up(model: Any) -> dict[str, np.ndarray]:
+    """gpt-oss's experts with gate and up fused as llama.cpp's converter can write them:
+    ``ffn_gate_up_exps`` holds the gate rows, then the up rows (biases on their last axis)."""
+    out = {}
+    for i, layer in enumerate(model.model.layers):
+        gate, up = layer.mlp.experts.gate_proj, layer.mlp.experts.up_proj
+        out[f"blk.{i}.ffn_gate_up_exps.weight"] = np.concatenate(
+            [np.array(gate.weight), np.array(up.weight)], axis=1)
+        out[f"blk.{i}.ffn_gate_up_exps.bias"] = np.concatenate([np.array(gate.bias), np.array(up.bias)], -1)
+    return out
+
+
+def test_fused_gate_up_experts_are_split(tmp_path: Path) -> None:
+    """A file with ``ffn_gate_up_exps`` (and no separate gate/up experts) gives mlx-lm's logits."""
+    tiny = gpt_oss()
+    tiny.extra_tensors = _fused_gate_up
+    build_reference(tiny)
+    layers = range(tiny.config["num_hidden_layers"])
+    separate = tuple(f"blk.{i}.ffn_{p}_exps.{k}"
+                     for i in layers for p in ("gate", "up") for k in ("weight", "bias"))
+    loaded = load_model(str(write_gguf(tiny, tmp_path / "fused.gguf", drop=separate)), weights="float32")
+    tokens = mx.array([TOKENS])
+    assert float(mx.max(mx.abs(tiny.reference(tokens) - loaded.model(tokens)))) < 1e-4
