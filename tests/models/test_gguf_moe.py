@@ -51,16 +51,31 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Tiny, Loa
     return out
 
 
+def _greedy_reference(tiny: Tiny, prompt: list[int], n: int, eos: frozenset[int]) -> list[int]:
+    """mlx-lm's model decoding greedily with mlx-lm's own caches (gpt-oss: rotating ones)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(tiny.reference)
+    logits, out = tiny.reference(mx.array([prompt]), cache=cache), []
+    while len(out) < n and (not out or out[-1] not in eos):
+        out.append(int(mx.argmax(logits[0, -1])))
+        logits = tiny.reference(mx.array([out[-1:]]), cache=cache)
+    return out
+
+
 @pytest.mark.parametrize("family", NAMES)
 def test_logits_match_mlx_lm_from_a_fresh_thread(built, family: str) -> None:
     """Loaded on one thread, run on another (the server's scheduler): the logits are mlx-lm's
-    on the same weights, and a short generation (prefill, decode steps, KV caches, gpt-oss's
-    rotating sliding-window cache) ends normally."""
+    on the same weights, and the engine's greedy generation (prefill, decode steps, its batch
+    caches; gpt-oss's sliding window of 4 is shorter than the prompt) writes what mlx-lm's
+    model writes decoding greedily with mlx-lm's caches."""
     from afm_struct.decoding.generator import GenerationRequest, Generator
+    from afm_struct.decoding.outputs import TextDelta
     from afm_struct.decoding.sampling import SamplingParams
 
     tiny, loaded = built[family]
     tokens = mx.array([TOKENS])
+    prompt = loaded.tokenizer.encode_chat([{"role": "user", "content": "hello there, city of Paris"}])
     got: dict[str, Any] = {}
 
     def run() -> None:
@@ -69,8 +84,8 @@ def test_logits_match_mlx_lm_from_a_fresh_thread(built, family: str) -> None:
             mx.eval(logits)
             got["logits"] = logits
             gen = Generator.from_loaded(loaded)
-            prompt = loaded.tokenizer.encode_chat([{"role": "user", "content": "hi"}])
-            got["end"] = list(gen.generate(GenerationRequest(prompt, SamplingParams(max_tokens=6))))[-1]
+            params = SamplingParams(temperature=0.0, max_tokens=10)
+            got["events"] = list(gen.generate(GenerationRequest(prompt, params)))
         except Exception as exc:  # reported on the test's thread below
             got["error"] = exc
 
@@ -78,10 +93,15 @@ def test_logits_match_mlx_lm_from_a_fresh_thread(built, family: str) -> None:
     thread.start()
     thread.join()
     assert "error" not in got, got.get("error")
-    assert got["end"].reason in ("stop", "length") and got["end"].error is None, got["end"].error
+    end = got["events"][-1]
+    assert end.reason in ("stop", "length") and end.error is None, end.error
     expected = tiny.reference(tokens)
     assert got["logits"].shape == expected.shape
     assert float(mx.max(mx.abs(expected - got["logits"]))) < 1e-4
+    eos = loaded.tokenizer.eos_token_ids
+    reference = [t for t in _greedy_reference(tiny, prompt, 10, eos) if t not in eos]
+    text = "".join(e.text for e in got["events"] if isinstance(e, TextDelta))
+    assert text == loaded.tokenizer.decode(reference)
 
 
 def test_the_routing_is_exercised(built) -> None:
