@@ -2,8 +2,9 @@
 
 ``mx.load`` already decodes GGUF's Q4_0/Q4_1/Q8_0 blocks into MLX's affine quantized layout
 (uint32-packed weights plus per-group scales and biases), so the work here is naming, choosing
-a weight representation and reading the hyper-parameters from the metadata.  Other ggml types
-(K-quants, Q5) are refused up front with what to convert to: ``mx.load`` cannot read them.
+a weight representation and reading the hyper-parameters from the metadata.  A file holding
+MXFP4 (gpt-oss's experts), which ``mx.load`` cannot read, is read by :mod:`gguf_tensors`.  Other
+ggml types (K-quants, Q5) are refused up front with what to convert to.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from .gguf_arch import AUX_TENSORS, FAMILIES, ArchMeta, Family
-from .gguf_header import BF16, MLX_TYPES, GGUFHeader, read_header
+from .gguf_header import BF16, MLX_TYPES, MXFP4, GGUFHeader, read_header
+from .gguf_tensors import MXFP4_BITS, MXFP4_GROUP, MXFP4_MODE, dequantize_mxfp4, read_all
 
 SUPPORTED_ARCHITECTURES = tuple(FAMILIES)
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|scales|biases|bias)$")
@@ -33,6 +35,7 @@ class GGUFContents:
     path: Path
     tensors: dict[str, mx.array]
     metadata: dict[str, Any]
+    mxfp4: frozenset[str] = frozenset()  # names of the MXFP4 weights (their scales: .scales)
 
     @property
     def family(self) -> Family:
@@ -49,7 +52,7 @@ class GGUFContents:
 
 def _check_types(header: GGUFHeader, path: Path) -> None:
     """One line naming a tensor MLX cannot load and what to convert the file to."""
-    bad = [t for t in header.tensors if t.ggml_type not in MLX_TYPES]
+    bad = [t for t in header.tensors if t.ggml_type not in MLX_TYPES and t.ggml_type != MXFP4]
     if bad:
         kinds = ", ".join(sorted({t.type_name for t in bad}))
         raise ModelLoadError(
@@ -83,8 +86,37 @@ def read_gguf(path: str | Path) -> GGUFContents:
         tensors, metadata = mx.load(str(path), return_metadata=True)
     except Exception as exc:  # mlx raises plain RuntimeError/ValueError on corrupt files
         raise ModelLoadError(f"cannot read GGUF file {path}: {exc} (is the file complete?)") from exc
-    _exact_bf16(path, header, tensors)
-    return GGUFContents(path=path, tensors=tensors, metadata=metadata)
+    mxfp4: set[str] = set()
+    if any(t.ggml_type == MXFP4 for t in header.tensors):
+        # mx.load stops at the first MXFP4 tensor (without a word): read them all with numpy.
+        del tensors
+        tensors, mxfp4 = read_all(path, header.tensors)
+    else:
+        _exact_bf16(path, header, tensors)
+    _split_fused_experts(tensors, mxfp4)
+    return GGUFContents(path=path, tensors=tensors, metadata=metadata, mxfp4=frozenset(mxfp4))
+
+
+_FUSED = ".ffn_gate_up_exps."
+
+
+def _split_fused_experts(tensors: dict[str, mx.array], mxfp4: set[str]) -> None:
+    """llama.cpp's converter can write a layer's gate and up experts as one tensor
+    (``ffn_gate_up_exps``: the gate rows, then the up rows); split it into the two mlx-lm holds.
+    Packed codes, scales and biases split on the same rows; a bias ``(experts, 2 * ff)`` on its
+    last axis."""
+    for name in [n for n in tensors if _FUSED in n]:
+        value = tensors.pop(name)
+        axis = -1 if name.endswith(".bias") else -2
+        if value.shape[axis] % 2:
+            raise ModelLoadError(f"GGUF tensor {name} has an odd number of rows {value.shape}")
+        gate, up = mx.split(value, 2, axis=axis)
+        for part, half in (("ffn_gate_exps", gate), ("ffn_up_exps", up)):
+            split = name.replace(_FUSED, f".{part}.")
+            tensors[split] = half
+            if name in mxfp4:
+                mxfp4.add(split)
+        mxfp4.discard(name)
 
 
 def arch_meta(contents: GGUFContents) -> ArchMeta:
@@ -102,6 +134,8 @@ def rename_tensor(name: str, family: Family = FAMILIES["llama"]) -> str:
     """GGUF tensor name → mlx-lm parameter name in ``family``'s model."""
     if m := _BLOCK_RE.match(name):
         layer, part, kind = m.groups()
+        if (path := family.blocks.get(f"{part}.{kind}")) is not None:
+            return f"model.layers.{layer}.{path}"
         if part not in family.blocks:
             raise ModelLoadError(f"unexpected GGUF tensor {name} for a {family.architecture} model")
         return f"model.layers.{layer}.{family.blocks[part]}.{kind}"
@@ -118,6 +152,12 @@ class QuantSpec:
 
     bits: int
     group_size: int
+    mode: str = "affine"
+
+    def params(self) -> dict[str, Any]:
+        """``to_quantized`` arguments (and the config entry): the mode only when not affine."""
+        params: dict[str, Any] = {"group_size": self.group_size, "bits": self.bits}
+        return params if self.mode == "affine" else {**params, "mode": self.mode}
 
 
 def quant_spec(weight: mx.array, scales: mx.array) -> QuantSpec:
@@ -138,16 +178,27 @@ def quant_spec(weight: mx.array, scales: mx.array) -> QuantSpec:
 def mlx_weights(contents: GGUFContents, *, dequantize: bool, dtype: mx.Dtype = mx.float32
                 ) -> tuple[dict[str, mx.array], dict[str, QuantSpec]]:
     """Renamed weights, either dequantized to ``dtype`` or kept packed with their specs."""
-    family = contents.family
-    renamed = {rename_tensor(k, family): v for k, v in contents.tensors.items() if k not in AUX_TENSORS}
+    family, meta = contents.family, arch_meta(contents)
+    renamed = {rename_tensor(k, family): v for k, v in contents.tensors.items()
+               if k not in AUX_TENSORS and not (family.ignores and family.ignores(k, meta))}
     if family.norm_shift:
         for name, value in renamed.items():
             if name.endswith("norm.weight"):
                 renamed[name] = value.astype(mx.float32) + family.norm_shift
+    mxfp4 = {rename_tensor(k, family) for k in contents.mxfp4}
     specs: dict[str, QuantSpec] = {}
     out: dict[str, mx.array] = {}
     for name, value in renamed.items():
         if name.endswith((".scales", ".biases")):
+            continue
+        if name in mxfp4:
+            prefix = name.rsplit(".", 1)[0]
+            scales = renamed[f"{prefix}.scales"]
+            if dequantize:
+                out[name] = dequantize_mxfp4(value, scales, dtype)
+            else:
+                out[name], out[f"{prefix}.scales"] = value, scales
+                specs[prefix] = QuantSpec(MXFP4_BITS, MXFP4_GROUP, MXFP4_MODE)
             continue
         prefix = name.rsplit(".", 1)[0]
         scales = renamed.get(f"{prefix}.scales")
@@ -177,6 +228,8 @@ def _missing(model: nn.Module, weights: dict[str, mx.array], family: Family) -> 
 
     def gguf_name(param: str) -> str:
         parts = param.split(".")
+        if parts[:2] == ["model", "layers"] and ".".join(parts[3:]) in inverse:
+            return f"blk.{parts[2]}.{inverse['.'.join(parts[3:])]}"  # a whole-path key: exp_probs_b.bias
         if parts[:2] == ["model", "layers"]:
             inner = ".".join(parts[3:-1])
             return f"blk.{parts[2]}.{inverse.get(inner, inner)}.{parts[-1]}"
@@ -209,12 +262,10 @@ def build_model(contents: GGUFContents, *, dequantize: bool) -> tuple[nn.Module,
     if specs:
         def predicate(path: str, module: nn.Module) -> bool | dict[str, int]:
             spec = specs.get(path)
-            return {"group_size": spec.group_size, "bits": spec.bits} if spec else False
+            return spec.params() if spec else False
 
         nn.quantize(model, class_predicate=predicate)
-        config["quantization"] = {
-            p: {"group_size": s.group_size, "bits": s.bits} for p, s in specs.items()
-        }
+        config["quantization"] = {p: s.params() for p, s in specs.items()}
     _missing(model, weights, family)
     try:
         model.load_weights(list(weights.items()), strict=True)

@@ -9,6 +9,10 @@ two places where it changes weights rather than names:
   NeoX RoPE and unpermuted weights, which their mlx-lm classes expect.
 * Gemma: every ``*norm.weight`` is stored as ``1 + w`` (llama.cpp's RMSNorm multiplies by the
   weight; Gemma's adds one first), so the shift is undone here (:attr:`Family.norm_shift`).
+
+Mixture-of-experts families store each layer's experts stacked, one ``(experts, out, in)``
+tensor per projection (``ffn_gate_exps`` / ``ffn_up_exps`` / ``ffn_down_exps``), which is the
+layout of mlx-lm's ``SwitchGLU``, so they load as stored; the router is ``ffn_gate_inp``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,24 @@ _PHI3_BLOCKS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_laye
 _GEMMA_BLOCKS = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
                  "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
                  **_ATTENTION, **_MLP}
+_MOE = {"ffn_gate_inp": "mlp.gate", "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+        "ffn_up_exps": "mlp.switch_mlp.up_proj", "ffn_down_exps": "mlp.switch_mlp.down_proj"}
+_QWEN3_MOE_BLOCKS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+                     **_ATTENTION, **_QK_NORM, **_MOE}
+# GLM-4.5/4.6: leading dense layers (_MLP), then routed experts with a sigmoid router whose
+# selection bias is ``exp_probs_b.bias``, plus shared experts.  Keys "part.kind" name a whole
+# parameter path (tensors whose mlx-lm name is not "<module>.<kind>").
+_GLM4_MOE_BLOCKS = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+                    **_ATTENTION, **_QK_NORM, **_MLP, **_MOE,
+                    "exp_probs_b.bias": "mlp.gate.e_score_correction_bias",
+                    "ffn_gate_shexp": "mlp.shared_experts.gate_proj",
+                    "ffn_up_shexp": "mlp.shared_experts.up_proj",
+                    "ffn_down_shexp": "mlp.shared_experts.down_proj"}
+# gpt-oss: biased attention with per-head sinks, a biased router, biased experts (SwiGLU-OAI).
+_GPT_OSS_BLOCKS = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+                   **_ATTENTION, "attn_sinks.weight": "self_attn.sinks", "ffn_gate_inp": "mlp.router",
+                   "ffn_gate_exps": "mlp.experts.gate_proj", "ffn_up_exps": "mlp.experts.up_proj",
+                   "ffn_down_exps": "mlp.experts.down_proj"}
 TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 # Tensors that carry hyper-parameters, not weights: read by the config, never loaded.
 AUX_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
@@ -208,6 +230,87 @@ def gemma3_config(m: ArchMeta) -> dict[str, Any]:
     return cfg
 
 
+def _rope_scaling(m: ArchMeta) -> dict[str, Any] | None:
+    """YaRN as llama.cpp's converter stores it (type, factor, original context, betas)."""
+    kind = m.get("rope.scaling.type")
+    if kind in (None, "none"):
+        return None
+    if kind != "yarn":
+        raise ModelLoadError(f"{m.path}: RoPE scaling {kind!r} is not supported for {m.arch}")
+    scaling = {"rope_type": "yarn", "factor": float(m.need("rope.scaling.factor")),
+               "original_max_position_embeddings": int(m.need("rope.scaling.original_context_length"))}
+    for key in ("beta_fast", "beta_slow"):
+        if (value := m.get(f"rope.scaling.yarn_{key}")) is not None:
+            scaling[key] = float(value)
+    return scaling
+
+
+def _experts(m: ArchMeta) -> tuple[int, int]:
+    """(experts, experts used per token)."""
+    return int(m.need("expert_count")), int(m.need("expert_used_count"))
+
+
+def qwen3_moe_config(m: ArchMeta) -> dict[str, Any]:
+    """Qwen3 MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B): every layer routed, softmax router,
+    top-k weights renormalized (llama.cpp hard-codes that for this architecture)."""
+    cfg = _common(m, "qwen3_moe", default_theta=1_000_000.0)
+    cfg["num_experts"], cfg["num_experts_per_tok"] = _experts(m)
+    cfg["moe_intermediate_size"] = int(m.need("expert_feed_forward_length"))
+    cfg.update(decoder_sparse_step=1, mlp_only_layers=[],
+               norm_topk_prob=bool(m.get("expert_weights_norm", True)), rope_scaling=_rope_scaling(m))
+    return cfg
+
+
+def glm4_moe_layers(m: ArchMeta) -> int:
+    """GLM-4.5's main layers: llama.cpp's block count includes the next-token-prediction (MTP)
+    blocks appended after them, which plain decoding does not run."""
+    return int(m.need("block_count")) - int(m.get("nextn_predict_layers", 0))
+
+
+def glm4_moe_ignores(name: str, m: ArchMeta) -> bool:
+    """The MTP blocks' tensors (``blk.N.*`` from the first block past the main layers)."""
+    if not name.startswith("blk."):
+        return False
+    return int(name.split(".", 2)[1]) >= glm4_moe_layers(m)
+
+
+def glm4_moe_config(m: ArchMeta) -> dict[str, Any]:
+    """GLM-4.5 / 4.6 (and Air): partial NeoX RoPE, biased Q/K/V, optional QK-norm, leading dense
+    layers, sigmoid router with a selection bias, scaled routed experts plus shared experts."""
+    cfg = _common(m, "glm4_moe")
+    gating = m.get("expert_gating_func", 2)
+    if int(gating) != 2:
+        raise ModelLoadError(f"{m.path}: GLM-4 MoE router gating {gating} is not sigmoid (2)")
+    shared = int(m.get("expert_shared_count", 0))
+    cfg["num_hidden_layers"] = glm4_moe_layers(m)
+    cfg["n_routed_experts"], cfg["num_experts_per_tok"] = _experts(m)
+    cfg.update(
+        moe_intermediate_size=int(m.need("expert_feed_forward_length")),
+        n_shared_experts=shared or None,
+        first_k_dense_replace=int(m.get("leading_dense_block_count", 0)),
+        routed_scaling_factor=float(m.get("expert_weights_scale", 1.0)),
+        norm_topk_prob=bool(m.get("expert_weights_norm", True)),
+        n_group=int(m.get("expert_group_count", 1)), topk_group=int(m.get("expert_group_used_count", 1)),
+        partial_rotary_factor=int(m.get("rope.dimension_count", cfg["head_dim"])) / cfg["head_dim"],
+        use_qk_norm="blk.0.attn_q_norm.weight" in m.tensors,
+        attention_bias="blk.0.attn_q.bias" in m.tensors,
+        rope_scaling=_rope_scaling(m))
+    return cfg
+
+
+def gpt_oss_config(m: ArchMeta) -> dict[str, Any]:
+    """gpt-oss: alternating sliding-window (even layers, as llama.cpp fixes it) and full
+    attention with sinks, softmax over the top-k router logits, YaRN RoPE."""
+    cfg = _common(m, "gpt_oss", default_theta=150000.0)
+    cfg["num_local_experts"], cfg["num_experts_per_tok"] = _experts(m)
+    cfg["intermediate_size"] = int(m.get("expert_feed_forward_length") or cfg["intermediate_size"])
+    cfg["sliding_window"] = int(m.need("attention.sliding_window"))
+    cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
+                          for i in range(cfg["num_hidden_layers"])]
+    cfg["rope_scaling"] = _rope_scaling(m)
+    return cfg
+
+
 @dataclass(frozen=True)
 class Family:
     """How one GGUF architecture becomes an mlx-lm model."""
@@ -219,6 +322,7 @@ class Family:
     norm_shift: float = 0.0  # added to stored ``*norm.weight`` tensors
     finish: Callable[[Any, ArchMeta, dict[str, Any]], None] | None = None
     top: dict[str, str] = field(default_factory=lambda: dict(TOP_NAMES))
+    ignores: Callable[[str, ArchMeta], bool] | None = None  # tensors the model does not run
 
 
 FAMILIES: dict[str, Family] = {f.architecture: f for f in (
@@ -228,4 +332,7 @@ FAMILIES: dict[str, Family] = {f.architecture: f for f in (
     Family("phi3", "phi3", _PHI3_BLOCKS, phi3_config),
     Family("gemma2", "gemma2", _GEMMA_BLOCKS, gemma2_config, norm_shift=-1.0),
     Family("gemma3", "gemma3_text", {**_GEMMA_BLOCKS, **_QK_NORM}, gemma3_config, norm_shift=-1.0),
+    Family("qwen3moe", "qwen3_moe", _QWEN3_MOE_BLOCKS, qwen3_moe_config),
+    Family("glm4moe", "glm4_moe", _GLM4_MOE_BLOCKS, glm4_moe_config, ignores=glm4_moe_ignores),
+    Family("gpt-oss", "gpt_oss", _GPT_OSS_BLOCKS, gpt_oss_config),
 )}

@@ -17,13 +17,15 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 # ggml type → (block elements, block bytes), for the types llama.cpp writes.
 _BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
            9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
-           14: (256, 210), 15: (256, 292), 30: (1, 2)}
+           14: (256, 210), 15: (256, 292), 30: (1, 2), 39: (32, 17)}
 TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
-              10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16"}
+              10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16",
+              39: "MXFP4"}
 # What ``mx.load`` reads: Q4_0/Q4_1/Q8_0 into MLX's affine layout, floats as they are (BF16 is
 # read as float16 by MLX, so :mod:`gguf` re-reads it exactly from the file).
 MLX_TYPES = frozenset({0, 1, 2, 3, 8, 30})
 BF16 = 30
+MXFP4 = 39  # gpt-oss's expert weights as llama.cpp converts them
 
 
 @dataclass(frozen=True)

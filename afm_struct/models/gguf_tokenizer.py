@@ -62,7 +62,8 @@ def _pre_tokenizer(name: str) -> pre_tokenizers.PreTokenizer:
              pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     if name in ("default", "gpt-2", "gpt2", "phi-2", "jina-es", "olmo", "stablelm2"):
         return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if name in ("llama-bpe", "llama3", "smaug-bpe", "dbrx"):
+    # GLM-4 / GLM-4.5 ("glm4", "chatglm-bpe"): llama.cpp splits them with Llama 3's regex.
+    if name in ("llama-bpe", "llama3", "smaug-bpe", "dbrx", "glm4", "chatglm-bpe"):
         return pre_tokenizers.Sequence([_split(_LLAMA3), _byte_level()])
     if name in ("qwen2", "deepseek-r1-qwen"):
         return pre_tokenizers.Sequence([_split(_QWEN2), _byte_level()])

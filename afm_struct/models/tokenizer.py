@@ -257,5 +257,7 @@ def from_gguf(contents: Any) -> Tokenizer:
     if template:
         hf.chat_template = template
     add_bos = bool(contents.meta("tokenizer.ggml.add_bos_token", False))
+    if contents.meta("tokenizer.ggml.pre") in ("glm4", "chatglm-bpe"):
+        add_bos = False  # llama.cpp drops GLM-4's BOS: its template writes [gMASK]<sop> itself
     eos = [i for i in (ids["eos"], ids["eot"]) if i is not None]
     return Tokenizer(hf, eos_ids=eos, add_bos=add_bos, vocab_size=len(vocab))

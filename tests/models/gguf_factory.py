@@ -106,6 +106,8 @@ class Tiny:
     metadata: dict[str, Any] = field(default_factory=dict)  # extra writer calls: add_<key>(value)
     extra_tensors: Any = None  # (reference model) -> {GGUF name: array}, e.g. rope_freqs
     post_build: Any = None  # (reference model) -> None, after the random weights are set
+    gguf_names: Any = None  # (mlx-lm parameter name) -> (HF module path, suffix), for MoE layouts
+    extra_blocks: int = 0  # blocks written after the model's layers (GLM's next-token prediction)
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -132,16 +134,18 @@ def build_reference(tiny: Tiny, seed: int = 0) -> Any:
 
 
 def write_gguf(tiny: Tiny, path: Path, *, dtype: str = "F32", metadata: dict[str, Any] | None = None,
-               drop: tuple[str, ...] = ()) -> Path:
-    """Write ``tiny.reference`` as llama.cpp would convert it (names, metadata, permutations)."""
+               drop: tuple[str, ...] = (), dtype_of: Any = None) -> Path:
+    """Write ``tiny.reference`` as llama.cpp would convert it (names, metadata, permutations);
+    ``dtype_of(gguf_name)`` picks a tensor's type when given (else ``dtype``)."""
     cfg, model, vocab = tiny.config, tiny.reference, tiny.vocab
     arch = gguf.MODEL_ARCH_NAMES
     arch_enum = next(k for k, v in arch.items() if v == tiny.arch)
-    names = gguf.get_tensor_name_map(arch_enum, cfg["num_hidden_layers"])
+    blocks = cfg["num_hidden_layers"] + tiny.extra_blocks
+    names = gguf.get_tensor_name_map(arch_enum, blocks)
     w = gguf.GGUFWriter(str(path), tiny.arch)
     heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     for name, value in tree_flatten(model.parameters()):
-        stem, suffix = name.rsplit(".", 1)
+        stem, suffix = tiny.gguf_names(name) if tiny.gguf_names else name.rsplit(".", 1)
         gname = names.get_name(stem)
         assert gname is not None, name
         gname = f"{gname}.{suffix}"
@@ -152,15 +156,17 @@ def write_gguf(tiny: Tiny, path: Path, *, dtype: str = "F32", metadata: dict[str
             data = _permute(data, heads if ".attn_q." in gname else kv)
         if tiny.arch.startswith("gemma") and gname.endswith("norm.weight"):
             data = data + 1.0
-        if dtype == "F32" or data.ndim == 1:
+        kind = dtype_of(gname) if dtype_of else dtype
+        # The converter keeps 1-D tensors, biases (MoE experts' are 2-D) and routers in F32.
+        if kind == "F32" or data.ndim == 1 or not gname.endswith(".weight") or ".ffn_gate_inp." in gname:
             w.add_tensor(gname, data)
-        elif dtype == "F16":
+        elif kind == "F16":
             w.add_tensor(gname, data.astype(np.float16))
         else:
-            qtype = getattr(gguf.GGMLQuantizationType, dtype)
+            qtype = getattr(gguf.GGMLQuantizationType, kind)
             w.add_tensor(gname, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_block_count(blocks)
+    w.add_context_length(cfg.get("max_position_embeddings", 4096))
     w.add_embedding_length(cfg["hidden_size"])
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(heads)
