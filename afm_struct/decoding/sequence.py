@@ -51,6 +51,9 @@ class SequenceState:
     done: bool = False
     closer: BudgetCloser | None = None  # budget-aware closing (constrained, close_on_length)
     track: TokenTrack | None = None  # logprobs asked: pairs token entries with emitted text
+    # Without a grammar: the turn's reasoning watcher (a ReasoningGate over no matcher), when
+    # the request has a reasoning budget or the syntax ends turns by text.
+    turn: Any = None
 
 
 @dataclass
