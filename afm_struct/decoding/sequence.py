@@ -15,6 +15,7 @@ from .closing import BudgetCloser
 from .detokenizer import StreamingDetokenizer
 from .events import Event, GenerationRequest, Timings, Usage
 from .logprobs import TokenTrack
+from .reasoning import ReasoningGate
 from .sampling import LogitsProcessor, RowSampler
 from .stops import StopMatcher
 
@@ -53,7 +54,7 @@ class SequenceState:
     track: TokenTrack | None = None  # logprobs asked: pairs token entries with emitted text
     # Without a grammar: the turn's reasoning watcher (a ReasoningGate over no matcher), when
     # the request has a reasoning budget or the syntax ends turns by text.
-    turn: Any = None
+    turn: ReasoningGate | None = None
 
 
 @dataclass
