@@ -23,6 +23,7 @@ from afm_struct.errors import InvalidRequestError
 from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.serving.events import ResponseIdentity
 from afm_struct.serving.plan import ENGINE_CONVERSATION, Conversation, GenerationPlan
+from afm_struct.text.reasoning import SYNTAXES, for_prompt, syntax_of
 from afm_struct.tools import ToolPlan, plan_tools
 
 from .constraint_mode import mode_headers
@@ -90,6 +91,10 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
         constraint = tool_plan.constraint
     # A raw prompt's text is the caller's: no thinking block is split off it.
     reasoning = reasoning_tags(state, prompt_ids) if conversation.prompt is None else None
+    if reasoning is None and tool_plan is not None and tool_plan.constraint is not None:
+        # A call syntax with its own reasoning channel (Harmony's analysis) writes it in its
+        # grammar: the generator still leaves it on a budget or when max_tokens cuts it.
+        reasoning = syntax_of(tool_plan.format.reasoning)
     if reasoning is not None and plan.budget.reasoning_tokens is not None:
         reasoning = replace(reasoning, budget=plan.budget.reasoning_tokens)
     counter = TokenCounter()
@@ -101,7 +106,7 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
                                    stops_cut_grammar=tool_plan is None,
                                    fit_to_context=fit,
                                    # the mask governs the answer, after any thinking block
-                                   reasoning=reasoning if constraint is not None else None)
+                                   reasoning=reasoning)
     if close and constraint is not None:
         # No output can be valid when the budget is below the shortest one the grammar allows:
         # refused now (a 400 naming both numbers) rather than closed to text that cannot parse.
@@ -119,7 +124,7 @@ def hidden_tokens(tokenizer: Any, plan: GenerationPlan, reasoning: ReasoningTags
     or markup token but the thinking tags and tool markers this request's router reads."""
     if not plan.skip_special_tokens:
         return frozenset()
-    keep = (reasoning.open, reasoning.close) if reasoning is not None else ()
+    keep = reasoning.texts if reasoning is not None else ()
     if tool_plan is not None:  # its markers, and its own reasoning pair (Harmony's analysis channel)
         keep += tool_plan.format.markup + tuple(getattr(tool_plan.format, "reasoning", None) or ())
     return hidden_token_ids(tokenizer, keep=keep)
@@ -199,9 +204,7 @@ def reasoning_tags(state: ServerState, prompt_ids: list[int]) -> ReasoningTags |
     # Only the prompt's tail matters (does the template pre-open the block?).
     tail = state.loaded.tokenizer.decode(prompt_ids[-8:])
     if mode == "think":
-        if tail.rstrip().endswith("</think>"):  # closed by the template: no thinking this turn
-            return None
-        return ReasoningTags(opened_in_prompt=tail.rstrip().endswith("<think>"))
+        return for_prompt(SYNTAXES[0], tail)
     return detect_reasoning_tags(state.loaded.tokenizer, tail)
 
 

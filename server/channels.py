@@ -5,7 +5,7 @@ into typed events: :class:`ContentRouter` gives :class:`Text` and, when the mode
 :class:`Reasoning`; requests with tools use :class:`afm_struct.tools.stream.ToolCallRouter`
 (made by ``ToolPlan.make_router``), which also gives the tool-call events and finishes with
 ``tool_calls`` once a call was made.  Both split thinking blocks off with the same
-:class:`afm_struct.text.reasoning.ReasoningSplitter`.  Routers are pure state machines: no I/O,
+:class:`afm_struct.text.reasoning.TurnText`.  Routers are pure state machines: no I/O,
 no MLX, no protocol shapes (the encoders write those).
 """
 
@@ -13,22 +13,20 @@ from __future__ import annotations
 
 from afm_struct.decoding.outputs import FinishReason
 from afm_struct.serving.events import AnswerEvent, AnswerRouter, Reasoning, Text, add_text
-from afm_struct.text.reasoning import REASONING, ReasoningSplitter
+from afm_struct.text.reasoning import REASONING, SYNTAXES, ReasoningTags, TurnText
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
+Tags = ReasoningTags | tuple[str, str]
 
 
 class ContentRouter:
     """Everything is :class:`Text`; with ``split_reasoning``, a thinking block (``<think>…</think>``
-    or the model's own ``tags``) is :class:`Reasoning` by the rule of
-    :class:`~afm_struct.text.reasoning.ReasoningSplitter`.  ``start_in_reasoning``: the prompt
+    or the model's own ``tags``) is :class:`Reasoning` by the rules of
+    :class:`~afm_struct.text.reasoning.TurnText`.  ``start_in_reasoning``: the prompt
     already opened the block."""
 
-    def __init__(self, *, split_reasoning: bool = False, tags: tuple[str, str] = (THINK_OPEN, THINK_CLOSE),
+    def __init__(self, *, split_reasoning: bool = False, tags: Tags = SYNTAXES[0],
                  start_in_reasoning: bool = False) -> None:
-        self.splitter = ReasoningSplitter(tags if split_reasoning else None,
-                                          start_in_reasoning=start_in_reasoning)
+        self.splitter = TurnText(tags if split_reasoning else None, start_in_reasoning=start_in_reasoning)
 
     def feed(self, text: str) -> list[AnswerEvent]:
         """See :meth:`AnswerRouter.feed`."""
@@ -51,8 +49,7 @@ def _events(pieces: list[tuple[str, str]]) -> list[AnswerEvent]:
     return out
 
 
-def make_router(*, reasoning_tags: tuple[str, str] | None = None,
-                start_in_reasoning: bool = False) -> AnswerRouter:
+def make_router(*, reasoning_tags: Tags | None = None, start_in_reasoning: bool = False) -> AnswerRouter:
     """The router for a request without tools (requests with tools use ``ToolPlan.make_router``)."""
     if reasoning_tags is None:
         return ContentRouter()

@@ -88,13 +88,12 @@ class Run:
         prepared = self.prepared
         structured = prepared.structured
         tags = prepared.reasoning
-        pair = (tags.open, tags.close) if tags else None
         opened = bool(tags and tags.opened_in_prompt)
         tool_plan = prepared.tools
         router: AnswerRouter = (
-            tool_plan.make_router(reasoning_tags=pair, start_in_reasoning=opened,
+            tool_plan.make_router(reasoning_tags=tags, start_in_reasoning=opened,
                                   id_factory=lambda: self.state.ids.new_id("call_"))
-            if tool_plan is not None else make_router(reasoning_tags=pair, start_in_reasoning=opened))
+            if tool_plan is not None else make_router(reasoning_tags=tags, start_in_reasoning=opened))
         deferred: list[str] = []
         deferred_entries: Entries = []
         routing = LogprobRouting() if prepared.plan.logprobs is not None else None

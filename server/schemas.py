@@ -143,7 +143,7 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    # Extension: thinking tokens allowed before the close tag is forced (constrained requests).
+    # Extension: thinking tokens allowed before the block is left (the close tag forced).
     max_reasoning_tokens: Annotated[int, Field(ge=0)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None

@@ -54,6 +54,8 @@ def emit_run(seq: SequenceState, run: list[int]) -> None:
         finish(seq, FinishReason.STOP, grammar_complete=True)
     elif seq.matcher is not None and seq.matcher.is_finished():
         finish(seq, FinishReason.STOP, grammar_complete=True)
+    elif seq.turn is not None and seq.turn.is_finished():  # the text ended the turn (<|call|>)
+        finish(seq, FinishReason.STOP)
     elif len(seq.tokens) >= seq.max_tokens:
         finish(seq, FinishReason.LENGTH, whole=_accepting(seq))
 

@@ -146,8 +146,12 @@ class Generator:
         max_tokens = self.max_tokens_for(request)
         params = request.params
         matcher = request.constraint.new_matcher() if request.constraint is not None else None
-        if matcher is not None and request.reasoning is not None:
-            matcher = ReasoningGate(matcher, self.tokenizer, request.reasoning)
+        tags = request.reasoning
+        turn = None  # watches an unconstrained turn: a reasoning budget, an end text
+        if matcher is not None and tags is not None:
+            matcher = ReasoningGate(matcher, self.tokenizer, tags)
+        elif tags is not None and (tags.budget is not None or tags.ends):
+            turn = ReasoningGate(None, self.tokenizer, tags)
         seq = SequenceState(
             request=request, sink=sink, cancel=cancel or threading.Event(), cache=self.make_cache(),
             sampler=make_sampler(params),
@@ -155,7 +159,7 @@ class Generator:
                         *([make_loop_breaker()] if matcher is not None and request.loop_guard else [])],
             matcher=matcher, detok=StreamingDetokenizer(self.tokenizer, request.hidden_token_ids),
             stops=StopMatcher(params.stop),
-            max_tokens=max_tokens, started=time.perf_counter())
+            max_tokens=max_tokens, started=time.perf_counter(), turn=turn)
         if matcher is not None and request.close_on_length:
             table = token_table(self.tokenizer)
             seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,
@@ -321,6 +325,14 @@ class Generator:
                 seq.usage.forced_tokens += len(forced)
             if closer is not None:
                 closer.advanced(run)
+        elif seq.turn is not None:
+            # No grammar: the turn's watcher reads the token and may force the block's end.
+            seq.turn.advance(token)
+            forced = seq.turn.forced_tokens()[:max(seq.max_tokens - len(seq.tokens) - 1, 0)]
+            for f in forced:
+                seq.turn.advance(f)
+            run.extend(forced)
+            seq.usage.forced_tokens += len(forced)
         seq.tokens.extend(run)
         seq.usage.completion_tokens = len(seq.tokens)
         return run
@@ -330,6 +342,8 @@ class Generator:
             return False
         try:
             if seq.matcher is not None and seq.matcher.is_finished():
+                return False
+            if seq.turn is not None and seq.turn.is_finished():
                 return False
         except Exception as exc:  # this row's grammar: it alone ends
             fail(seq, exc)

@@ -1,60 +1,65 @@
-"""Reasoning gating: no grammar mask inside a thinking block; the constraint governs the answer.
+"""The generator's side of the turn's state machine: masks, the reasoning budget, the turn's end.
 
-:class:`ReasoningGate` wraps any :class:`~afm_struct.grammar.engine.Matcher` and is one itself,
-so the loop does not change.  States: ``start`` (the answer's grammar, plus the first token of
-the open tag), ``opening`` (the rest of the open tag is forced), ``thinking`` (everything
-allowed, EOS excluded, until the close tag appears in the text), ``closing`` (the tags'
-``budget`` of thinking tokens is spent: the close tag is forced) and ``answer`` (delegates to
-the wrapped matcher from its start state).
+:class:`ReasoningGate` follows the turn with the same :class:`~afm_struct.text.reasoning.TurnText`
+the routers read (so the two cannot disagree about where the model is) and is a
+:class:`~afm_struct.grammar.engine.Matcher` itself, wrapping the request's matcher if it has
+one, so the loop does not change.  It works in one of two modes:
+
+* **gate** (a constraint, and a syntax whose block the mask may open: ``<think>``): no grammar
+  mask inside the block; the constraint governs the answer.  States: ``start`` (the answer's
+  grammar, plus the first token of the open tag), ``opening`` (the rest of the open tag is
+  forced), ``thinking`` (everything allowed, EOS excluded, until the text closes the block),
+  ``closing`` (the budget of thinking tokens is spent: the close tag is forced),
+  ``answer_start`` (whitespace the template writes after the block) and ``answer`` (the wrapped
+  matcher from its start state).
+* **watch** (no constraint, or a syntax whose block the grammar itself writes or forbids:
+  Harmony's analysis channel): the mask is the wrapped matcher's (everything without one); the
+  gate counts the block's tokens and forces the text that leaves it once the budget is spent
+  (state ``closing``), and ends the turn at the syntax's end text (``<|call|>``) when nothing
+  else does.
+
+Either way, when ``max_tokens`` cuts the block, the budget-aware closer first leaves the block
+(:meth:`ReasoningGate.closing_prefix`) and then completes the answer from there.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..grammar.engine import BatchFill, Matcher
+from ..text.reasoning import (
+    SYNTAXES,
+    THINK,
+    THINK_TAGS,
+    ReasoningTags,
+    TurnText,
+    detect_reasoning,
+)
 from .masking import set_tokens
 
-# Tag pairs chat templates use for thinking blocks.
-THINK_TAGS: tuple[tuple[str, str], ...] = (
-    ("<think>", "</think>"),
-    ("<thinking>", "</thinking>"),
-    ("<|begin_of_thought|>", "<|end_of_thought|>"),
-    ("◁think▷", "◁/think▷"),
-    ("[THINK]", "[/THINK]"),  # Magistral
-)
-
-
-@dataclass(frozen=True)
-class ReasoningTags:
-    """The open/close pair of one model, and whether the prompt already opened the block."""
-
-    open: str = "<think>"
-    close: str = "</think>"
-    opened_in_prompt: bool = False
-    # Thinking tokens allowed (max_reasoning_tokens); then the close tag is forced.  None: no limit.
-    budget: int | None = None
+__all__ = ["SYNTAXES", "THINK_TAGS", "ReasoningGate", "ReasoningTags", "detect_reasoning_tags"]
 
 
 class ReasoningGate:
-    """A matcher that lets a thinking block through unconstrained before ``inner`` applies."""
+    """Wraps ``inner`` (or nothing) with the turn's reasoning rules; see the module docstring."""
 
-    def __init__(self, inner: Matcher, tokenizer, tags: ReasoningTags) -> None:
+    def __init__(self, inner: Matcher | None, tokenizer, tags: ReasoningTags) -> None:
         self.inner = inner
         self.tokenizer = tokenizer
         self.tags = tags
+        self.turn = TurnText(tags, start_in_reasoning=tags.opened_in_prompt)
+        self.gating = tags.gated and inner is not None
         self.open_ids = tokenizer.encode(tags.open)
-        self.state = "start"
+        self.state = "start" if self.gating else "watch"
         self._opening_at = 0
         self._spent = 0  # thinking tokens so far
-        self._close_ids = tokenizer.encode(tags.close)
+        # What leaves the block: the close tag (gate), the syntax's leave text (watch).
+        self._close_ids = tokenizer.encode(tags.close if self.gating else tags.leave_text)
         self._closing_at = 0
         if tags.opened_in_prompt:
             self._think()
-        self._text = ""
         self._scratch: np.ndarray | None = None
         # Line breaks a model writes after the close tag, allowed before the answer starts.
         self._gap_ids = sorted({ids[0] for ids in (tokenizer.encode(t) for t in ("\n", "\n\n", " "))
@@ -62,9 +67,10 @@ class ReasoningGate:
 
     def fill_mask(self, row: np.ndarray) -> None:
         """The inner mask, widened or replaced according to the state."""
-        if self.state == "thinking":
+        if self.state == "thinking" or (self.inner is None and self.state != "closing"):
             row[:] = -1
-            set_tokens(row, self.tokenizer.eos_token_ids, False)
+            if self.gating:
+                set_tokens(row, self.tokenizer.eos_token_ids, False)
         elif self.state == "closing":
             row[:] = 0
             set_tokens(row, [self._close_ids[self._closing_at]], True)
@@ -72,6 +78,7 @@ class ReasoningGate:
             row[:] = 0
             set_tokens(row, [self.open_ids[self._opening_at]], True)
         else:
+            assert self.inner is not None
             self.inner.fill_mask(row)
             if self.state == "start":
                 set_tokens(row, [self.open_ids[0]], True)
@@ -79,12 +86,13 @@ class ReasoningGate:
                 set_tokens(row, self._gap_ids, True)
 
     def batch_fill(self) -> BatchFill | None:
-        """The inner matcher's batch fill while answering (its mask is then the inner's as
-        is); None otherwise, and the row is filled on its own."""
+        """The inner matcher's batch fill where its mask is used as is (answering, watching);
+        None otherwise, and the row is filled on its own."""
         inner = getattr(self.inner, "batch_fill", None)
-        return inner() if self.state == "answer" and inner is not None else None
+        return inner() if self.state in ("answer", "watch") and inner is not None else None
 
     def _inner_allows(self, token: int) -> bool:
+        assert self.inner is not None
         if self._scratch is None:
             self._scratch = np.zeros((self.tokenizer.vocab_size + 31) // 32 + 1, dtype=np.int32)
         self._scratch[:] = 0
@@ -92,10 +100,17 @@ class ReasoningGate:
         word, bit = divmod(token, 32)
         return bool((int(self._scratch[word]) >> bit) & 1)
 
+    def _see(self, token: int) -> None:
+        """The turn reads the token's text."""
+        self.turn.feed(self.tokenizer.decode([token]))
+
     def advance(self, token: int) -> bool:
-        """Route the token by state; the close tag is found in the decoded text."""
+        """Route the token by state; the block's end is found in the text, by the turn."""
+        if not self.gating:
+            return self._watch(token)
         if self.state == "start":
             if token == self.open_ids[0] and not self._inner_allows(token):
+                self._see(token)
                 self._opening_at = 1
                 if len(self.open_ids) > 1:
                     self.state = "opening"
@@ -103,18 +118,19 @@ class ReasoningGate:
                     self._think()
                 return True
             self.state = "answer"
-            return self.inner.advance(token)
+            return self.inner.advance(token)  # type: ignore[union-attr]
         if self.state == "opening":
             if token != self.open_ids[self._opening_at]:
                 return False
+            self._see(token)
             self._opening_at += 1
             if self._opening_at == len(self.open_ids):
                 self._think()
             return True
         if self.state == "thinking":
-            self._text += self.tokenizer.decode([token])
+            self._see(token)
             self._spent += 1
-            if self.tags.close in self._text[-(len(self.tags.close) + 16):]:
+            if self.turn.phase != THINK:
                 self.state = "answer_start"
             elif self.tags.budget is not None and self._spent >= self.tags.budget:
                 self._closing_at, self.state = 0, "closing"  # the budget is spent: close now
@@ -122,6 +138,7 @@ class ReasoningGate:
         if self.state == "closing":
             if token != self._close_ids[self._closing_at]:
                 return False
+            self._see(token)
             self._closing_at += 1
             if self._closing_at == len(self._close_ids):
                 self.state = "answer_start"
@@ -131,35 +148,64 @@ class ReasoningGate:
             if token in self._gap_ids and not self._inner_allows(token):
                 return True
             self.state = "answer"
-        return self.inner.advance(token)
+        return self.inner.advance(token)  # type: ignore[union-attr]
+
+    def _watch(self, token: int) -> bool:
+        """Watch mode: the inner matcher takes every token; the turn counts the block's."""
+        if self.state == "closing":
+            if token != self._close_ids[self._closing_at]:
+                return False
+            self._closing_at += 1
+            if self._closing_at == len(self._close_ids):
+                self.state = "watch"
+        if self.inner is not None and not self.inner.advance(token):
+            return False
+        inside = self.turn.phase == THINK
+        self._see(token)
+        if self.state == "watch" and self.turn.phase == THINK:
+            self._spent += inside  # the open tag's own tokens are not thinking
+            self._budget_check()
+        return True
+
+    def _budget_check(self) -> None:
+        budget = self.tags.budget
+        if budget is not None and self._spent >= budget:
+            self._closing_at, self.state = 0, "closing"
 
     def _think(self) -> None:
         """Enter the block (a zero budget closes it at once)."""
+        if not self.gating:
+            self._budget_check()
+            return
         budget = self.tags.budget
         self.state = "closing" if budget is not None and budget <= 0 else "thinking"
 
     def forced_tokens(self) -> list[int]:
-        """The rest of the open tag while opening, of the close tag once the budget is spent;
-        the inner grammar's once answering."""
+        """The rest of the open tag while opening, of the close once the budget is spent;
+        the inner grammar's once answering (or watching)."""
         if self.state == "opening":
             return list(self.open_ids[self._opening_at:])
         if self.state == "closing":
             return list(self._close_ids[self._closing_at:])
-        if self.state == "answer":
+        if self.state in ("answer", "watch") and self.inner is not None:
             return self.inner.forced_tokens()
         return []
 
     def is_accepting(self) -> bool:
         """Only a complete answer may end the turn."""
-        return self.state in ("answer", "answer_start", "start") and self.inner.is_accepting()
+        if self.inner is None:
+            return self.state != "closing"
+        return self.state in ("answer", "answer_start", "start", "watch") and self.inner.is_accepting()
 
     def is_finished(self) -> bool:
-        """True once the answer is complete."""
-        return self.state == "answer" and self.inner.is_finished()
+        """True once the answer is complete (without a grammar: once the text ended the turn)."""
+        if self.inner is None:
+            return self.turn.phase == "done"
+        return self.state in ("answer", "watch") and self.inner.is_finished()
 
     def error(self) -> str | None:
         """The inner matcher's error, or the gate's own."""
-        return self.inner.error()
+        return self.inner.error() if self.inner is not None else None
 
     def over_limits(self) -> bool:
         """The inner matcher's verdict: did its engine stop on its budgets?"""
@@ -168,31 +214,36 @@ class ReasoningGate:
 
     def fork(self) -> ReasoningGate | None:
         """An independent copy in the same state (None if the inner matcher cannot fork)."""
-        fork_inner = getattr(self.inner, "fork", None)
-        inner = fork_inner() if fork_inner is not None else None
-        if inner is None:
-            return None
+        inner = None
+        if self.inner is not None:
+            fork_inner = getattr(self.inner, "fork", None)
+            inner = fork_inner() if fork_inner is not None else None
+            if inner is None:
+                return None
         twin = copy.copy(self)
         twin.inner = inner
+        twin.turn = self.turn.fork()
         twin._scratch = None
         return twin
 
     def closing_prefix(self) -> list[int]:
         """The tokens that end the block from here, so that the answer may start: the rest of
-        the open tag and the close tag inside it; nothing where the answer's grammar governs.
+        the open tag and the close inside it; nothing where the answer's grammar governs.
         (Closing on length ends a thinking block the budget cannot hold.)"""
         if self.state == "opening":
             return list(self.open_ids[self._opening_at:]) + list(self.tokenizer.encode(self.tags.close))
-        if self.state == "thinking":
-            return list(self.tokenizer.encode(self.tags.close))
         if self.state == "closing":
             return list(self._close_ids[self._closing_at:])
+        if self.state == "thinking" or (self.state == "watch" and self.turn.phase == THINK):
+            return list(self._close_ids)
         return []
 
     def closing_root(self) -> ReasoningGate | None:
         """A copy to search the answer's completion from: in the answer state (a completion
         neither opens a block nor writes the gap before the answer), None inside the block
         (end it first: :meth:`closing_prefix`)."""
+        if self.state == "watch":
+            return self.fork() if self.turn.phase != THINK else None
         if self.state not in ("start", "answer_start", "answer"):
             return None
         twin = self.fork()
@@ -202,22 +253,10 @@ class ReasoningGate:
 
 
 def detect_reasoning_tags(tokenizer, prompt_text: str) -> ReasoningTags | None:
-    """The thinking tags a model uses, if its vocabulary has them as special tokens.
-
-    A prompt that ends inside an open block (templates that pre-open ``<think>``) is noted so
-    the gate starts in the thinking state.  A prompt that ends with the block already closed
-    (Qwen3 with ``enable_thinking: false`` writes an empty ``<think></think>``) means no thinking
-    this turn: None, so the answer (and its constraint) starts at the first token.
-    """
-    has = _token_lookup(tokenizer.hf)
-    for open_tag, close_tag in THINK_TAGS:
-        if has(open_tag) and has(close_tag):
-            tail = prompt_text.rstrip()
-            if tail.endswith(close_tag):
-                return None
-            opened = tail.endswith(open_tag)
-            return ReasoningTags(open_tag, close_tag, opened_in_prompt=opened)
-    return None
+    """The reasoning syntax a model uses, if its vocabulary has its tags as tokens, met by the
+    prompt's end (:func:`~afm_struct.text.reasoning.for_prompt`: a block the prompt opened, or
+    closed: None, no thinking this turn)."""
+    return detect_reasoning(_token_lookup(tokenizer.hf), prompt_text)
 
 
 def _token_lookup(hf):  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from .closing import BudgetCloser
 from .detokenizer import StreamingDetokenizer
 from .events import Event, GenerationRequest, Timings, Usage
 from .logprobs import TokenTrack
+from .reasoning import ReasoningGate
 from .sampling import LogitsProcessor, RowSampler
 from .stops import StopMatcher
 
@@ -51,6 +52,9 @@ class SequenceState:
     done: bool = False
     closer: BudgetCloser | None = None  # budget-aware closing (constrained, close_on_length)
     track: TokenTrack | None = None  # logprobs asked: pairs token entries with emitted text
+    # Without a grammar: the turn's reasoning watcher (a ReasoningGate over no matcher), when
+    # the request has a reasoning budget or the syntax ends turns by text.
+    turn: ReasoningGate | None = None
 
 
 @dataclass

@@ -56,6 +56,12 @@ class MarkerScanner:
         """The text not given out yet (after a full iteration: the held-back possible marker)."""
         return self._buf
 
+    def fork(self) -> MarkerScanner:
+        """An independent copy: the same table and held text."""
+        twin = MarkerScanner(self._markers)
+        twin._buf = self._buf
+        return twin
+
     def take(self) -> str:
         """Remove and return the text not given out yet, unscanned."""
         out, self._buf = self._buf, ""

@@ -28,6 +28,7 @@ from typing import Any
 from ..grammar.compiler import CompiledConstraint
 from ..grammar.spec import CompileOptions, ValidationOutcome
 from ..grammar.validation import validate_json
+from ..text.reasoning import ReasoningTags
 from .definitions import Choice, ToolDef, parse_choice, parse_tools
 from .formats import (
     FormatTable,
@@ -73,7 +74,7 @@ class ToolPlan:
             return tuple(t for t in self.tools if t.name == self.choice.name)
         return self.tools
 
-    def make_router(self, *, reasoning_tags: tuple[str, str] | None = None,
+    def make_router(self, *, reasoning_tags: ReasoningTags | tuple[str, str] | None = None,
                     start_in_reasoning: bool = False,
                     id_factory: Callable[[], str] = new_call_id) -> ToolCallRouter:
         """A fresh router for this request's output (one per generation); ``id_factory``

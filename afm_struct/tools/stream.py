@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ..decoding.outputs import FinishReason
 from ..serving.events import AnswerEvent, CallArguments, CallClosed, CallOpened, Reasoning, Text, add_text
 from ..text.markers import Marker, MarkerScanner
-from ..text.reasoning import ReasoningSplitter
+from ..text.reasoning import ReasoningTags, TurnText, syntax_of
 from ..tool_calls import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
@@ -41,15 +41,16 @@ class ToolCallRouter:
     """
 
     def __init__(self, fmt: ToolFormat, *, detect_calls: bool = True, max_calls: int | None = None,
-                 reasoning_tags: tuple[str, str] | None = None, start_in_reasoning: bool = False,
+                 reasoning_tags: ReasoningTags | tuple[str, str] | None = None,
+                 start_in_reasoning: bool = False,
                  id_factory: Callable[[], str] = new_call_id, tools: tuple[ToolDef, ...] = ()) -> None:
         self.format = fmt
         # The format's writing picks the parser; ``tools`` types the values of non-JSON writings.
         self.parser: CallParser = make_call_parser(fmt, tools=tools, detect_calls=detect_calls,
                                                    max_calls=max_calls)
         # A format with its own reasoning channel (Harmony's analysis) splits it off itself.
-        self.splitter = ReasoningSplitter(reasoning_tags or fmt.reasoning,
-                                          start_in_reasoning=start_in_reasoning)
+        self.splitter = TurnText(reasoning_tags or syntax_of(fmt.reasoning),
+                                 start_in_reasoning=start_in_reasoning)
         self.markup = MarkupStripper(fmt.markup)
         self._call_last = False  # the last thing routed was a whole call (no text after it)
         self.id_factory = id_factory

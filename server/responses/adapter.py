@@ -39,6 +39,11 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 # reasoning.effort values that turn thinking off (Qwen3's switch); the others turn it on.
 THINKING_OFF = ("none", "minimal")
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+# reasoning.effort as a reasoning budget (thinking tokens before the block is left; None: no
+# limit), for models that think whatever their template's switch says (gpt-oss, or a template
+# without the switch).
+EFFORT_BUDGETS: dict[str, int | None] = {"none": 0, "minimal": 128, "low": 1024, "medium": 4096,
+                                         "high": None, "xhigh": None}
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 # The fields of a json_schema text format.  ``description`` is echoed; it does not reach the
 # prompt (the schema is enforced by the mask, not described to the model).
@@ -161,6 +166,12 @@ def thinking(body: ResponsesRequest) -> bool | None:
     return effort not in THINKING_OFF
 
 
+def reasoning_budget(body: ResponsesRequest) -> int | None:
+    """``reasoning.effort`` as thinking tokens allowed (:data:`EFFORT_BUDGETS`; None: no limit)."""
+    effort = body.reasoning.effort if body.reasoning else None
+    return None if effort is None else EFFORT_BUDGETS[effort]
+
+
 def sampling_params(body: ResponsesRequest, *, default_max_tokens: int) -> SamplingParams:
     """SamplingParams from the request (SamplingParams re-validates and raises 400s)."""
     kwargs: dict[str, Any] = {"max_tokens": body.max_output_tokens or default_max_tokens, "seed": body.seed}
@@ -224,7 +235,8 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
         request_id=request_id, model=model,
         conversation=Conversation(turns, body.chat_template_kwargs or None, thinking=thinking(body)),
         sampling=sampling_params(body, default_max_tokens=state.settings.default_max_tokens),
-        budget=Budget(explicit=body.max_output_tokens is not None, param="max_output_tokens"),
+        budget=Budget(explicit=body.max_output_tokens is not None, param="max_output_tokens",
+                      reasoning_tokens=reasoning_budget(body)),
         id_prefix=ID_PREFIX, output=output_format(fmt),
         tools=ToolUse(callable_tools, choice, body.parallel_tool_calls, format_answer=True),
         logprobs=logprobs_wanted(body), close_on_length=body.afm_close_on_length,

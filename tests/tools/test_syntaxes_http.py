@@ -61,7 +61,8 @@ def live(request) -> Iterator[tuple[str, LiveServer]]:
     tok = tokenizer_for(syntax)
     assert detect_format(chat_template_of(tok)).name == syntax  # detected from the template
     # The Qwen3 vocabulary has <think>: a random model would think until the budget ran out.
-    server = start_server(random_loaded_model(tok, seed=7), ServerSettings(reasoning="off"))
+    server = start_server(random_loaded_model(tok, seed=7), ServerSettings(reasoning="off"),
+                          timeout_s=120)  # a 200k vocabulary warms up slowly on a busy machine
     yield syntax, server
     server.stop()
 
@@ -76,14 +77,14 @@ def valid_call(call: dict[str, Any]) -> None:
                          ids=["required", "named"])
 def test_strict_calls_valid_streamed_and_not(live, choice) -> None:
     syntax, server = live
-    if syntax == "harmony":
-        # The random model opens the (optional, free) analysis channel and never leaves it; the
-        # budget-aware closer does not close it at max_tokens (no close, no call, "length").
-        # Issue 29 item 4 (reasoning budget, closing inside reasoning) is not done.
-        pytest.xfail("max_tokens inside Harmony's analysis channel is not closed yet")
     body = {"messages": USER, "tools": TOOLS, "tool_choice": choice, "max_tokens": 160,
             "parallel_tool_calls": False,  # a random model would call until the budget ends
             "temperature": 1.0, "seed": 3}
+    if syntax == "harmony":
+        # A random model opens the free analysis channel and never leaves it by itself: a
+        # reasoning budget leaves it (the forced <|end|><|start|>assistant), and the call
+        # follows.  max_tokens inside the channel: test_harmony_max_tokens_in_analysis_closes.
+        body["max_reasoning_tokens"] = 12
     r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text[:400]
     choice0 = r.json()["choices"][0]
@@ -106,6 +107,32 @@ def test_strict_calls_valid_streamed_and_not(live, choice) -> None:
         valid_call(call)
     finish = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")]
     assert finish[-1] == "tool_calls"
+
+
+def test_harmony_max_tokens_in_analysis_closes(live) -> None:
+    """max_tokens runs out inside Harmony's analysis channel (a random model never leaves it):
+    the closer leaves the channel first, then writes the shortest valid call; the turn was
+    cut, so it finishes with ``length``, its call whole and valid, streamed and not."""
+    syntax, server = live
+    if syntax != "harmony":
+        pytest.skip("Harmony's analysis channel only")
+    body = {"messages": USER, "tools": TOOLS, "tool_choice": "required", "max_tokens": 64,
+            "temperature": 1.0, "seed": 3}
+    r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text[:400]
+    choice0 = r.json()["choices"][0]
+    assert choice0["finish_reason"] == "length", choice0
+    message = choice0["message"]
+    assert message["reasoning_content"] and not message.get("content")
+    calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+             for c in message["tool_calls"]]
+    assert len(calls) == 1
+    valid_call(calls[0])
+    response, payloads = stream_raw(server.url, body)
+    assert response.status_code == 200
+    streamed = assemble([c["choices"][0]["delta"] for c in decode(payloads) if c.get("choices")])
+    assert len(streamed["tool_calls"]) == 1 and not streamed["content"].strip()
+    valid_call(streamed["tool_calls"][0])
 
 
 def test_auto_answers_without_markup(live) -> None:
