@@ -91,6 +91,15 @@ class TokenizerState:
 
         return self._part("token_table", "token_table", lambda: TokenTable(self.tokenizer))
 
+    def hidden_tokens(self, keep: frozenset[str]) -> frozenset[int]:
+        """The ids a response's text never shows, but those written ``keep``
+        (:mod:`afm_struct.decoding.hidden_tokens`); one set per ``keep`` (the tool formats' and
+        thinking tags' markers: a short, fixed list)."""
+        from ..decoding.hidden_tokens import build_hidden_tokens
+
+        return self._part(("hidden_tokens", keep), "hidden_tokens",
+                          lambda: build_hidden_tokens(self.tokenizer, keep))
+
     def compiler(self, options: Any = None) -> Any:
         """The shared :class:`~.compiler.ConstraintCompiler` (and so grammar cache) for ``options``."""
         from .compiler import ConstraintCompiler

@@ -16,6 +16,7 @@ from typing import Any
 
 import llguidance.hf
 
+from afm_struct.decoding.hidden_tokens import hidden_token_ids
 from afm_struct.decoding.logprobs import token_table
 from afm_struct.grammar.closing import closing_vocab_for
 from afm_struct.grammar.closing_vocab import ClosingVocab
@@ -96,3 +97,30 @@ def test_each_model_has_its_own_and_frees_it_with_the_tokenizer() -> None:
     gc.collect()
     assert gone() is None  # before: pinned for ever by the id-keyed module caches
     assert second.derived.builds["ll_tokenizer"] == 1
+
+
+def test_two_models_never_share_derived_state_and_dropping_one_releases_it() -> None:
+    first, second = load_tokenizer(), load_tokenizer()
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    derived: list[weakref.ref[Any]] = []
+    for tok in (first, second):
+        # A compile of the same request is its own per model: no cache hit across models.
+        constraint = compile_constraint(tok, JsonSchemaRequest(schema))
+        assert not constraint.cached and constraint.tokenizer is tok
+        assert compile_constraint(tok, JsonSchemaRequest(schema)).cached
+        hidden_token_ids(tok, keep=("<tool_call>",))
+        token_table(tok).lookup(7)
+        state = tok.derived
+        derived += [weakref.ref(state), weakref.ref(state.closing_vocab), weakref.ref(state.token_table),
+                    weakref.ref(state.compiler())]
+    mine, theirs = derived[:4], derived[4:]
+    assert all(a() is not b() for a, b in zip(mine, theirs, strict=True))
+    assert ll_tokenizer_for(first) is not ll_tokenizer_for(second)
+    gone = weakref.ref(first)
+    del first, constraint, state
+    gc.collect()
+    # Before: the hidden-token cache (an lru_cache keyed by the tokenizer) pinned the model.
+    assert gone() is None
+    assert [ref() for ref in mine] == [None] * 4
+    assert all(ref() is not None for ref in theirs)
+    assert compile_constraint(second, JsonSchemaRequest(schema)).cached
