@@ -85,9 +85,7 @@ class TokenTable:
 def token_table(tokenizer: Tokenizer) -> TokenTable:
     """The (shared) :class:`TokenTable` of ``tokenizer``: its
     :class:`~afm_struct.grammar.tokenizer_state.TokenizerState` owns it."""
-    from ..grammar.tokenizer_state import state_of
-
-    return state_of(tokenizer).token_table
+    return tokenizer.derived.token_table
 
 
 # -- device math -----------------------------------------------------------------------------

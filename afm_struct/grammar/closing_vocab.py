@@ -299,9 +299,7 @@ class ClosingVocab:
 def closing_vocab_for(tokenizer: Tokenizer) -> ClosingVocab:
     """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once (~0.3 s):
     its :class:`~.tokenizer_state.TokenizerState` owns it."""
-    from .tokenizer_state import state_of
-
-    return state_of(tokenizer).closing_vocab
+    return tokenizer.derived.closing_vocab
 
 
 def build_closing_vocab(tokenizer: Tokenizer) -> ClosingVocab:
