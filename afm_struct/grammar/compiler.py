@@ -7,7 +7,8 @@
 
 A compiled constraint says how exactly it enforces the request (``mode``/``rung``/``reason``),
 which rewrites it needed, which engine runs it and what the compile cost.  Results are cached
-(LRU, keyed by canonical request + options + tokenizer); a cache hit reports ``cached=True``.
+(LRU: one cache per tokenizer and set of options, which the tokenizer's state owns, keyed by the
+request); a cache hit reports ``cached=True``.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class CompiledConstraint:
     grammar: CompiledGrammar | None = dataclasses.field(repr=False, default=None)
     schema: Any = dataclasses.field(repr=False, default=None)  # the ORIGINAL schema (JSON kinds)
     pattern: str | None = dataclasses.field(repr=False, default=None)
-    tokenizer: Any = dataclasses.field(repr=False, default=None, compare=False)
+    tokenizer: Tokenizer | None = dataclasses.field(repr=False, default=None, compare=False)
 
     @property
     def flag_downgraded(self) -> bool:
