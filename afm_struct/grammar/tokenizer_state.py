@@ -114,6 +114,8 @@ class TokenizerState:
                           lambda: ConstraintCompiler(self.tokenizer, options))
 
     def build_all(self) -> None:
-        """Build the parts every request may need now (at model load), not on a request."""
-        _ = self.ll_tokenizer, self.closing_vocab
+        """Build the parts every request may need now (at model load), not on a request: the
+        llguidance tokenizer, the closing vocabulary, the token table and the hidden tokens of a
+        request without tools or thinking (others are built on the first request needing them)."""
+        _ = self.ll_tokenizer, self.closing_vocab, self.token_table, self.hidden_tokens(frozenset())
 

@@ -101,6 +101,12 @@ def test_each_model_has_its_own_and_frees_it_with_the_tokenizer() -> None:
 
 def test_two_models_never_share_derived_state_and_dropping_one_releases_it() -> None:
     first, second = load_tokenizer(), load_tokenizer()
+    # What the generator's warm-up builds at load: every part a plain request uses.
+    second.derived.build_all()
+    warm = {"ll_tokenizer": 1, "closing_vocab": 1, "token_table": 1, "hidden_tokens": 1}
+    assert second.derived.builds == warm and not first.derived.builds
+    token_table(second), closing_vocab_for(second), hidden_token_ids(second)
+    assert second.derived.builds == warm
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     derived: list[weakref.ref[Any]] = []
     for tok in (first, second):
