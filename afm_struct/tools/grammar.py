@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 GENERIC_ARGS: dict[str, Any] = {"type": "object"}
 # ``(tokenizer, request) -> CompiledConstraint``: the server's compile hook (default: the compiler).
-Compile = Callable[[Any, Any], CompiledConstraint]
+Compile = Callable[["Tokenizer", Any], CompiledConstraint]
 # Arguments written as a JSON string (formats with ``arguments: string``): any JSON string; the
 # schema cannot be enforced inside it, so strict tools in such formats are downgraded.
 JSON_STRING_TERMINAL = (r'JSON_STRING: /"(\\([\"\\\/bfnrt]|u[a-fA-F0-9]{4})|'
