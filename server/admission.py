@@ -13,7 +13,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from afm_struct.decoding.closing import check_budget
 from afm_struct.decoding.events import GenerationRequest
@@ -31,6 +31,9 @@ from .profile import TokenCounter
 from .run import Run
 from .state import ServerState
 from .structured import StructuredPlan, plan_structured
+
+if TYPE_CHECKING:
+    from afm_struct.models.tokenizer import Tokenizer
 
 
 @dataclass
@@ -118,7 +121,7 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
                     counter=counter, started=started, reasoning=reasoning, tools=tool_plan)
 
 
-def hidden_tokens(tokenizer: Any, plan: GenerationPlan, reasoning: ReasoningTags | None,
+def hidden_tokens(tokenizer: Tokenizer, plan: GenerationPlan, reasoning: ReasoningTags | None,
                   tool_plan: ToolPlan | None) -> frozenset[int]:
     """The tokens whose text the response never shows (``skip_special_tokens``): every special
     or markup token but the thinking tags and tool markers this request's router reads."""

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,6 +27,9 @@ from afm_struct.decoding.outputs import FinishReason
 
 from .metrics import ServerMetrics
 from .tenants import Tenant
+
+if TYPE_CHECKING:
+    from afm_struct.models.tokenizer import Tokenizer
 
 log = logging.getLogger("afm_struct.requests")
 # An error body is parsed for its type; larger bodies are not errors this server writes.
@@ -149,7 +152,7 @@ def compiles_of(prepared: Any) -> list[tuple[str, float, bool]]:
 
 
 def fill_from_handler(rec: RequestRecord, state: dict[str, Any], started: float, *,
-                      with_content: bool, tokenizer: Any = None) -> None:
+                      with_content: bool, tokenizer: Tokenizer | None = None) -> None:
     """What the chat-completion handler left in the request state: mode, model, tokens, timings."""
     prepared = state.get("afm_prepared")
     if prepared is not None:

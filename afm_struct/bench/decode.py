@@ -15,11 +15,14 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from .environment import environment
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 MODES = ("free", "constrained", "constrained_ff")
 INSTRUCTION = ("Answer with only a JSON object that follows this JSON Schema, no prose:\n{schema}\n\n"
@@ -49,7 +52,7 @@ def _valid_json(text: str) -> tuple[bool, Any]:
         return False, None
 
 
-def run_one(generator: Any, tokenizer: Any, task: dict[str, Any], constraint: Any, *, mode: str,
+def run_one(generator: Any, tokenizer: Tokenizer, task: dict[str, Any], constraint: Any, *, mode: str,
             seed: int, max_tokens: int, repetition_penalty: float = 1.0) -> dict[str, Any]:
     """One generation; returns speed, TTFT and validity."""
     import jsonschema

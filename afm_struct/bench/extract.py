@@ -15,9 +15,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .scoring import score_fields
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 TASKS_FILE = Path(__file__).resolve().parent / "data" / "extract_tasks.json"
 MODES = ("free", "constrained")
@@ -63,7 +66,7 @@ def judge(constraint: Any, expected: Any, text: str) -> dict[str, Any]:
     }
 
 
-def shortest_instance_tokens(tokenizer: Any, constraint: Any, vocab_size: int) -> int | None:
+def shortest_instance_tokens(tokenizer: Tokenizer, constraint: Any, vocab_size: int) -> int | None:
     """Tokens of the shortest instance the closing search finds from the grammar's start (an
     upper bound on the true minimum), or None if it finds none within its caps.
 

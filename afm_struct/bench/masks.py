@@ -22,9 +22,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "jsonschemabench" / "data"
 
@@ -41,7 +44,7 @@ def _allowed(bitmask: np.ndarray, token: int) -> bool:
     return bool((int(bitmask[0, token >> 5]) >> (token & 31)) & 1)
 
 
-def walk_instance(constraint: Any, tokenizer: Any, text: str, bitmask: np.ndarray,
+def walk_instance(constraint: Any, tokenizer: Tokenizer, text: str, bitmask: np.ndarray,
                   mask_us: list[float], mask_cpu_us: list[float] | None = None) -> bool:
     """True when the constraint accepts ``text`` token by token (mask wall / CPU times recorded)."""
     matcher = constraint.new_matcher()
@@ -69,7 +72,7 @@ def checker_valid(text: str, schema: Any) -> bool | None:
     return outcome.ok
 
 
-def run_file(compiler: Any, tokenizer: Any, path: Path, bitmask: np.ndarray) -> dict[str, Any]:
+def run_file(compiler: Any, tokenizer: Tokenizer, path: Path, bitmask: np.ndarray) -> dict[str, Any]:
     """One MaskBench file: status, compile time, per-test verdicts, mask times."""
     from afm_struct.errors import SchemaError
     from afm_struct.grammar.spec import JsonSchemaRequest, Mode

@@ -35,11 +35,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .masks import DEFAULT_DIR
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 MODES = ("free", "rows", "batch")
 SERIES = ("step_ms", "fill_us", "mask_us", "fill_cpu_ms", "post_cpu_ms")
@@ -59,7 +62,8 @@ def where_apply(logits: Any, bitmask: np.ndarray) -> Any:
     return mx.where(allowed, logits, mx.array(float("-inf"), dtype=logits.dtype))
 
 
-def schema_pool(tokenizer: Any, folder: Path, size: int, timeout_s: float) -> list[tuple[Any, list[int]]]:
+def schema_pool(tokenizer: Tokenizer, folder: Path, size: int,
+                timeout_s: float) -> list[tuple[Any, list[int]]]:
     """Up to ``size`` (compiled constraint, token ids of a valid instance) pairs, spread over
     the folder's files; only schemas served enforced."""
     from afm_struct.grammar.compiler import ConstraintCompiler

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AfmError
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 # --model scripted[:TOKENS_PER_S]: the deterministic test model (afm_struct.testing) over HTTP.
 SCRIPTED_SPEC = "scripted"
@@ -208,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         f"(POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics; {keys})")
     options = CompileOptions(backend=args.grammar_backend, property_order=args.property_order)
 
-    def compile_fn(tokenizer: Any, request: Any) -> Any:
+    def compile_fn(tokenizer: Tokenizer, request: Any) -> Any:
         return compile_constraint(tokenizer, request, options)
 
     app = server_module("app").create_app(loaded, settings, compile_fn=compile_fn, response_store=store)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 
 def read_schema(path: Path) -> Any:
@@ -21,7 +24,7 @@ def read_schema(path: Path) -> Any:
     return data
 
 
-def compile_for_cli(tokenizer: Any, schema_path: Path | None, *, json_object: bool = False,
+def compile_for_cli(tokenizer: Tokenizer, schema_path: Path | None, *, json_object: bool = False,
                     backend: str = "llguidance") -> Any:
     """Compile ``--schema`` / ``--json-object``; say on stderr when the result is best-effort."""
     from ..grammar.compiler import compile_constraint

@@ -41,7 +41,7 @@ import codecs
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,6 +50,9 @@ from ..grammar.closing import accepts, closing_vocab_for, shortest_completion
 from ..grammar.closing_vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engine import Matcher
 from .masking import allows_most
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 # Remaining budget from which every step is checked.  Completions longer than this are not
 # searched for either (grammar/closing.py DEFAULT_MAX_TOKENS is larger).
@@ -271,7 +274,7 @@ _SHORTEST: weakref.WeakKeyDictionary[Any, list[int] | None] = weakref.WeakKeyDic
 _SHORTEST_LOCK = threading.Lock()
 
 
-def shortest_output(constraint: Any, tokenizer: Any) -> list[int] | None:
+def shortest_output(constraint: Any, tokenizer: Tokenizer) -> list[int] | None:
     """The shortest output ``constraint`` allows, as the closing search finds it from the
     grammar's start (every branch: all tools of a tool choice), cached per compiled grammar;
     None when the constraint does not restrict tokens, its matchers cannot fork, or the search
@@ -292,7 +295,7 @@ def shortest_output(constraint: Any, tokenizer: Any) -> list[int] | None:
     return found
 
 
-def min_output_tokens(constraint: Any, tokenizer: Any,
+def min_output_tokens(constraint: Any, tokenizer: Tokenizer,
                       usable: Callable[[str], bool] | None = None) -> int | None:
     """Tokens of :func:`shortest_output`, or of its shortest prefix whose text is already
     ``usable`` (a tool call is whole once its arguments are: the format's close tag after them
@@ -307,7 +310,7 @@ def min_output_tokens(constraint: Any, tokenizer: Any,
     return len(found)
 
 
-def check_budget(constraint: Any, tokenizer: Any, budget: int, *, param: str,
+def check_budget(constraint: Any, tokenizer: Tokenizer, budget: int, *, param: str,
                  limited_by_context: bool = False, usable: Callable[[str], bool] | None = None) -> None:
     """Raise a 400 when ``budget`` tokens cannot hold the shortest output ``constraint`` allows
     (:func:`min_output_tokens`): no output could then be valid.  ``param`` names the request

@@ -36,7 +36,6 @@ import mlx.core as mx
 from ..errors import ContextOverflowError
 from ..grammar.closing import closing_vocab_for
 from ..grammar.engine import matcher_failure
-from ..grammar.tokenizer_state import state_of
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
 from .closing import BudgetCloser
 from .decode_batch import DecodeBatch
@@ -399,7 +398,7 @@ class Generator:
         reuses it instead of paying for fresh memory before its first token."""
         # Only mlx-lm caches hold memory worth reusing (scripted test models hold none).
         # What every request may need from the tokenizer, built once now, not on a request.
-        state_of(self.tokenizer).build_all()
+        self.tokenizer.derived.build_all()
         if not isinstance(self.cache_ops, MLXCacheOps) or self.batch.spare is not None:
             return
         cache = self.make_cache()

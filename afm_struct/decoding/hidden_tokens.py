@@ -11,11 +11,13 @@ request whose thinking block is split keeps the thinking tags.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..tools.formats import load_table
 from .reasoning import THINK_TAGS
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 
 def markup_texts() -> frozenset[str]:
@@ -26,9 +28,9 @@ def markup_texts() -> frozenset[str]:
     return frozenset(tags)
 
 
-@lru_cache(maxsize=32)
-def _hidden(tokenizer: Any, keep: frozenset[str]) -> frozenset[int]:
-    hf = getattr(tokenizer, "hf", tokenizer)
+def build_hidden_tokens(tokenizer: Tokenizer, keep: frozenset[str]) -> frozenset[int]:
+    """Compute :func:`hidden_token_ids` (use that: the tokenizer's state keeps each set)."""
+    hf = tokenizer.hf
     vocab = hf.get_vocab()
     special = {i for i, added in hf.added_tokens_decoder.items() if added.special}
     special.update(getattr(hf, "all_special_ids", None) or ())
@@ -41,7 +43,9 @@ def _hidden(tokenizer: Any, keep: frozenset[str]) -> frozenset[int]:
     return frozenset(hidden - kept)
 
 
-def hidden_token_ids(tokenizer: Any, *, keep: Iterable[str] = ()) -> frozenset[int]:
+def hidden_token_ids(tokenizer: Tokenizer, *, keep: Iterable[str] = ()) -> frozenset[int]:
     """Ids of the tokens to drop from the text: special tokens and markup tokens, except the
-    tokens written ``keep`` (the markers the request's parsers read)."""
-    return _hidden(tokenizer, frozenset(keep))
+    tokens written ``keep`` (the markers the request's parsers read); computed once per model
+    and ``keep`` (the tokenizer's :class:`~afm_struct.grammar.tokenizer_state.TokenizerState`
+    keeps them, and frees them with it)."""
+    return tokenizer.derived.hidden_tokens(frozenset(keep))

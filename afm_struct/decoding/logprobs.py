@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
@@ -52,7 +52,7 @@ class TokenTable:
     ``bytes:\\xe2\\x80`` (OpenAI's convention); ``bytes`` is always the exact byte string.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.lookup = lru_cache(maxsize=65536)(self._compute)
 
@@ -85,9 +85,7 @@ class TokenTable:
 def token_table(tokenizer: Tokenizer) -> TokenTable:
     """The (shared) :class:`TokenTable` of ``tokenizer``: its
     :class:`~afm_struct.grammar.tokenizer_state.TokenizerState` owns it."""
-    from ..grammar.tokenizer_state import state_of
-
-    return state_of(tokenizer).token_table
+    return tokenizer.derived.token_table
 
 
 # -- device math -----------------------------------------------------------------------------

@@ -8,12 +8,16 @@ logits with portable MLX ops, so it runs on CPU, CUDA and Metal alike.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
 from ..grammar.engine import allocate_bitmask, matcher_failure
 from .generator import Constraint
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 
 class GrammarLogitsProcessor:
@@ -52,7 +56,8 @@ class GrammarLogitsProcessor:
         return apply_bitmask(logits, self._bitmask)
 
 
-def make_mlx_lm_processor(constraint: Constraint, tokenizer) -> Callable[[mx.array, mx.array], mx.array]:
+def make_mlx_lm_processor(constraint: Constraint,
+                          tokenizer: Tokenizer) -> Callable[[mx.array, mx.array], mx.array]:
     """A processor for ``mlx_lm.generate(..., logits_processors=[...])``.
 
     ``tokenizer`` is afm-struct's :class:`~afm_struct.models.tokenizer.Tokenizer` (for EOS ids

@@ -25,6 +25,7 @@ Either way, when ``max_tokens`` cuts the block, the budget-aware closer first le
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,13 +40,16 @@ from ..text.reasoning import (
 )
 from .masking import set_tokens
 
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
+
 __all__ = ["SYNTAXES", "THINK_TAGS", "ReasoningGate", "ReasoningTags", "detect_reasoning_tags"]
 
 
 class ReasoningGate:
     """Wraps ``inner`` (or nothing) with the turn's reasoning rules; see the module docstring."""
 
-    def __init__(self, inner: Matcher | None, tokenizer, tags: ReasoningTags) -> None:
+    def __init__(self, inner: Matcher | None, tokenizer: Tokenizer, tags: ReasoningTags) -> None:
         self.inner = inner
         self.tokenizer = tokenizer
         self.tags = tags
@@ -252,7 +256,7 @@ class ReasoningGate:
         return twin
 
 
-def detect_reasoning_tags(tokenizer, prompt_text: str) -> ReasoningTags | None:
+def detect_reasoning_tags(tokenizer: Tokenizer, prompt_text: str) -> ReasoningTags | None:
     """The reasoning syntax a model uses, if its vocabulary has its tags as tokens, met by the
     prompt's end (:func:`~afm_struct.text.reasoning.for_prompt`: a block the prompt opened, or
     closed: None, no thinking this turn)."""

@@ -299,16 +299,14 @@ class ClosingVocab:
 def closing_vocab_for(tokenizer: Tokenizer) -> ClosingVocab:
     """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once (~0.3 s):
     its :class:`~.tokenizer_state.TokenizerState` owns it."""
-    from .tokenizer_state import state_of
-
-    return state_of(tokenizer).closing_vocab
+    return tokenizer.derived.closing_vocab
 
 
 def build_closing_vocab(tokenizer: Tokenizer) -> ClosingVocab:
     """Build the candidate vocabulary of ``tokenizer`` (use :func:`closing_vocab_for`)."""
-    hf = getattr(tokenizer, "hf", tokenizer)
-    eos = {int(i) for i in getattr(tokenizer, "eos_token_ids", ()) or ()}
-    size = int(getattr(tokenizer, "vocab_size", len(hf)))
+    hf = tokenizer.hf
+    eos = {int(i) for i in tokenizer.eos_token_ids}
+    size = int(tokenizer.vocab_size)
     added = getattr(hf, "added_tokens_decoder", None) or {}
     special = sorted((int(i), str(tok.content)) for i, tok in added.items()
                      if int(i) < size and int(i) not in eos and getattr(tok, "special", False))

@@ -7,7 +7,8 @@
 
 A compiled constraint says how exactly it enforces the request (``mode``/``rung``/``reason``),
 which rewrites it needed, which engine runs it and what the compile cost.  Results are cached
-(LRU, keyed by canonical request + options + tokenizer); a cache hit reports ``cached=True``.
+(LRU: one cache per tokenizer and set of options, which the tokenizer's state owns, keyed by the
+request); a cache hit reports ``cached=True``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .literal_budget import REASON as FORCED_RUN_REASON
 from .literal_budget import check_forced_runs, longest_forced_run
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
 from .regex_classify import classify_pattern
-from .rewrites import canonical_json, rewrite_schema
+from .rewrites import rewrite_schema
 from .schema_check import check_schema, schema_limits_reason
 from .spec import (
     BACKENDS,
@@ -46,7 +47,6 @@ from .spec import (
     ToolCallRequest,
     ValidationOutcome,
 )
-from .tokenizer_state import state_of
 from .tool_schema import tool_call_schema
 from .validation import sanitize_json_text, validate_json
 from .worker import WorkerLimitError, run_with_timeout
@@ -73,7 +73,7 @@ class CompiledConstraint:
     grammar: CompiledGrammar | None = dataclasses.field(repr=False, default=None)
     schema: Any = dataclasses.field(repr=False, default=None)  # the ORIGINAL schema (JSON kinds)
     pattern: str | None = dataclasses.field(repr=False, default=None)
-    tokenizer: Any = dataclasses.field(repr=False, default=None, compare=False)
+    tokenizer: Tokenizer | None = dataclasses.field(repr=False, default=None, compare=False)
 
     @property
     def flag_downgraded(self) -> bool:
@@ -129,11 +129,6 @@ def schema_key(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _tokenizer_identity(tokenizer: Any) -> str:
-    hf = getattr(tokenizer, "hf", None)
-    return f"{getattr(hf, 'name_or_path', '')}:{getattr(tokenizer, 'vocab_size', 0)}:{id(tokenizer)}"
-
-
 class ConstraintCompiler:
     """Compiles requests for one tokenizer with one set of options; thread-safe."""
 
@@ -149,8 +144,6 @@ class ConstraintCompiler:
                                       f"{PROPERTY_ORDERS}", param="property_order")
         self.tokenizer = tokenizer
         self.cache: LRUCache[CompiledConstraint] = LRUCache(options.cache_size)
-        self._identity = _tokenizer_identity(tokenizer)
-        self._opts_key = canonical_json(dataclasses.asdict(options))
         self._generic: dict[str, CompiledGrammar] = {}
         # llguidance also serves regex / Lark / json_object for the outlines backend when needed.
         self.llguidance = LLGuidanceBackend(tokenizer, options)
@@ -203,7 +196,9 @@ class ConstraintCompiler:
             body = request.grammar
         else:
             body = ""
-        return f"{request.kind}|{self._identity}|{self._opts_key}|{body}"
+        # The cache is this compiler's alone (one tokenizer, one set of options): the request
+        # is the whole key.
+        return f"{request.kind}|{body}"
 
     def _result(self, request: ConstraintRequest, rung: Rung, grammar: CompiledGrammar | None,
                 reason: str | None, *, rewrites: tuple[str, ...] = (), schema: Any = None,
@@ -313,7 +308,7 @@ class ConstraintCompiler:
 def get_compiler(tokenizer: Tokenizer, options: CompileOptions | None = None) -> ConstraintCompiler:
     """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``: its
     :class:`~.tokenizer_state.TokenizerState` owns one per set of options."""
-    return state_of(tokenizer).compiler(options)
+    return tokenizer.derived.compiler(options)
 
 
 def compile_constraint(tokenizer: Tokenizer, request: ConstraintRequest,

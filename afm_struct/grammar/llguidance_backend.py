@@ -21,7 +21,6 @@ import numpy as np
 from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
 from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, mask_words
 from .spec import CompileOptions
-from .tokenizer_state import state_of
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -39,10 +38,10 @@ _LIMIT_MESSAGE = re.compile(r"too many (expressions|states)|too complex|exceeds 
 _LL_LOCK = threading.Lock()
 
 
-def ll_tokenizer_for(tokenizer: Tokenizer) -> Any:
+def ll_tokenizer_for(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
     """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build):
     its :class:`~.tokenizer_state.TokenizerState` owns it."""
-    return state_of(tokenizer).ll_tokenizer
+    return tokenizer.derived.ll_tokenizer
 
 
 _EXECUTOR: llguidance.LLExecutor | None = None

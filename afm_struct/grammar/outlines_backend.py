@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from .keywords import OUTLINES_UNENFORCED
 from .llguidance_backend import BackendCompileError
 from .spec import CompileOptions
 from .worker import ProcessWorker, WorkerLimitError
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 # JSON Schema assertion keywords outlines-core does not turn into regex constraints (it skips
 # them silently, or reads oneOf as anyOf): the keyword table's ``outlines=False`` entries.
@@ -108,7 +111,7 @@ def unsupported_keywords(schema: Any) -> list[str]:
     return sorted(found)
 
 
-def vocabulary_bytes(tokenizer: Any) -> dict[bytes, list[int]]:
+def vocabulary_bytes(tokenizer: Tokenizer) -> dict[bytes, list[int]]:
     """Token bytes → ids for outlines-core (special tokens left out: they are never text)."""
     hf = tokenizer.hf
     decoder = byte_decoder()
@@ -244,7 +247,7 @@ class OutlinesBackend:
 
     name = "outlines"
 
-    def __init__(self, tokenizer: Any, options: CompileOptions) -> None:
+    def __init__(self, tokenizer: Tokenizer, options: CompileOptions) -> None:
         self.vocab_size = int(tokenizer.vocab_size)
         self.words = mask_words(self.vocab_size)
         self.eos = int(tokenizer.hf.eos_token_id if tokenizer.hf.eos_token_id is not None

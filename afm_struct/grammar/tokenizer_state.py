@@ -10,11 +10,11 @@ and in an attribute patched onto the tokenizer; concurrent first uses of the clo
 each built their own.
 
 Now the :class:`~afm_struct.models.tokenizer.Tokenizer` facade owns one
-:class:`TokenizerState` (``tokenizer.derived``), and every part is built on first use under
-that state's lock, exactly once, and freed with the tokenizer.  :func:`state_of` finds it (a
-plain Hugging Face tokenizer, as some tests and tools pass, gets one held weakly beside it).
-``builds`` counts the constructions of each part: what the tests check and
-``benchmarks/masks/tokenizer_state.py`` reports.
+:class:`TokenizerState` (``tokenizer.derived``, made with it at load), and every part is built
+on first use under that state's lock, exactly once, and freed with the tokenizer.  Code that
+needs a part takes the facade (typed ``Tokenizer``) and asks ``tokenizer.derived``: there is no
+lookup by identity and no other cache of these parts.  ``builds`` counts the constructions of
+each part: what the tests check and ``benchmarks/masks/tokenizer_state.py`` reports.
 """
 
 from __future__ import annotations
@@ -22,21 +22,25 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from ..models.tokenizer import Tokenizer
+    import llguidance
 
-# Tokenizers without a ``derived`` slot (a bare HF tokenizer): their state, held only as long
-# as the tokenizer lives.
-_DETACHED: weakref.WeakKeyDictionary[Any, TokenizerState] = weakref.WeakKeyDictionary()
-_DETACHED_LOCK = threading.Lock()
+    from ..decoding.logprobs import TokenTable
+    from ..models.tokenizer import Tokenizer
+    from .closing_vocab import ClosingVocab
+    from .compiler import ConstraintCompiler
+    from .spec import CompileOptions
+
+_Part = TypeVar("_Part")
 
 
 class TokenizerState:
     """The structures derived from one tokenizer; each built once, on first use, thread-safe."""
 
-    def __init__(self, tokenizer: Tokenizer | Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         # Weak: the tokenizer owns this state, not the other way round (no cycle to keep alive).
         self._tokenizer = weakref.ref(tokenizer)
         self._lock = threading.Lock()
@@ -45,14 +49,14 @@ class TokenizerState:
         self.builds: Counter[str] = Counter()
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """The tokenizer this state derives from (alive as long as anything uses the state)."""
         tokenizer = self._tokenizer()
         if tokenizer is None:
             raise RuntimeError("the tokenizer of this state was freed")
         return tokenizer
 
-    def _part(self, key: Any, name: str, build: Any) -> Any:
+    def _part(self, key: Any, name: str, build: Callable[[], _Part]) -> _Part:
         hit = self._parts.get(key)
         if hit is not None:
             return hit
@@ -68,9 +72,9 @@ class TokenizerState:
             return hit
 
     @property
-    def ll_tokenizer(self) -> Any:
+    def ll_tokenizer(self) -> llguidance.LLTokenizer:
         """llguidance's view of the tokenizer (its token trie)."""
-        def build() -> Any:
+        def build() -> llguidance.LLTokenizer:
             import llguidance.hf
 
             tokenizer = self.tokenizer
@@ -78,20 +82,29 @@ class TokenizerState:
         return self._part("ll_tokenizer", "ll_tokenizer", build)
 
     @property
-    def closing_vocab(self) -> Any:
+    def closing_vocab(self) -> ClosingVocab:
         """The closing search's candidate vocabulary (:mod:`.closing_vocab`)."""
         from .closing_vocab import build_closing_vocab
 
         return self._part("closing_vocab", "closing_vocab", lambda: build_closing_vocab(self.tokenizer))
 
     @property
-    def token_table(self) -> Any:
+    def token_table(self) -> TokenTable:
         """Token id → display text and bytes, for logprobs (:mod:`afm_struct.decoding.logprobs`)."""
         from ..decoding.logprobs import TokenTable
 
         return self._part("token_table", "token_table", lambda: TokenTable(self.tokenizer))
 
-    def compiler(self, options: Any = None) -> Any:
+    def hidden_tokens(self, keep: frozenset[str]) -> frozenset[int]:
+        """The ids a response's text never shows, but those written ``keep``
+        (:mod:`afm_struct.decoding.hidden_tokens`); one set per ``keep`` (the tool formats' and
+        thinking tags' markers: a short, fixed list)."""
+        from ..decoding.hidden_tokens import build_hidden_tokens
+
+        return self._part(("hidden_tokens", keep), "hidden_tokens",
+                          lambda: build_hidden_tokens(self.tokenizer, keep))
+
+    def compiler(self, options: CompileOptions | None = None) -> ConstraintCompiler:
         """The shared :class:`~.compiler.ConstraintCompiler` (and so grammar cache) for ``options``."""
         from .compiler import ConstraintCompiler
         from .spec import CompileOptions
@@ -101,17 +114,8 @@ class TokenizerState:
                           lambda: ConstraintCompiler(self.tokenizer, options))
 
     def build_all(self) -> None:
-        """Build the parts every request may need now (at model load), not on a request."""
-        _ = self.ll_tokenizer, self.closing_vocab
+        """Build the parts every request may need now (at model load), not on a request: the
+        llguidance tokenizer, the closing vocabulary, the token table and the hidden tokens of a
+        request without tools or thinking (others are built on the first request needing them)."""
+        _ = self.ll_tokenizer, self.closing_vocab, self.token_table, self.hidden_tokens(frozenset())
 
-
-def state_of(tokenizer: Tokenizer | Any) -> TokenizerState:
-    """The one :class:`TokenizerState` of ``tokenizer``."""
-    state = getattr(tokenizer, "derived", None)
-    if isinstance(state, TokenizerState):
-        return state
-    with _DETACHED_LOCK:
-        state = _DETACHED.get(tokenizer)
-        if state is None:
-            state = _DETACHED[tokenizer] = TokenizerState(tokenizer)
-        return state

@@ -13,10 +13,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequestError
 from ..resources import data_dir
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 GRAMMARS_DIR = data_dir("grammars")
@@ -175,7 +178,7 @@ def load_table(directory: str = str(GRAMMARS_DIR)) -> FormatTable:
         return parse_table(json.load(fh))
 
 
-def chat_template_of(tokenizer: Any) -> str:
+def chat_template_of(tokenizer: Tokenizer) -> str:
     """The tokenizer's chat template text ('' when it has none)."""
     template = getattr(getattr(tokenizer, "hf", tokenizer), "chat_template", None)
     if isinstance(template, dict):  # some tokenizers keep named templates ({"default", "tool_use"})

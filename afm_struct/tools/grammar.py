@@ -37,7 +37,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..downgrade import is_downgraded
 from ..errors import SchemaError
@@ -52,9 +52,12 @@ from .formats import NON_JSON_BODIES, ToolFormat
 from .lark_text import markup, text_until
 from .syntaxes import served_rung, syntax_call_rules
 
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
+
 GENERIC_ARGS: dict[str, Any] = {"type": "object"}
 # ``(tokenizer, request) -> CompiledConstraint``: the server's compile hook (default: the compiler).
-Compile = Callable[[Any, Any], CompiledConstraint]
+Compile = Callable[["Tokenizer", Any], CompiledConstraint]
 # Arguments written as a JSON string (formats with ``arguments: string``): any JSON string; the
 # schema cannot be enforced inside it, so strict tools in such formats are downgraded.
 JSON_STRING_TERMINAL = (r'JSON_STRING: /"(\\([\"\\\/bfnrt]|u[a-fA-F0-9]{4})|'
@@ -74,7 +77,7 @@ class ToolGrammar:
     answered: bool = False  # the output format's JSON answer is in the grammar, enforced
 
 
-def grammar_marker(tokenizer: Any, text: str) -> str:
+def grammar_marker(tokenizer: Tokenizer, text: str) -> str:
     """A marker in Lark: ``<[id]>`` when the vocabulary has it as one added token, else a literal.
 
     llguidance keeps special tokens out of the byte alphabet, so a literal would never match one;
@@ -98,7 +101,7 @@ def with_options(schema: Any, options: dict[str, Any]) -> Any:
     return {**schema, "x-guidance": options}
 
 
-def argument_schema(tokenizer: Any, tool: ToolDef, options: CompileOptions,
+def argument_schema(tokenizer: Tokenizer, tool: ToolDef, options: CompileOptions,
                     *, enforce: bool, compile_fn: Compile | None = None,
                     closed: bool = True) -> tuple[Any, Rung, str | None]:
     """What to embed for ``tool``'s arguments: (schema with options, rung, downgrade reason).
@@ -143,7 +146,7 @@ def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
     return " | ".join(names), "\n".join(lines)
 
 
-def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
+def build_grammar(tokenizer: Tokenizer, fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
                   required: bool, parallel: bool, answer: Any = None) -> str:
     """The Lark text for ``embedded`` tools in ``fmt``'s syntax and the request's mode.
 
@@ -179,7 +182,7 @@ def build_grammar(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any
     return text
 
 
-def answer_schema(tokenizer: Any, fmt: ToolFormat, request: Any, options: CompileOptions,
+def answer_schema(tokenizer: Tokenizer, fmt: ToolFormat, request: Any, options: CompileOptions,
                   compile_fn: Compile | None = None) -> Any:
     """What to embed for a JSON output format next to the calls (:func:`build_grammar`'s
     ``answer``): the rewritten schema with exact options when the format compiles exactly, else
@@ -199,7 +202,7 @@ def answer_schema(tokenizer: Any, fmt: ToolFormat, request: Any, options: Compil
     return None
 
 
-def compile_tool_grammar(tokenizer: Any, fmt: ToolFormat, tools: tuple[ToolDef, ...], *,
+def compile_tool_grammar(tokenizer: Tokenizer, fmt: ToolFormat, tools: tuple[ToolDef, ...], *,
                          required: bool, parallel: bool, options: CompileOptions | None = None,
                          compile_fn: Compile | None = None, closed: bool = True,
                          answer: Any = None) -> ToolGrammar:

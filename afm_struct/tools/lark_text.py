@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 
-def added_tokens(tokenizer: Any) -> dict[str, int]:
+def added_tokens(tokenizer: Tokenizer) -> dict[str, int]:
     """``text -> id`` of every added token of the vocabulary (special or not)."""
     hf = getattr(tokenizer, "hf", None)
     decoder = getattr(hf, "added_tokens_decoder", None) or {}
@@ -26,7 +29,7 @@ def added_tokens(tokenizer: Any) -> dict[str, int]:
     return out
 
 
-def split_markup(tokenizer: Any, text: str) -> list[tuple[bool, str]]:
+def split_markup(tokenizer: Tokenizer, text: str) -> list[tuple[bool, str]]:
     """``text`` as ``(is_added_token, piece)`` pieces: added tokens leftmost, longest first."""
     table = added_tokens(tokenizer)
     specials = sorted((t for t in table if t in text), key=len, reverse=True)
@@ -49,7 +52,7 @@ def split_markup(tokenizer: Any, text: str) -> list[tuple[bool, str]]:
     return pieces
 
 
-def markup(tokenizer: Any, text: str) -> str:
+def markup(tokenizer: Tokenizer, text: str) -> str:
     """``text`` in Lark: added tokens as ``<[id]>``, the rest as string literals ('' if empty)."""
     return markup_pieces(tokenizer, split_markup(tokenizer, text))
 
@@ -59,7 +62,7 @@ def regex_literal(text: str) -> str:
     return re.escape(text).replace("\\\n", "\\n").replace("\n", "\\n").replace("/", "\\/")
 
 
-def text_until(tokenizer: Any, name: str, end: str, body: str = "(.|\\n)*") -> str:
+def text_until(tokenizer: Tokenizer, name: str, end: str, body: str = "(.|\\n)*") -> str:
     """A rule ``name``: free text (``body``) up to and including ``end``, its first occurrence.
 
     When ``end`` begins with plain text, the rule is a lazy lexeme that ends at it; when it
@@ -72,7 +75,7 @@ def text_until(tokenizer: Any, name: str, end: str, body: str = "(.|\\n)*") -> s
     return f"{name}: /{body}/ {markup(tokenizer, end)}".rstrip()
 
 
-def markup_pieces(tokenizer: Any, pieces: list[tuple[bool, str]]) -> str:
+def markup_pieces(tokenizer: Tokenizer, pieces: list[tuple[bool, str]]) -> str:
     """Pieces of :func:`split_markup` in Lark."""
     table = added_tokens(tokenizer)
     return " ".join(f"<[{table[p]}]>" if special else json.dumps(p) for special, p in pieces)

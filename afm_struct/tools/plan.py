@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..grammar.compiler import CompiledConstraint
 from ..grammar.spec import CompileOptions, ValidationOutcome
@@ -41,6 +41,9 @@ from .formats import (
 from .grammar import Compile, answer_schema, compile_tool_grammar
 from .prompt import render_messages
 from .stream import ToolCallRouter, new_call_id
+
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class ToolPlan:
                               start_in_reasoning=start_in_reasoning, id_factory=id_factory,
                               tools=self.callable_tools)
 
-    def encode_prompt(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, *,
+    def encode_prompt(self, tokenizer: Tokenizer, template_kwargs: dict[str, Any] | None = None, *,
                       context_length: int | None = None) -> list[int]:
         """Prompt token ids for this plan's messages (the tokenizer facade's ``encode_rendered``:
         request text, tool definitions included, is tokenized as plain text; ``context_length``
@@ -102,7 +105,7 @@ class ToolPlan:
         return tokenizer.encode_rendered(render, template_kwargs=template_kwargs,
                                          context_length=context_length)
 
-    def constrained(self, tokenizer: Any, *, options: CompileOptions | None = None,
+    def constrained(self, tokenizer: Tokenizer, *, options: CompileOptions | None = None,
                     compile_fn: Compile | None = None, constrain_non_strict: bool = True,
                     closed_objects: bool = True, answer: Any = None) -> ToolPlan:
         """This plan with its tool grammar compiled (see :func:`plan_tools`); unchanged when no
@@ -131,7 +134,7 @@ class ToolPlan:
         return ValidationOutcome(False, (f"unknown tool {name!r}",))
 
 
-def plan_tools(tokenizer: Any, tools: Any, tool_choice: Any = None,
+def plan_tools(tokenizer: Tokenizer, tools: Any, tool_choice: Any = None,
                parallel_tool_calls: bool | None = None, *,
                messages: list[dict[str, Any]] | None = None, options: CompileOptions | None = None,
                format_name: str | None = None, chat_template: str | None = None,

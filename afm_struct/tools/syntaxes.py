@@ -20,7 +20,7 @@ entry in the table, and a new kind is one grammar builder and one parser registe
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..grammar.spec import Rung, ToolDef
 from .formats import ToolFormat
@@ -31,8 +31,11 @@ from .tagged_grammar import tagged_call_rules, tagged_rung
 from .tagged_parser import TaggedCallParser
 from .values import property_schemas, render_value
 
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
 
-def syntax_call_rules(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any]]
+
+def syntax_call_rules(tokenizer: Tokenizer, fmt: ToolFormat, embedded: list[tuple[str, Any]]
                       ) -> tuple[str, str]:
     """(the ``call`` alternatives, the rule definitions) of a non-JSON body."""
     if fmt.body == "tagged":

@@ -15,18 +15,21 @@ parameter is served a rung lower (``relaxed``), which the plan reports as downgr
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..grammar.spec import Rung
 from .formats import ToolFormat
 from .lark_text import markup, ordered_members, text_until
 from .values import is_raw_string, property_schemas
 
+if TYPE_CHECKING:
+    from ..models.tokenizer import Tokenizer
+
 KEY_TERMINAL = r"TAG_KEY: /[A-Za-z_][A-Za-z0-9_.-]*/"
 UNENFORCED_STRING = ("pattern", "format")
 
 
-def raw_value_rule(tokenizer: Any, fmt: ToolFormat, schema: Any, name: str, rules: list[str]) -> str:
+def raw_value_rule(tokenizer: Tokenizer, fmt: ToolFormat, schema: Any, name: str, rules: list[str]) -> str:
     """The rule for a raw string value followed by the layout's ``value_after``."""
     choices = _string_literals(schema)
     if choices is not None:  # enum / const: the literals, then the closing tag
@@ -63,7 +66,7 @@ def _with_defs(schema: Any, root: dict[str, Any]) -> Any:
     return {**extra, **schema}
 
 
-def tagged_call_rules(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str, Any]]
+def tagged_call_rules(tokenizer: Tokenizer, fmt: ToolFormat, embedded: list[tuple[str, Any]]
                       ) -> tuple[str, str]:
     """(the ``call`` alternatives, the rule definitions) for ``(name, arguments schema)``."""
     lay = fmt.layout
@@ -95,7 +98,7 @@ def tagged_call_rules(tokenizer: Any, fmt: ToolFormat, embedded: list[tuple[str,
     return " | ".join(names), "\n".join(rules)
 
 
-def _json_value_rule(tokenizer: Any, fmt: ToolFormat, schema: Any, name: str, rules: list[str]) -> str:
+def _json_value_rule(tokenizer: Tokenizer, fmt: ToolFormat, schema: Any, name: str, rules: list[str]) -> str:
     rules.append(f"{name}: %json {json.dumps(schema)} {markup(tokenizer, fmt.layout.value_after)}")
     return name
 

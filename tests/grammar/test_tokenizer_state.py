@@ -16,6 +16,7 @@ from typing import Any
 
 import llguidance.hf
 
+from afm_struct.decoding.hidden_tokens import hidden_token_ids
 from afm_struct.decoding.logprobs import token_table
 from afm_struct.grammar.closing import closing_vocab_for
 from afm_struct.grammar.closing_vocab import ClosingVocab
@@ -83,16 +84,35 @@ def test_built_once_across_many_compiles_and_threads(monkeypatch: Any) -> None:
     assert token_table(tokenizer) is state.token_table
 
 
-def test_each_model_has_its_own_and_frees_it_with_the_tokenizer() -> None:
+def test_two_models_never_share_derived_state_and_dropping_one_releases_it() -> None:
     first, second = load_tokenizer(), load_tokenizer()
+    # What the generator's warm-up builds at load: every part a plain request uses.
+    second.derived.build_all()
+    warm = {"ll_tokenizer": 1, "closing_vocab": 1, "token_table": 1, "hidden_tokens": 1}
+    assert second.derived.builds == warm and not first.derived.builds
+    token_table(second), closing_vocab_for(second), hidden_token_ids(second)
+    assert second.derived.builds == warm
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    derived: list[weakref.ref[Any]] = []
     for tok in (first, second):
-        compile_constraint(tok, JsonSchemaRequest({"type": "array", "items": {"type": "boolean"}}))
-        closing_vocab_for(tok)
-        token_table(tok).lookup(5)
+        # A compile of the same request is its own per model: no cache hit across models.
+        constraint = compile_constraint(tok, JsonSchemaRequest(schema))
+        assert not constraint.cached and constraint.tokenizer is tok
+        assert compile_constraint(tok, JsonSchemaRequest(schema)).cached
+        hidden_token_ids(tok, keep=("<tool_call>",))
+        token_table(tok).lookup(7)
+        state = tok.derived
+        derived += [weakref.ref(state), weakref.ref(state.closing_vocab), weakref.ref(state.token_table),
+                    weakref.ref(state.compiler())]
+    mine, theirs = derived[:4], derived[4:]
+    assert all(a() is not b() for a, b in zip(mine, theirs, strict=True))
     assert ll_tokenizer_for(first) is not ll_tokenizer_for(second)
-    assert closing_vocab_for(first) is not closing_vocab_for(second)
     gone = weakref.ref(first)
-    del first
+    del first, constraint, state
     gc.collect()
-    assert gone() is None  # before: pinned for ever by the id-keyed module caches
+    # Before: the hidden-token cache (an lru_cache keyed by the tokenizer) pinned the model.
+    assert gone() is None
+    assert [ref() for ref in mine] == [None] * 4
+    assert all(ref() is not None for ref in theirs)
+    assert compile_constraint(second, JsonSchemaRequest(schema)).cached
     assert second.derived.builds["ll_tokenizer"] == 1
