@@ -50,6 +50,7 @@ from ..grammar.closing import accepts, closing_vocab_for, shortest_completion
 from ..grammar.closing_vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engine import Matcher
 from .masking import allows_most
+from .output_floor import output_floor
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -313,17 +314,23 @@ def min_output_tokens(constraint: Any, tokenizer: Tokenizer,
 def check_budget(constraint: Any, tokenizer: Tokenizer, budget: int, *, param: str,
                  limited_by_context: bool = False, usable: Callable[[str], bool] | None = None) -> None:
     """Raise a 400 when ``budget`` tokens cannot hold the shortest output ``constraint`` allows
-    (:func:`min_output_tokens`): no output could then be valid.  ``param`` names the request
-    field that set the budget; ``limited_by_context``: the model's context, not that field,
-    left it."""
+    (:func:`min_output_tokens`; when that is unknown, the proven floor of
+    :func:`~.output_floor.output_floor`): no output could then be valid.  ``param`` names the
+    request field that set the budget; ``limited_by_context``: the model's context, not that
+    field, left it."""
     minimum = min_output_tokens(constraint, tokenizer, usable)
-    if minimum is None or minimum <= budget:
+    bound = "the shortest output the requested format allows is"
+    if minimum is None:
+        # The search gave up on this grammar: refuse what is provably too small (a call cut
+        # before its name, say), from the floor under every output (output_floor.py).
+        minimum = output_floor(constraint, tokenizer, usable)
+        bound = "every output the requested format allows needs at least"
+    if minimum <= budget:
         return
     if limited_by_context:
         raise InvalidRequestError(
-            f"the prompt leaves {budget} tokens of the model's context for the completion, but the "
-            f"shortest output the requested format allows is {minimum} tokens; shorten the messages",
-            param="messages", code="max_tokens_too_small")
+            f"the prompt leaves {budget} tokens of the model's context for the completion, but "
+            f"{bound} {minimum} tokens; shorten the messages", param="messages", code="max_tokens_too_small")
     raise InvalidRequestError(
-        f"{param} is {budget}, but the shortest output the requested format allows is {minimum} "
-        f"tokens; raise {param} to at least {minimum}", param=param, code="max_tokens_too_small")
+        f"{param} is {budget}, but {bound} {minimum} tokens; raise {param} to at least {minimum}",
+        param=param, code="max_tokens_too_small")

@@ -7,13 +7,23 @@ state-space layers) decodes as a group of its own.  Prefill adds rows (:meth:`De
 other phases the rows that ended in them (:meth:`DecodeBatch.drop_done`), and empty groups go
 (:meth:`DecodeBatch.drop_empty`), keeping the last emptied batch cache so the
 next batch is built in its buffers.
+
+A failure while a group's batch cache changes (rows joining, rows leaving) leaves that cache
+in an unknown state: every row of the group is concerned, and so are the rows joining it.
+They all end with the error (:meth:`DecodeBatch.end_group`) and the group goes, its cache
+not kept as the spare; rows of other groups and prompts still waiting go on untouched.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .batch_cache import CacheOps, fill_holes
+from .emit import finish
+from .failures import request_error
+from .outputs import FinishReason
 from .sequence import BatchGroup, SequenceState
 
 
@@ -61,9 +71,10 @@ class DecodeBatch:
         if self.cache_ops.batchable(seq.cache):
             for g in self.groups:
                 if g.shared:
-                    self._batch(g)
-                    self.cache_ops.append(g.cache, seq.cache)
-                    g.rows.append(seq)
+                    with self._changing(g, [seq]):
+                        self._batch(g)
+                        self.cache_ops.append(g.cache, seq.cache)
+                        g.rows.append(seq)
                     seq.cache = None
                     return
             self.groups.append(BatchGroup([seq], seq.cache, shared=True))
@@ -76,9 +87,10 @@ class DecodeBatch:
         become it)."""
         for g in self.groups:
             if g.shared:
-                self._batch(g)
-                self.cache_ops.extend(g.cache, cache)
-                g.rows.extend(seqs)
+                with self._changing(g, seqs):
+                    self._batch(g)
+                    self.cache_ops.extend(g.cache, cache)
+                    g.rows.extend(seqs)
                 return
         self.groups.append(BatchGroup(list(seqs), cache, shared=True, batched=True))
 
@@ -96,18 +108,44 @@ class DecodeBatch:
 
     def drop_done(self) -> None:
         """Rows that ended outside the decode step (a row's failure while its mask was filled,
-        a prefill that found the grammar complete) leave now; then empty groups go."""
+        a prefill that found the grammar complete) leave now; then empty groups go.  Never
+        raises: a group whose cache fails to let them go ends (see the module docstring)."""
         for g in self.groups:
             alive = [i for i, s in enumerate(g.rows) if not s.done]
             if len(alive) < len(g.rows):
-                self.leave(g, alive)
+                try:
+                    self.leave(g, alive)
+                except Exception as exc:
+                    self.end_group(g, exc)
         self.drop_empty()
+
+    def end_group(self, group: BatchGroup, exc: BaseException,
+                  joining: list[SequenceState] | None = None) -> None:
+        """End every row of ``group`` (and ``joining``, rows on their way into it) with the
+        error ``exc`` means for them: a step they share failed.  The group goes at the next
+        :meth:`drop_empty`; its cache, in an unknown state, is not kept as the spare."""
+        concerned = [*group.rows, *(s for s in joining or [] if s not in group.rows)]
+        err = request_error(exc, [s.request.request_id for s in concerned])
+        for seq in concerned:
+            finish(seq, FinishReason.ERROR, error=err)
+        group.rows = []
+        group.broken = True
+
+    @contextmanager
+    def _changing(self, group: BatchGroup, joining: list[SequenceState]) -> Iterator[None]:
+        """Around a change of ``group``'s batch cache: a failure ends the group's rows and
+        ``joining`` (:meth:`end_group`), then is raised for the caller's own bookkeeping."""
+        try:
+            yield
+        except Exception as exc:
+            self.end_group(group, exc, joining)
+            raise
 
     def drop_empty(self) -> None:
         """Remove groups without rows; an emptied shared batch cache becomes the spare."""
         if all(g.rows for g in self.groups):
             return
         for g in self.groups:
-            if not g.rows and g.batched and g.shared:
+            if not g.rows and g.batched and g.shared and not g.broken:
                 self.spare = g.cache  # its buffers serve the next batch
         self.groups = [g for g in self.groups if g.rows]

@@ -21,7 +21,8 @@ with no admission in between):
 Failures are contained (:mod:`.failures`): a failure in one row's own steps (its mask, sampler,
 matcher advance, forced run, closing, emitting its text) ends that row only, and the other rows
 go on exactly as without it; a failure of a step the group shares (its forward pass, the
-stacked sampling) ends the requests of that group only.
+stacked sampling, its masks filled in one call, a change of its batch cache:
+:meth:`.DecodeBatch.end_group`) ends the requests of that group only.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from .events import (
     Timings,
     Usage,
 )
-from .failures import request_error
 from .forward import calibrate_fixed_cost, split_head
 from .logprobs import TokenTrack, token_table
 from .next_mask import MaskFiller
@@ -210,7 +210,7 @@ class Generator:
             try:
                 left = self._sample_group(group)
             except Exception as exc:  # a failure of the group's shared step ends its requests only
-                self._fail(group, exc)
+                self.batch.end_group(group, exc)
                 continue
             if group.shared and group.rows:
                 freed = left
@@ -225,14 +225,14 @@ class Generator:
                 continue
             try:
                 self._forward(group)
+                # On the CPU while the forward pass runs: one bitmask for the group's rows,
+                # filled in one call; a row whose grammar fails ends alone, a failure of the
+                # call itself (the shared bitmask) ends the group as its pass would.
+                # The group's bitmask is free again: its rows sampled from it before this pass.
+                group.bitmask = self.fill_mask.fill_rows(
+                    [seq for seq in group.rows if seq.logits is not None], fail, group.bitmask)
             except Exception as exc:  # a model failure ends the requests of this group only
-                self._fail(group, exc)
-                continue
-            # On the CPU while the forward pass runs: one bitmask for the group's rows, filled
-            # in one call; a row whose grammar fails ends alone.
-            # The group's bitmask is free again: its rows sampled from it before this pass.
-            group.bitmask = self.fill_mask.fill_rows([seq for seq in group.rows if seq.logits is not None],
-                                                     fail, group.bitmask)
+                self.batch.end_group(group, exc)
         self.batch.drop_done()
 
     def prefill_some(self) -> None:
@@ -280,13 +280,6 @@ class Generator:
         if left:
             self.batch.leave(group, alive)
         return left
-
-    def _fail(self, group: BatchGroup, exc: Exception) -> None:
-        """End every row of ``group`` with ``error`` (the group is dropped after the phase)."""
-        err = request_error(exc, [seq.request.request_id for seq in group.rows])
-        for seq in group.rows:
-            finish(seq, FinishReason.ERROR, error=err)
-        group.rows = []
 
     def _advance(self, seq: SequenceState, token: int) -> list[int]:
         """Feed the sampled token to the matcher; return it plus the forced run."""

@@ -10,11 +10,15 @@ at once and feeds them in the batch's own pass (:meth:`Prefiller.join_short_tail
 
 Failures are contained as in the decode step (:mod:`.failures`): a prompt's own grammar step
 (its first mask) ends that prompt only; a forward pass ends the prompts it computed (a shared
-prefix: every prompt that shares it; prompts prefilled together: those).
+prefix: every prompt that shares it; prompts prefilled together: those, also after their pass);
+planning (the prefix-cache look-ups) ends the prompts it was for, or none when nothing was
+decided yet; rows joining the batch whose cache fails to take them end with the batch's group
+(:meth:`.DecodeBatch.end_group`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +36,8 @@ from .ragged_pass import RaggedPass
 from .sequence import SequenceState
 
 PREFILL_CHUNK = 512
+
+log = logging.getLogger("afm_struct")
 
 
 def mark_prefilled(seq: SequenceState, now: float) -> None:
@@ -87,11 +93,11 @@ class Prefiller:
                 continue
             prompt = seq.request.prompt_ids
             assert seq.cache is not None
-            if not self.cache_ops.batchable(seq.cache):
-                continue
-            if len(prompt) - self.prefix_cache.peek(prompt) > self.join_tail:
-                continue
             try:
+                if not self.cache_ops.batchable(seq.cache):
+                    continue
+                if len(prompt) - self.prefix_cache.peek(prompt) > self.join_tail:
+                    continue
                 if seq.matcher is not None and seq.matcher.is_finished():
                     continue  # nothing to generate: the prefill path finishes it
                 self._start_prefill(seq)
@@ -101,16 +107,13 @@ class Prefiller:
                 continue
             seq.pending = prompt[seq.prefilled:]
             self.waiting.remove(seq)
-            shared = next((g for g in self.batch.groups if g.shared), None)
             try:
                 self.batch.join(seq)
             except Exception as exc:
-                # Appending to the shared batch cache failed part way: its rows are concerned.
-                concerned = [seq, *(shared.rows if shared is not None else [])]
-                err = request_error(exc, [s.request.request_id for s in concerned])
-                for s in concerned:
-                    finish(s, FinishReason.ERROR, error=err)
-                self.batch.drop_done()
+                # Appending to the shared batch cache failed: the batch ended its rows and this
+                # one (DecodeBatch.end_group); ``fail`` only makes sure it ended.
+                fail(seq, exc)
+                self.batch.drop_empty()
 
     def prefill_some(self) -> None:
         """A bounded slice of prefill: end cancelled waiters, compute a shared prefix once,
@@ -120,7 +123,11 @@ class Prefiller:
             self.waiting.remove(seq)
             finish(seq, FinishReason.CANCELLED)
         budget -= self._prefill_shared_prefix(budget)
-        together = self._pick_together(budget)
+        try:
+            together = self._pick_together(budget)
+        except Exception:  # nothing changed yet: the prompts prefill one by one instead
+            log.warning("could not pick prompts to prefill together", exc_info=True)
+            together = []
         if together:
             try:
                 budget -= self._prefill_together(together)
@@ -161,22 +168,24 @@ class Prefiller:
         if not self.batch_prefill or self.prefix_cache.capacity <= 0:
             return 0
         waiting = [s for s in self.waiting if not s.prefill_start]
-        if len(waiting) < 2 or not self.cache_ops.batchable(waiting[0].cache):  # type: ignore[arg-type]
+        if len(waiting) < 2:
             return 0
-        fresh = [s.request.prompt_ids for s in waiting]
-        shared = min(common_prefix(fresh[0], p) for p in fresh[1:])
-        shared = min(shared, min(len(p) for p in fresh) - 1)
-        if shared > min(budget, PREFILL_CHUNK) or shared <= self.prefix_cache.peek(fresh[0]):
-            return 0
-        if shared < self.prefix_cache.min_length:
-            return 0
-        prefix = fresh[0][:shared]
         try:
+            if not self.cache_ops.batchable(waiting[0].cache):  # type: ignore[arg-type]
+                return 0
+            fresh = [s.request.prompt_ids for s in waiting]
+            shared = min(common_prefix(fresh[0], p) for p in fresh[1:])
+            shared = min(shared, min(len(p) for p in fresh) - 1)
+            if shared > min(budget, PREFILL_CHUNK) or shared <= self.prefix_cache.peek(fresh[0]):
+                return 0
+            if shared < self.prefix_cache.min_length:
+                return 0
+            prefix = fresh[0][:shared]
             cache = self.make_cache()
             self.model(mx.array([prefix]), cache=cache)
             mx.eval([c.state for c in cache])
             self.prefix_cache.store(prefix, cache)
-        except Exception as exc:  # computed for every waiting prompt: those end
+        except Exception as exc:  # planned and computed for every waiting prompt: those end
             err = request_error(exc, [seq.request.request_id for seq in waiting])
             for seq in waiting:
                 self.waiting.remove(seq)

@@ -69,3 +69,5 @@ class BatchGroup:
     batched: bool = False
     # The bitmask the rows' next masks are filled into, reused step after step (MaskFiller).
     bitmask: np.ndarray | None = None
+    # A step the rows share failed while changing the cache: it is not reused as the spare.
+    broken: bool = False

@@ -96,6 +96,9 @@ class ToolDef:
     description: str = ""
     strict: bool = False
     has_parameters: bool = True
+    # A custom tool's Lark grammar over its raw input (arguments ``{"input": <string>}``): the
+    # tool grammar enforces it on the JSON string (afm_struct/tools/lark_input.py).
+    input_grammar: str = ""
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI tool dict (what chat templates expect as ``tools``)."""

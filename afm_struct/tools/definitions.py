@@ -42,6 +42,7 @@ class ToolSpec:
     description: str = ""
     parameters: Any = None
     strict: bool = False
+    input_grammar: str = ""  # a custom tool's Lark grammar over its input (ToolDef.input_grammar)
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -122,7 +123,7 @@ def _checked(spec: ToolSpec, seen: set[str]) -> ToolDef:
     if spec.strict:  # a non-strict tool is served without the forced run
         check_forced_runs(params, param=where, prefix=f"$.{shown(where)}")
     return ToolDef(name=name, description=spec.description, parameters=params, strict=spec.strict,
-                   has_parameters=has_params)
+                   has_parameters=has_params, input_grammar=spec.input_grammar)
 
 
 def object_arguments(params: dict[str, Any] | bool, where: str) -> dict[str, Any] | bool:

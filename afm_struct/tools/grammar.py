@@ -49,6 +49,7 @@ from ..grammar.rewrites import rewrite_schema
 from ..grammar.spec import CompileOptions, JsonSchemaRequest, LarkRequest, Rung
 from .definitions import ToolDef
 from .formats import NON_JSON_BODIES, ToolFormat
+from .lark_input import json_string_rules
 from .lark_text import markup, text_until
 from .syntaxes import served_rung, syntax_call_rules
 
@@ -124,6 +125,14 @@ def argument_schema(tokenizer: Tokenizer, tool: ToolDef, options: CompileOptions
     return with_options(generic, exact), compiled.rung, compiled.reason or "compile_error"
 
 
+@dataclass(frozen=True)
+class LarkInput:
+    """A custom tool's arguments ``{"input": <string>}`` whose string follows ``definition``
+    (Lark, over the raw input), in place of an arguments schema."""
+
+    definition: str
+
+
 def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
                name_suffix: str = "") -> tuple[str, str]:
     """(the ``call`` alternatives, the rule definitions) for ``(name, arguments schema)`` pairs
@@ -139,6 +148,10 @@ def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
             lines.append(f"call_{i}: {json.dumps(prefix)} args_{i} \"}}\"")
         if fmt.arguments == "string":
             lines.append(f"args_{i}: JSON_STRING")
+        elif isinstance(schema, LarkInput):  # a custom tool's input under its own grammar
+            start, rules = json_string_rules(schema.definition, f"input{i}_")
+            lines.append(f"args_{i}: " + json.dumps('{"input": "') + f" {start} " + json.dumps('"}'))
+            lines.append(rules)
         else:
             lines.append(f"args_{i}: %json {json.dumps(schema)}")
     if fmt.arguments == "string":
@@ -231,6 +244,10 @@ def compile_tool_grammar(tokenizer: Tokenizer, fmt: ToolFormat, tools: tuple[Too
             rung, why = Rung.GENERIC_JSON, "arguments_as_string"
         elif fmt.body in NON_JSON_BODIES:
             rung, why = served_rung(fmt, schema, rung, why)
+            if tool.input_grammar:  # the input is written unquoted there: its grammar is not enforced
+                rung, why = Rung.RELAXED, f"lark_input_in_{fmt.body}_calls"
+        elif tool.input_grammar:
+            schema = LarkInput(tool.input_grammar)
         embedded.append((tool.name, schema))
         if not tool.strict:
             guided[tool.name] = rung.value

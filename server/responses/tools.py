@@ -10,8 +10,10 @@ core knows function tools only, so a custom tool is served as a function whose a
 any call, and the encoder shows the string as the call's ``input``.  The string is free text
 for the ``text`` format and follows the grammar for ``{"type": "grammar", "syntax": "regex"}``
 (a JSON Schema ``pattern``, anchored: the whole input matches, enforced inside the JSON string
-with its escapes).  Lark grammars cannot be placed inside a JSON string (their text would need
-escaping the grammar does not describe), so ``syntax: "lark"`` is refused by name.
+with its escapes).  A Lark grammar (``syntax: "lark"``) constrains the raw input too: the tool
+grammar holds it rewritten to the JSON escaping of what it matches
+(:mod:`afm_struct.tools.lark_input`); what that rewrite does not support is a 400 naming
+``tools.N.format.definition``.
 
 Built-in tools (web search, file search, computer use, code interpreter, ...) are refused
 with a 400 naming ``tools.N.type``.
@@ -25,6 +27,7 @@ from typing import Any
 from afm_struct.errors import InvalidRequestError
 from afm_struct.grammar.spec import ToolDef
 from afm_struct.tools.definitions import Choice, ToolSpec, check_choice, check_tools
+from afm_struct.tools.lark_input import LarkInputError, json_string_rules
 
 CUSTOM_INPUT_KEY = "input"
 # The fields each tool type has; any other is refused by name (nothing is silently ignored).
@@ -42,9 +45,9 @@ class DeclaredTools:
     echo: list[dict[str, Any]]
 
 
-def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str]:
-    """The arguments schema standing for a custom tool's ``format`` (at ``where``), and the words
-    telling the model what its input is."""
+def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str, str]:
+    """The arguments schema standing for a custom tool's ``format`` (at ``where``), the words
+    telling the model what its input is, and its Lark grammar (``""`` for other formats)."""
     string: dict[str, Any] = {"type": "string"}
     hint = "Its input is free text."
     if fmt is not None and not isinstance(fmt, dict):
@@ -53,25 +56,32 @@ def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str]:
     if kind == "grammar":
         syntax = fmt.get("syntax")
         definition = fmt.get("definition")
-        if syntax == "lark":
-            raise InvalidRequestError(
-                f"{where}.syntax 'lark' is not supported for custom tools here: the input travels "
-                "as a JSON string, which a Lark grammar cannot describe; send syntax 'regex' or the "
-                "text format", param=f"{where}.syntax", code="unsupported_value")
-        if syntax != "regex":
-            raise InvalidRequestError(f"{where}.syntax must be 'regex' (or 'lark'), not {syntax!r}",
+        if syntax not in ("regex", "lark"):
+            raise InvalidRequestError(f"{where}.syntax must be 'lark' or 'regex', not {syntax!r}",
                                       param=f"{where}.syntax")
         if not isinstance(definition, str) or not definition:
-            raise InvalidRequestError(f"{where}.definition must be a non-empty regular expression",
+            raise InvalidRequestError(f"{where}.definition must be a non-empty "
+                                      + ("Lark grammar" if syntax == "lark" else "regular expression"),
                                       param=f"{where}.definition")
+        if syntax == "lark":
+            try:
+                json_string_rules(definition, "check_")
+            except LarkInputError as exc:
+                raise InvalidRequestError(f"{where}.definition: {exc}", param=f"{where}.definition",
+                                          code="unsupported_value") from None
+            return schema_of(string), f"Its input must follow this Lark grammar:\n{definition}", definition
         string["pattern"] = f"^(?:{definition})$"
         hint = f"Its input must match the regular expression {definition}"
     elif kind != "text":
         raise InvalidRequestError(f"{where}.type must be 'text' or 'grammar', not {kind!r}",
                                   param=f"{where}.type")
-    schema = {"type": "object", "properties": {CUSTOM_INPUT_KEY: string},
-              "required": [CUSTOM_INPUT_KEY], "additionalProperties": False}
-    return schema, hint
+    return schema_of(string), hint, ""
+
+
+def schema_of(string: dict[str, Any]) -> dict[str, Any]:
+    """The arguments schema of a custom tool whose input is ``string``."""
+    return {"type": "object", "properties": {CUSTOM_INPUT_KEY: string},
+            "required": [CUSTOM_INPUT_KEY], "additionalProperties": False}
 
 
 def read_tools(tools: list[Any] | None) -> DeclaredTools:
@@ -100,10 +110,10 @@ def read_tools(tools: list[Any] | None) -> DeclaredTools:
             echo.append({"type": "function", "name": name, "description": description or None,
                          "parameters": tool.get("parameters"), "strict": strict})
         elif kind == "custom":
-            schema, hint = custom_parameters(tool.get("format"), f"{where}.format")
+            schema, hint, lark = custom_parameters(tool.get("format"), f"{where}.format")
             words = f"{description}\n{hint}" if description else hint
             specs.append(ToolSpec(name=name, where=where, description=words, parameters=schema,
-                                  strict=True))
+                                  strict=True, input_grammar=lark))
             if isinstance(name, str):
                 custom.add(name)
             echo.append({"type": "custom", "name": name, "description": description or None,

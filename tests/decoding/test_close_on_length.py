@@ -338,3 +338,22 @@ def test_dev_set_outputs_cut_at_random_budgets_validate_or_say_why(tokenizer, in
     assert fin.reason in ("stop", "length"), fin
     where = (index, max_tokens, seed, fin.text[-120:])
     assert constraint.validate(fin.text).ok or constraint.flag_downgraded, where
+
+
+@pytest.mark.parametrize("index", [3, 5, 7, 23, 41])
+def test_the_floor_used_when_the_search_gives_up_is_never_above_the_shortest_output(tokenizer, index):
+    """The floor (output_floor.py) is a lower bound: on schemas whose shortest output the search
+    finds it stays at or below it, and it is not trivial (the forced start at least)."""
+    from afm_struct.decoding.closing import min_output_tokens
+    from afm_struct.decoding.output_floor import output_floor
+    from afm_struct.errors import AfmError
+
+    try:
+        constraint = compile_constraint(tokenizer, JsonSchemaRequest(dev_doc(index)["schema"], strict=True))
+    except AfmError:
+        pytest.skip("a schema the engine refuses")
+    shortest = min_output_tokens(constraint, tokenizer)
+    if shortest is None or constraint.new_matcher() is None:
+        pytest.skip("no shortest output to compare with")
+    floor = output_floor(constraint, tokenizer)
+    assert 1 <= floor <= shortest, (floor, shortest)

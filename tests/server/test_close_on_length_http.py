@@ -169,3 +169,37 @@ def test_no_refusal_when_closing_is_off_or_the_format_fits(serve) -> None:
     assert off["choices"][0]["finish_reason"] == "length"
     tiny = _post(live.url, {"response_format": {"type": "json_object"}, "max_tokens": 2})
     assert isinstance(json.loads(tiny["choices"][0]["message"]["content"]), dict)
+
+
+# The closing search gives up on this schema (a multiple of 7919 from 100000 on: the admission's
+# min_output_tokens is None), so the shortest call is unknown.  Before, nothing was refused and a
+# small budget cut the call before its name: no call at all under tool_choice "required".
+PICK = {"type": "function", "function": {"name": "pick_number", "strict": True, "parameters": {
+    "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 7919, "minimum": 100000}},
+    "required": ["n"], "additionalProperties": False}}}
+PICK_CALL = '<tool_call>\n{"name": "pick_number", "arguments": {"n": 1' + "2" * 300
+
+
+def test_a_required_call_of_unknown_minimum_is_refused_below_its_floor_else_closed(serve) -> None:
+    live = serve(PICK_CALL)
+    body = {"messages": USER, "tools": [PICK], "tool_choice": "required", "temperature": 0}
+    floors = set()
+    for max_tokens, stream in ((3, False), (8, True)):
+        r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60,
+                       json={**body, "max_tokens": max_tokens, "stream": stream})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert (error["code"], error["param"]) == ("max_tokens_too_small", "max_tokens"), error
+        assert "needs at least" in error["message"], error["message"]  # a floor, not the shortest
+        floors.add(int(error["message"].split("at least ")[1].split()[0]))
+    (floor,) = floors
+    assert floor > 8
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={**body, "max_tokens": floor - 1})
+    assert r.status_code == 400, r.text
+    # From the floor on the call is answered: named, its arguments closed (cut: "length").
+    out = _post(live.url, {k: v for k, v in body.items() if k != "messages"} | {"max_tokens": floor})
+    choice_out = out["choices"][0]
+    (call,) = choice_out["message"]["tool_calls"]
+    assert call["function"]["name"] == "pick_number"
+    assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    assert choice_out["finish_reason"] == "length"

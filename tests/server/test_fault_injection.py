@@ -3,8 +3,11 @@ the truth (issue 34, item 1).
 
 Each hypothesis example draws a failure rate per phase (prefill of a prompt's chunks, prompts
 prefilled together, the shared-prefix pass, joining the batch, the forward pass, sampling,
-emitting, mask filling, advancing the matcher) and a burst of concurrent requests (streamed or
-not, free or constrained, most sharing a long system prompt so their prefix is computed once).
+emitting, mask filling, advancing the matcher; and, failing after they changed their state,
+prompts prefilled together once their pass ran, a batch cache's rows joining or leaving, a
+group's masks filled in one call, the prefix-cache look-ups that plan prefill) and a burst of
+concurrent requests (streamed or not, free or constrained, most sharing a long system prompt so
+their prefix is computed once).
 The scripted model is slowed down a little, so arrivals pile up and prefill together.  Then:
 
 * every request ends within a generous bound (no hang): a stream is well framed and ends with
@@ -43,8 +46,8 @@ from .conftest import sse_payloads, wait_until
 # Reaching this bound means a request hangs (it is no speed target: requests take well under).
 HANG_S = 60.0
 PHASES = ("prefill", "together", "shared_prefix", "join", "forward", "sample", "emit", "mask",
-          "advance")
-ONCE = ("together", "shared_prefix")
+          "advance", "together_after", "cache", "masks", "plan")
+ONCE = ("together", "shared_prefix", "together_after")
 SYSTEM = ("You are the booking assistant of a small hotel by the sea. Answer in one short "
           "sentence and never promise a room that the guest did not ask for.")
 SCHEMA = {"type": "object", "properties": {"room": {"type": "string", "maxLength": 10}},
@@ -71,13 +74,26 @@ class PhaseFaults:
         # batch's rows together and then finishes each row on its own).
         filler = gen.fill_mask
         monkeypatch.setattr(filler, "_finish_row", self.wrap("mask", filler._finish_row))
+        # A group's (or a prefill pass's) masks as one call, failing as a whole.
+        monkeypatch.setattr(filler, "fill_rows", self.wrap("masks", filler.fill_rows))
         for name, phase in (("sample_rows", "sample"), ("emit_run", "emit")):
             monkeypatch.setattr(generator_module, name, self.wrap(phase, getattr(generator_module, name)))
+        # Failing after they changed their state: a batch cache half through rows joining or
+        # leaving; prompts prefilled together whose pass ran and whose rows joined the batch.
+        for attr in ("append", "extend", "filter"):
+            monkeypatch.setattr(gen.cache_ops, attr, self.wrap("cache", getattr(gen.cache_ops, attr),
+                                                               after=True))
+        monkeypatch.setattr(gen.batch, "join_rows", self.wrap("together_after", gen.batch.join_rows,
+                                                              after=True))
+        monkeypatch.setattr(pre.prefix_cache, "peek", self.wrap("plan", pre.prefix_cache.peek))
 
-    def wrap(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, phase: str, fn: Callable[..., Any], *, after: bool = False) -> Callable[..., Any]:
+        """``fn``, failing with the phase's rate: before it runs, or ``after`` it ran."""
         def faulty(*args: Any, **kwargs: Any) -> Any:
             if self.rates.get(phase, 0.0) > self.rng.random():
                 self.fired[phase] += 1
+                if after:
+                    fn(*args, **kwargs)
                 raise RuntimeError(f"injected {phase} fault <state>internals</state>")
             return fn(*args, **kwargs)
 

@@ -92,3 +92,54 @@ def test_real_model_stream_with_a_function_tool(real_server) -> None:
     assert calls and all(c.name == "get_weather" and isinstance(json.loads(c.arguments)["city"], str)
                          for c in calls)
     assert "response.function_call_arguments.done" in kinds and kinds[-1] == "response.completed"
+
+
+SQL = r'''
+start: "SELECT " cols " FROM " NAME where?
+cols: NAME (", " NAME)* | "*"
+where: " WHERE " NAME " = " VALUE
+NAME: /[a-z_]+/
+VALUE: /"[^"\n]*"/ | /[0-9]+/
+'''
+SQL_TOOL = {"type": "custom", "name": "run_sql", "description": "Run a query",
+            "format": {"type": "grammar", "syntax": "lark", "definition": SQL}}
+
+
+def _sql_call(query: str) -> str:
+    return '<tool_call>\n{"name": "run_sql", "arguments": ' + json.dumps({"input": query}) + "}\n</tool_call>"
+
+
+def test_a_custom_tool_with_a_lark_grammar_streams_its_raw_input(serve) -> None:
+    """The grammar constrains the raw input (here with quotes, escaped inside the call's JSON);
+    the SDK reads custom_tool_call items and the input's delta/done events."""
+    query = 'SELECT name, age FROM people WHERE city = "Paris"'
+    client = _sdk(serve(_sql_call(query)).url)
+    events = list(client.responses.create(input="q", tools=[SQL_TOOL], tool_choice="required", stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.custom_tool_call_input.delta")
+    (done,) = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+    final = events[-1].response
+    (item,) = final.output
+    assert item.type == "custom_tool_call" and item.name == "run_sql"
+    assert item.input == deltas == done.input == query
+    again = client.responses.create(input="q", tools=[SQL_TOOL], tool_choice="required")
+    assert again.output[0].type == "custom_tool_call" and again.output[0].input == query
+
+
+def test_a_lark_grammar_keeps_the_input_in_its_language(serve) -> None:
+    """The script writes lowercase SQL and a value with a newline; the grammar allows neither."""
+    client = _sdk(serve(_sql_call('select * from t where a = "x\ny"')).url)
+    response = client.responses.create(input="q", tools=[SQL_TOOL], tool_choice="required",
+                                       max_output_tokens=80)
+    (item,) = response.output
+    assert item.type == "custom_tool_call"
+    assert item.input.startswith("SELECT ") and "\n" not in item.input, item.input
+
+
+def test_a_lark_grammar_using_what_is_not_supported_is_a_400_naming_it(serve) -> None:
+    client = _sdk(serve("unused").url)
+    tool = {**SQL_TOOL, "format": {"type": "grammar", "syntax": "lark",
+                                   "definition": "%import common.WS\nstart: \"a\""}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(input="q", tools=[tool])
+    error = refused.value.body
+    assert error["param"] == "tools.0.format.definition" and "directives" in error["message"], error
