@@ -82,6 +82,9 @@ def haproxy_maxconn(wanted: int = 4096) -> int:
     return max(64, min(wanted, (soft - 256) // 2)) if soft != resource.RLIM_INFINITY else wanted
 
 
+# HAProxy refuses a stats socket path longer than this (sun_path less its own margin).
+MAX_SOCKET_PATH = 97
+
 class ClusterError(AfmError):
     """The cluster could not start or lost HAProxy; the message says what to do."""
 
@@ -172,6 +175,12 @@ class Cluster:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.run_dir / "haproxy.cfg"
         self.stats_socket = self.run_dir / "haproxy.sock"
+        self._socket_dir: Path | None = None
+        if len(str(self.stats_socket)) > MAX_SOCKET_PATH:
+            # A deep --run-dir would make HAProxy refuse its config ("socket path too long"):
+            # the socket alone goes to a short directory of its own, removed at stop.
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="afm-hx-"))
+            self.stats_socket = self._socket_dir / "haproxy.sock"
         ports = self.replica_ports or tuple(free_port() for _ in range(self.replicas))
         self.members = [Replica(f"r{i + 1}", port, self.run_dir / f"r{i + 1}.log")
                         for i, port in enumerate(ports)]
@@ -397,6 +406,9 @@ class Cluster:
 
     def _remove_run_dir(self, keep: bool) -> None:
         assert self.run_dir is not None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
         if not self.owns_run_dir or not self.run_dir.exists():
             return
         crashed = [r.name for r in self.members if r.restarts or r.given_up]

@@ -18,7 +18,7 @@ import pytest
 
 from afm_struct.cli import build_parser
 from afm_struct.cli import cluster as cluster_cli
-from afm_struct.cli.cluster import Cluster, ClusterError, forwarded_args, free_port
+from afm_struct.cli.cluster import MAX_SOCKET_PATH, Cluster, ClusterError, forwarded_args, free_port
 from afm_struct.cli.serve import STORE_ENV
 from server.auth import ENV_VAR, load_api_keys
 from server.tenants import ApiKey
@@ -259,3 +259,17 @@ def test_the_default_replica_count_is_what_the_docs_and_makefile_say(capsys) -> 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["cluster", "--help"])
     assert "(default 3," in capsys.readouterr().out
+
+
+def test_a_deep_run_directory_keeps_the_stats_socket_short_enough_for_haproxy(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)  # pytest-xdist's own tmp paths got this deep in CI
+    cluster = Cluster(1, free_port(), ["--model", "scripted:50"], log=lambda _line: None, run_dir=deep)
+    assert len(str(cluster.stats_socket)) <= MAX_SOCKET_PATH
+    assert cluster.haproxy is not None
+    config = deep / "haproxy.cfg"
+    config.write_text(cluster.render_config())
+    check = subprocess.run([cluster.haproxy, "-c", "-f", str(config)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    socket_dir = cluster.stats_socket.parent
+    cluster._remove_run_dir(keep=False)
+    assert not socket_dir.exists()

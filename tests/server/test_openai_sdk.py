@@ -88,7 +88,7 @@ def test_real_model_profile_and_stream(real_server) -> None:
     info = real_server.loaded.info
     assert profile["memory"]["weights_bytes"] == info.weight_bytes > 0
     assert profile["memory"]["kv_cache_bytes"] > 0
-    assert profile["decode_tok_s"] > 1 and profile["prefill_tok_s"] > 1
+    assert profile["decode_tok_s"] > 0 and profile["prefill_tok_s"] > 0  # rates, not speed targets
     assert profile["estimated_bandwidth_gbps"] > 0
     assert profile["tokens"]["completion"] == events[-2]["usage"]["completion_tokens"]
 
