@@ -5,7 +5,12 @@ Two vocabulary kinds (``tokenizer.ggml.model``):
 * ``gpt2``: byte-level BPE.  GGUF keeps the vocabulary, the merges, token types and a
   pre-tokenizer *name* (``tokenizer.ggml.pre``); the regexes behind each name live in llama.cpp.
   The table below carries the ones for the families we load; an unknown name is an error, not a
-  guess, because a wrong pre-tokenizer silently changes every token id.
+  guess, because a wrong pre-tokenizer silently changes every token id.  Two more things
+  the original tokenizer.json carries and GGUF does not are keyed on the same name: Llama 3's
+  ``ignore_merges`` (a pre-token that is itself in the vocabulary is that token, merges or not;
+  llama.cpp sets it for these names too) and Qwen2/3's NFC normalizer (llama.cpp omits it; the
+  model was trained on NFC text, and the real tokenizer composes e.g. ``e`` + U+0301 into ``é``
+  before splitting).
 * ``llama``: SentencePiece BPE (Llama 2, Mistral v0.1-v0.3, Phi-3, Gemma).  GGUF keeps pieces
   and scores but no merges; llama.cpp merges the adjacent pair whose result scores highest, which
   is a BPE whose merge ranks are ordered by the merged piece's score (as transformers' GGUF
@@ -75,6 +80,13 @@ def _pre_tokenizer(name: str) -> pre_tokenizers.PreTokenizer:
         f"unsupported GGUF pre-tokenizer {name!r}; use an mlx-lm model directory for this model")
 
 
+# llama.cpp's LLAMA3 pre-tokenizer names, the ones it sets ignore_merges for.
+_IGNORE_MERGES = frozenset({"llama-bpe", "llama3", "llama-v3", "falcon3"})
+# Vocabularies whose tokenizer.json normalizes to NFC before pre-tokenizing (Qwen2, 2.5, 3 and
+# the DeepSeek-R1 distills of Qwen).
+_NFC = frozenset({"qwen2", "deepseek-r1-qwen"})
+
+
 def _list(contents: GGUFContents, key: str) -> list[Any]:
     value = contents.metadata.get(key)
     if value is None:
@@ -85,8 +97,12 @@ def _list(contents: GGUFContents, key: str) -> list[Any]:
 def _byte_bpe(contents: GGUFContents, tokens: list[str]) -> Tokenizer:
     merges = [tuple(m.split(" ", 1)) for m in _list(contents, "tokenizer.ggml.merges")]
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tokenizer.pre_tokenizer = _pre_tokenizer(str(contents.meta("tokenizer.ggml.pre") or "default"))
+    pre = str(contents.meta("tokenizer.ggml.pre") or "default")
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False,
+                                     ignore_merges=pre in _IGNORE_MERGES))
+    if pre in _NFC:
+        tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = _pre_tokenizer(pre)
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
 

