@@ -37,8 +37,14 @@ serve: setup
 cluster: setup
 	$(BIN)/afm-struct cluster --replicas $(REPLICAS) --host $(HOST) --port $(PORT) $(MODEL_ARG)
 
+# Two worker processes by default, a test file each at a time (module-scoped servers stay
+# whole); most of the suite waits on servers and subprocesses, so 2 workers fit 2 cores.
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: setup
-	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS)
 
 # The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples).
 FUZZ_EXAMPLES ?= 2000
