@@ -39,6 +39,8 @@ _SCALAR_TERMINALS = {
     "NUMBER": r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/", "BOOLEAN": '"true" | "false"',
     "NULL": '"null"'}
 _MAX_PROPERTIES = 64  # bits in an llguidance rule parameter
+_MERGEABLE = frozenset({"type", "properties", "required", "additionalProperties"})
+_MAX_DISTRIBUTED = 16  # anyOf branches one object is distributed over
 _WS = "[\\x20\\x0A\\x0D\\x09]"
 _REGEX_META = set("\\.+*?()|[]{}^$#&-~/")
 
@@ -59,6 +61,18 @@ def _json_literal(value: Any) -> str:
     if isinstance(value, str) and _PLAIN.fullmatch(value):
         return '"\\"' + value + '\\""'
     return _lark_string(json.dumps(value, ensure_ascii=False))
+
+
+def _escape_slashes(regex: str) -> str:
+    """``regex`` with every unescaped ``/`` escaped (same language, safe inside ``/.../``)."""
+    out: list[str] = []
+    escaped = False
+    for c in regex:
+        if c == "/" and not escaped:
+            out.append("\\")
+        out.append(c)
+        escaped = c == "\\" and not escaped
+    return "".join(out)
 
 
 def _regex_literal(text: str) -> str:
@@ -117,7 +131,30 @@ class _Translator:
                 return self.object(schema)
             if self.is_plain_array(schema, keys):
                 return self.array(schema)
+            distributed = self.distribute(schema, keys)
+            if distributed is not None:
+                return self.node(distributed)
         return self.leaf(schema)
+
+    def distribute(self, schema: dict[str, Any], keys: set[str]) -> dict[str, Any] | None:
+        """``A ∧ anyOf[B1..Bn]`` as ``anyOf[A ∧ B1, ..., A ∧ Bn]`` when A and every Bi are plain
+        objects (``properties``, ``required``, ``additionalProperties``, ``type`` object), so each
+        branch becomes one object whose keys come in any order (a ``oneOf`` of whole objects,
+        rewritten to ``anyOf``, next to shared ``properties``).  None when that does not apply."""
+        branches = schema.get("anyOf")
+        if (not isinstance(branches, list) or not 1 <= len(branches) <= _MAX_DISTRIBUTED
+                or not keys - {"anyOf"} or not keys <= _MERGEABLE | {"anyOf"}):
+            return None
+        rest = {k: v for k, v in schema.items() if k in keys and k != "anyOf"}
+        merged = []
+        for branch in branches:
+            if isinstance(branch, dict) and asserting(branch) == {"$ref"}:
+                branch = resolve_pointer(self.root, branch["$ref"])
+            both = _merge_objects(rest, branch)
+            if both is None:
+                return None
+            merged.append(both)
+        return {"anyOf": merged}
 
     def ref_typed(self, schema: dict[str, Any]) -> bool:
         """``{"$ref": R, "type": T}`` means R alone when R admits no type outside T."""
@@ -186,8 +223,9 @@ class _Translator:
         pattern, sub = next(iter(pp.items()))
         body = pattern[1:] if pattern.startswith("^") else ".*" + pattern
         body = body[:-1] if body.endswith("$") and not body.endswith("\\$") else body + ".*"
-        if "^" in body.replace("[^", "") or "$" in body.replace("\\$", "") or "/" in body:
+        if "^" in body.replace("[^", "") or "$" in body.replace("\\$", ""):
             return False
+        body = _escape_slashes(body)  # a bare "/" would end the Lark regex literal
         try:
             re.compile(pattern)
         except re.error:
@@ -343,6 +381,39 @@ class _Translator:
                     stack.append(target)
                 stack.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
         return found
+
+
+def _merge_objects(a: dict[str, Any], b: Any) -> dict[str, Any] | None:
+    """One object schema valid exactly where plain object schemas ``a`` and ``b`` both are:
+    each key gets its schema in ``a`` (its ``additionalProperties`` if undeclared) and in ``b``."""
+    if not isinstance(b, dict) or not asserting(b) <= _MERGEABLE:
+        return None
+    types = [t for t in (a.get("type"), b.get("type")) if t is not None]
+    if any(t != "object" for t in types):
+        return None
+    props_a, props_b = a.get("properties", {}), b.get("properties", {})
+    req_a, req_b = a.get("required", []), b.get("required", [])
+    extra_a, extra_b = a.get("additionalProperties", True), b.get("additionalProperties", True)
+    if not (isinstance(props_a, dict) and isinstance(props_b, dict) and isinstance(req_a, list)
+            and isinstance(req_b, list)):
+        return None
+
+    def both(x: Any, y: Any) -> Any:
+        parts = [p for p in (x, y) if p is not True and p != {}]
+        if any(p is False for p in parts):
+            return False
+        return parts[0] if len(parts) == 1 else {"allOf": parts} if parts else {}
+
+    out: dict[str, Any] = {"type": "object"} if types else {}
+    out["properties"] = {k: both(props_a.get(k, extra_a), props_b.get(k, extra_b))
+                         for k in dict.fromkeys([*props_a, *props_b])}
+    required = list(dict.fromkeys([*req_a, *req_b]))
+    if required:
+        out["required"] = required
+    extra = both(extra_a, extra_b)
+    if extra is not True and extra != {}:
+        out["additionalProperties"] = extra
+    return out
 
 
 def _json_type(value: Any) -> str:

@@ -62,6 +62,21 @@ CASES: list[tuple[dict[str, Any], list[Any]]] = [
     # no "type": the object rule applies to objects only; other values stay valid
     ({"properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]},
      [{"a": 1, "b": "s"}, {"b": "s"}, [1, 2], "text", 3, None, {"a": "1"}]),
+    # a pattern with "/" (it ends a Lark regex literal unless escaped): was left in schema order
+    ({"type": "object", "patternProperties": {"^/(([^/]+/)*[^/]+)?$": {"type": ["string", "null"]}},
+      "properties": {"_order": {"type": "object"}}, "additionalProperties": False},
+     [{"/a": "x", "_order": {}}, {"/a/b": None, "/c": "y", "_order": {}}, {"/a/": None}, {"a/b": None},
+      {"/a": 1}, {"_order": 1}]),
+    # shared properties next to an anyOf of whole objects (a oneOf rewritten): one object per branch
+    ({"type": "object", "properties": {"shape": {"enum": ["circle", "square"]}, "radius": {"type": "number"},
+                                       "side": {"type": "number"}},
+      "anyOf": [{"properties": {"shape": {"const": "circle"}}, "required": ["shape", "radius"]},
+                {"$ref": "#/$defs/square"}],
+      "$defs": {"square": {"properties": {"shape": {"const": "square"}, "side": {"minimum": 0}},
+                           "required": ["shape", "side"], "additionalProperties": False}}},
+     [{"shape": "circle", "radius": 1, "side": 2}, {"shape": "square", "side": 2},
+      {"shape": "square", "side": 2, "radius": 1}, {"shape": "square", "side": -1}, {"shape": "circle"},
+      {"shape": "triangle", "radius": 1}, {"shape": "circle", "radius": "1"}, {"shape": "circle", "radius": 1, "x": 0}]),
     # recursion through $ref and vendor keywords (ignored, as JSON Schema says)
     ({"$ref": "#/$defs/node", "$defs": {"node": NODE}},
      [{"value": 1, "children": [{"value": 2.5, "children": []}]}, {"children": [], "value": 0},
