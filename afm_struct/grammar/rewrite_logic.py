@@ -110,9 +110,13 @@ def oneof_exclusive(node: dict[str, Any], original: dict[str, Any], ctx: Any) ->
             continue
         out.append(parts[0] if len(parts) == 1 else {"allOf": parts})
     result = _as_any_of(node, out) if out else _join(node, "oneOf", [False])
-    if len(json.dumps(result, ensure_ascii=False)) > _GROWTH * len(json.dumps(node, ensure_ascii=False)) + _SLACK:
+    if _size(result) > _GROWTH * _size(node) + _SLACK:
         return None
     return result
+
+
+def _size(schema: Any) -> int:
+    return len(json.dumps(schema, ensure_ascii=False))
 
 
 def _as_any_of(node: dict[str, Any], branches: list[Any]) -> dict[str, Any]:

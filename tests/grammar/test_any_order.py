@@ -76,7 +76,8 @@ CASES: list[tuple[dict[str, Any], list[Any]]] = [
                            "required": ["shape", "side"], "additionalProperties": False}}},
      [{"shape": "circle", "radius": 1, "side": 2}, {"shape": "square", "side": 2},
       {"shape": "square", "side": 2, "radius": 1}, {"shape": "square", "side": -1}, {"shape": "circle"},
-      {"shape": "triangle", "radius": 1}, {"shape": "circle", "radius": "1"}, {"shape": "circle", "radius": 1, "x": 0}]),
+      {"shape": "triangle", "radius": 1}, {"shape": "circle", "radius": "1"},
+      {"shape": "circle", "radius": 1, "x": 0}]),
     # recursion through $ref and vendor keywords (ignored, as JSON Schema says)
     ({"$ref": "#/$defs/node", "$defs": {"node": NODE}},
      [{"value": 1, "children": [{"value": 2.5, "children": []}]}, {"children": [], "value": 0},
