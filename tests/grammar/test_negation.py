@@ -71,6 +71,9 @@ def _spelled(schema: Any, draft: int) -> Any:
     ({"const": [1, 2]}, ATOMS, [[1], [2, 1], [1, 2, 3], 1], [[1, 2]]),
     ({"minLength": 2, "pattern": "^a"}, frozenset({"string"}), ["a", "ba", ""], ["ab", "abc"]),
     ({"properties": {"a": {"type": "string"}}}, frozenset({"object"}), [{"a": 1}], [{}, {"a": "x"}]),
+    # at most one key: "some key breaks additionalProperties" needs no list of keys
+    ({"type": "object", "additionalProperties": {"const": False}, "minProperties": 1, "maxProperties": 1},
+     ATOMS, [{}, {"a": True}, {"a": False, "b": False}, {"b": 0}, 1, []], [{"a": False}, {"z": False}]),
 ])
 def test_common_forms(schema: Any, allowed: frozenset[str], valid: list[Any], invalid: list[Any]) -> None:
     negated = _negator(0).negate(schema, allowed)
