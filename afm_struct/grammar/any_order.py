@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .key_presence import all_of, asserting, condition, is_false, json_types, presence
+from .keywords import keyword_types
+from .schema_merge import conjuncts, distribute, merge_all
 from .schema_paths import MISSING, resolve_pointer
+from .value_kinds import contained
 
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
                           "allOf", "anyOf", "oneOf", "not"})
@@ -39,8 +42,7 @@ _SCALAR_TERMINALS = {
     "NUMBER": r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/", "BOOLEAN": '"true" | "false"',
     "NULL": '"null"'}
 _MAX_PROPERTIES = 64  # bits in an llguidance rule parameter
-_MERGEABLE = frozenset({"type", "properties", "required", "additionalProperties"})
-_MAX_DISTRIBUTED = 16  # anyOf branches one object is distributed over
+_MAX_MERGES = 256  # conjunctions merged per grammar (recursive schemas would unfold forever)
 _WS = "[\\x20\\x0A\\x0D\\x09]"
 _REGEX_META = set("\\.+*?()|[]{}^$#&-~/")
 
@@ -99,7 +101,9 @@ class _Translator:
     terminals: dict[str, str] = field(default_factory=dict)
     by_pointer: dict[str, str] = field(default_factory=dict)
     by_leaf: dict[str, str] = field(default_factory=dict)
-    reorderable: int = 0  # objects whose order the grammar frees (nothing to gain when 0)
+    reorderable: int = 0  # objects whose order the grammar frees, arrays with contains
+    merges: int = _MAX_MERGES
+    by_conjunction: dict[str, str] = field(default_factory=dict)
     count: int = 0
 
     def new_rule(self) -> str:
@@ -115,6 +119,7 @@ class _Translator:
 
     def node(self, schema: Any) -> str:
         if isinstance(schema, dict):
+            schema = contained(schema)
             keys = asserting(schema)
             ref = schema.get("$ref")
             typed_ref = keys == {"$ref", "type"} and self.ref_typed(schema)
@@ -131,30 +136,28 @@ class _Translator:
                 return self.object(schema)
             if self.is_plain_array(schema, keys):
                 return self.array(schema)
-            distributed = self.distribute(schema, keys)
-            if distributed is not None:
-                return self.node(distributed)
+            combined = self.conjunction(schema, keys)
+            if combined is not None:
+                return combined
         return self.leaf(schema)
 
-    def distribute(self, schema: dict[str, Any], keys: set[str]) -> dict[str, Any] | None:
-        """``A ∧ anyOf[B1..Bn]`` as ``anyOf[A ∧ B1, ..., A ∧ Bn]`` when A and every Bi are plain
-        objects (``properties``, ``required``, ``additionalProperties``, ``type`` object), so each
-        branch becomes one object whose keys come in any order (a ``oneOf`` of whole objects,
-        rewritten to ``anyOf``, next to shared ``properties``).  None when that does not apply."""
-        branches = schema.get("anyOf")
-        if (not isinstance(branches, list) or not 1 <= len(branches) <= _MAX_DISTRIBUTED
-                or not keys - {"anyOf"} or not keys <= _MERGEABLE | {"anyOf"}):
+    def conjunction(self, schema: dict[str, Any], keys: set[str]) -> str | None:
+        """An ``allOf``, or a node next to its ``anyOf``, as a union of single schemas
+        (:mod:`.schema_merge`) the rules can write; None: it stays a leaf."""
+        if not keys & {"allOf", "anyOf"} or self.merges <= 0:
             return None
-        rest = {k: v for k, v in schema.items() if k in keys and k != "anyOf"}
-        merged = []
-        for branch in branches:
-            if isinstance(branch, dict) and asserting(branch) == {"$ref"}:
-                branch = resolve_pointer(self.root, branch["$ref"])
-            both = _merge_objects(rest, branch)
-            if both is None:
-                return None
-            merged.append(both)
-        return {"anyOf": merged}
+        text = json.dumps(schema, sort_keys=True, ensure_ascii=False)
+        if text in self.by_conjunction:  # also how a recursive conjunction ends
+            return self.by_conjunction[text]
+        parts = conjuncts(self.root, schema)
+        branches = distribute(self.root, parts)
+        merged = merge_all(self.root, parts) if branches is None else None
+        if branches is None and (merged is None or merged is True):
+            return None
+        self.merges -= 1
+        name = self.by_conjunction[text] = self.new_rule()
+        self.define(name, ": " + self.node({"anyOf": branches} if branches is not None else merged))
+        return name
 
     def ref_typed(self, schema: dict[str, Any]) -> bool:
         """``{"$ref": R, "type": T}`` means R alone when R admits no type outside T."""
@@ -200,6 +203,8 @@ class _Translator:
     def is_plain_object(self, schema: dict[str, Any], keys: set[str]) -> bool:
         props = schema.get("properties", {})
         required = schema.get("required", [])
+        if schema.get("type") == "object":
+            keys = _own_keys(keys, "object")
         return (keys <= _OBJECT_KEYS and "object" in json_types(schema)
                 and isinstance(props, dict) and len(props) <= _MAX_PROPERTIES
                 and isinstance(required, list) and all(isinstance(r, str) for r in required)
@@ -325,6 +330,10 @@ class _Translator:
     @staticmethod
     def is_plain_array(schema: dict[str, Any], keys: set[str]) -> bool:
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        keys = _own_keys(keys, "array")
+        if "contains" in keys:  # some item matches: unbounded arrays of at least one item only
+            return (keys <= _ARRAY_KEYS | {"contains"} and schema.get("type") == "array"
+                    and isinstance(schema.get("items", {}), dict | bool) and lo in (0, 1) and hi is None)
         return (keys <= _ARRAY_KEYS and schema.get("type") == "array"
                 and isinstance(schema.get("items"), dict)
                 and isinstance(lo, int) and not isinstance(lo, bool) and lo >= 0
@@ -332,6 +341,15 @@ class _Translator:
 
     def array(self, schema: dict[str, Any]) -> str:
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        if "contains" in schema:
+            # Items before and after one that matches both ``items`` and ``contains`` (the
+            # grammar is ambiguous where several match; the language is what counts).
+            item = self.node(schema.get("items", {}))
+            hit = self.node({"allOf": [schema.get("items", {}), schema["contains"]]})
+            name = self.new_rule()
+            self.define(name, f": LBRACK ({item} COMMA)* {hit} (COMMA {item})* RBRACK")
+            self.reorderable += 1  # llguidance's JSON compiler has no contains
+            return name
         item = self.node(schema["items"])
         rest_lo = max(lo - 1, 0)
         rest = f"(COMMA {item}){{{rest_lo},{'' if hi is None else hi - 1}}}"
@@ -383,37 +401,9 @@ class _Translator:
         return found
 
 
-def _merge_objects(a: dict[str, Any], b: Any) -> dict[str, Any] | None:
-    """One object schema valid exactly where plain object schemas ``a`` and ``b`` both are:
-    each key gets its schema in ``a`` (its ``additionalProperties`` if undeclared) and in ``b``."""
-    if not isinstance(b, dict) or not asserting(b) <= _MERGEABLE:
-        return None
-    types = [t for t in (a.get("type"), b.get("type")) if t is not None]
-    if any(t != "object" for t in types):
-        return None
-    props_a, props_b = a.get("properties", {}), b.get("properties", {})
-    req_a, req_b = a.get("required", []), b.get("required", [])
-    extra_a, extra_b = a.get("additionalProperties", True), b.get("additionalProperties", True)
-    if not (isinstance(props_a, dict) and isinstance(props_b, dict) and isinstance(req_a, list)
-            and isinstance(req_b, list)):
-        return None
-
-    def both(x: Any, y: Any) -> Any:
-        parts = [p for p in (x, y) if p is not True and p != {}]
-        if any(p is False for p in parts):
-            return False
-        return parts[0] if len(parts) == 1 else {"allOf": parts} if parts else {}
-
-    out: dict[str, Any] = {"type": "object"} if types else {}
-    out["properties"] = {k: both(props_a.get(k, extra_a), props_b.get(k, extra_b))
-                         for k in dict.fromkeys([*props_a, *props_b])}
-    required = list(dict.fromkeys([*req_a, *req_b]))
-    if required:
-        out["required"] = required
-    extra = both(extra_a, extra_b)
-    if extra is not True and extra != {}:
-        out["additionalProperties"] = extra
-    return out
+def _own_keys(keys: set[str], json_type: str) -> set[str]:
+    """``keys`` without those that constrain only other types (inert under ``type: json_type``)."""
+    return {k for k in keys if not keyword_types(k) or json_type in keyword_types(k)}
 
 
 def _json_type(value: Any) -> str:
