@@ -18,6 +18,7 @@ from typing import Any
 
 from .any_order import any_order_grammar
 from .engine import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
+from .json_escapes import guard_patterns
 from .keywords import ENGINE_REASONS, TABLE
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
 from .regex_classify import first_irregular_pattern
@@ -119,6 +120,7 @@ class LLGuidanceLadder(LadderEngine):
 
     def build_exact(self, schema: Any) -> CompiledGrammar:
         """The exact grammar, on the calling thread: objects in any order when so configured."""
+        schema = guard_patterns(schema)
         if self.any_order:
             grammar = any_order_grammar(schema, self.backend.exact_json)
             if grammar is not None:

@@ -9,7 +9,7 @@ import functools
 from typing import Any
 
 from .automata import MAX_STATES, Dfa, Node, TooComplex, spend
-from .charsets import FULL, NEWLINE, SURROGATES, complement, diff, normalize
+from .charsets import FULL, NEWLINE, SURROGATES, complement, diff, normalize, within
 
 MAX_PATTERN = 32000
 
@@ -122,6 +122,9 @@ def _class(intervals: tuple[tuple[int, int], ...]) -> str:
         return "[\\s\\S]"
     if diff(intervals, SURROGATES) == diff(FULL, NEWLINE + SURROGATES):
         return "."
+    if (intervals and intervals[0][0] == 0 and intervals != ((0, 0),)
+            and not (within(0x5C, intervals) and within(0x22, intervals))):
+        intervals = diff(intervals, ((0, 0),))  # see json_escapes: U+0000 beside a missing \ or "
     usable = diff(intervals, SURROGATES)
     if len(usable) == 1 and usable[0][0] == usable[0][1]:
         return _char(usable[0][0])
