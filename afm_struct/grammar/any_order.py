@@ -42,7 +42,7 @@ _SCALAR_TERMINALS = {
     "NUMBER": r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/", "BOOLEAN": '"true" | "false"',
     "NULL": '"null"'}
 _MAX_PROPERTIES = 64  # bits in an llguidance rule parameter
-_MAX_MERGES = 256  # conjunctions merged per grammar (recursive schemas would unfold forever)
+_MAX_MERGES = 64  # conjunctions merged per grammar (recursive schemas would unfold forever)
 _WS = "[\\x20\\x0A\\x0D\\x09]"
 _REGEX_META = set("\\.+*?()|[]{}^$#&-~/")
 
@@ -126,8 +126,9 @@ class _Translator:
             if isinstance(ref, str) and (keys == {"$ref"} or typed_ref):
                 return self.ref(ref)
             if keys == {"anyOf"} and isinstance(schema["anyOf"], list) and schema["anyOf"]:
+                branches = [b for b in schema["anyOf"] if not self.never(b)] or [False]
                 name = self.new_rule()
-                self.define(name, ": " + " | ".join(self.node(b) for b in schema["anyOf"]))
+                self.define(name, ": " + " | ".join(self.node(b) for b in branches))
                 return name
             scalar = self.scalar(schema, keys)
             if scalar is not None:
@@ -155,9 +156,34 @@ class _Translator:
         if branches is None and (merged is None or merged is True):
             return None
         self.merges -= 1
+        saved = self.snapshot()
         name = self.by_conjunction[text] = self.new_rule()
-        self.define(name, ": " + self.node({"anyOf": branches} if branches is not None else merged))
+        try:
+            self.define(name, ": " + self.node({"anyOf": branches} if branches is not None else merged))
+        except _Untranslatable:  # a reference the merged parts cannot carry: the conjunction stays a leaf
+            self.restore(saved)
+            return None
         return name
+
+    def never(self, schema: Any) -> bool:
+        """True for an ``anyOf`` branch no value satisfies (a merged conjunction that is
+        ``false``): llguidance refuses a ``false`` leaf outright, so it is left out."""
+        if schema is False:
+            return True
+        if not (isinstance(schema, dict) and "allOf" in schema):
+            return False
+        return merge_all(self.root, conjuncts(self.root, schema)) is False
+
+    def snapshot(self) -> tuple[int, dict[str, dict[str, str]]]:
+        """The translation state, to undo a branch that could not be translated."""
+        tables = {"rules": self.rules, "terminals": self.terminals, "by_pointer": self.by_pointer,
+                  "by_leaf": self.by_leaf, "by_conjunction": self.by_conjunction}
+        return self.reorderable, {k: dict(v) for k, v in tables.items()}
+
+    def restore(self, saved: tuple[int, dict[str, dict[str, str]]]) -> None:
+        self.reorderable, tables = saved
+        for key, table in tables.items():
+            setattr(self, key, table)
 
     def ref_typed(self, schema: dict[str, Any]) -> bool:
         """``{"$ref": R, "type": T}`` means R alone when R admits no type outside T."""
@@ -416,13 +442,14 @@ def _json_type(value: Any) -> str:
     return {str: "string", list: "array", dict: "object"}.get(type(value), "")
 
 
-def any_order_grammar(schema: Any, options: dict[str, Any]) -> str | None:
+def any_order_grammar(schema: Any, options: dict[str, Any], *, merge: bool = True) -> str | None:
     """An llguidance Lark grammar for ``schema`` whose objects take their properties in any order.
 
     ``options`` are the llguidance JSON options the exact rung uses (separators, whitespace); the
     result writes and accepts exactly the same JSON text per value, only the order of properties
     is free.  None when no object would gain (compile the JSON Schema as usual then) or when the
-    schema's references cannot be carried into embedded leaves.
+    schema's references cannot be carried into embedded leaves.  ``merge=False`` leaves every
+    conjunction a ``%json`` leaf (the translation before :mod:`.schema_merge`).
     """
     if not isinstance(schema, dict):
         return None
@@ -432,7 +459,8 @@ def any_order_grammar(schema: Any, options: dict[str, Any]) -> str | None:
     has_refs = '"$ref"' in text
     if has_refs and 'id": "' in text and _has_nested_ids(schema):
         return None
-    translator = _Translator(schema, {k: v for k, v in options.items() if v is not None}, has_refs=has_refs)
+    translator = _Translator(schema, {k: v for k, v in options.items() if v is not None}, has_refs=has_refs,
+                             merges=_MAX_MERGES if merge else 0)
     try:
         top = translator.node(schema)
     except _Untranslatable:

@@ -122,12 +122,15 @@ class LLGuidanceLadder(LadderEngine):
         """The exact grammar, on the calling thread: objects in any order when so configured."""
         schema = guard_patterns(schema)
         if self.any_order:
-            grammar = any_order_grammar(schema, self.backend.exact_json)
-            if grammar is not None:
-                try:
-                    return self.backend.compile_lark(grammar)
-                except BackendCompileError:
-                    pass  # compile the JSON Schema itself: its error names the unsupported part
+            # Conjunctions merged into rules first; if a merged part leaves the engine a leaf it
+            # refuses, the same translation without merging, then the JSON Schema itself.
+            for merge in (True, False):
+                grammar = any_order_grammar(schema, self.backend.exact_json, merge=merge)
+                if grammar is not None:
+                    try:
+                        return self.backend.compile_lark(grammar)
+                    except BackendCompileError:
+                        pass  # the JSON Schema's own error names the unsupported part
         return self.backend.compile_json_schema(schema)
 
     def start_exact(self, schema: Any) -> cf.Future[CompiledGrammar]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .pattern_lang import pattern_language, search
 from .regex_writer import other_strings
-from .value_kinds import ATOMS, all_of, contains, kind_of, num_type
+from .value_kinds import ATOMS, ITEM_CONTAINS, all_of, contains, kind_of, num_type
 
 
 class KindNegations:
@@ -195,7 +195,7 @@ class KindNegations:
         if rest is False:
             out.append({"type": "array", "minItems": len(prefix) + 1})
         elif rest not in (True, {}):
-            neg = self.negate(rest)
+            neg = self.negate(rest) if ITEM_CONTAINS.get() else None
             if neg is None or prefix:
                 return None  # "some item after the tuple breaks items": no positive form
             if neg is not False:

@@ -6,6 +6,7 @@ Schema can say "integer" but llguidance cannot say "a number that is not an inte
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 ATOMS = frozenset({"null", "boolean", "object", "array", "string", "integer", "nonint"})
@@ -60,6 +61,11 @@ def all_of(parts: list[Any]) -> Any:
     if not parts:
         return True
     return parts[0] if len(parts) == 1 else {"allOf": parts}
+
+
+# False: negations never say "some item..." (the rewrites as before contains; the compiler
+# retries with it off when a schema written with contains is not served exact).
+ITEM_CONTAINS: contextvars.ContextVar[bool] = contextvars.ContextVar("item_contains", default=True)
 
 
 def contains(schema: Any, draft: int) -> dict[str, Any]:
