@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .key_presence import all_of, asserting, condition, is_false, json_types, presence
+from .keywords import keyword_types
+from .schema_merge import conjuncts, distribute, merge_all
 from .schema_paths import MISSING, resolve_pointer
+from .value_kinds import contained
 
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
                           "allOf", "anyOf", "oneOf", "not"})
@@ -39,6 +42,7 @@ _SCALAR_TERMINALS = {
     "NUMBER": r"/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/", "BOOLEAN": '"true" | "false"',
     "NULL": '"null"'}
 _MAX_PROPERTIES = 64  # bits in an llguidance rule parameter
+_MAX_MERGES = 64  # conjunctions merged per grammar (recursive schemas would unfold forever)
 _WS = "[\\x20\\x0A\\x0D\\x09]"
 _REGEX_META = set("\\.+*?()|[]{}^$#&-~/")
 
@@ -59,6 +63,18 @@ def _json_literal(value: Any) -> str:
     if isinstance(value, str) and _PLAIN.fullmatch(value):
         return '"\\"' + value + '\\""'
     return _lark_string(json.dumps(value, ensure_ascii=False))
+
+
+def _escape_slashes(regex: str) -> str:
+    """``regex`` with every unescaped ``/`` escaped (same language, safe inside ``/.../``)."""
+    out: list[str] = []
+    escaped = False
+    for c in regex:
+        if c == "/" and not escaped:
+            out.append("\\")
+        out.append(c)
+        escaped = c == "\\" and not escaped
+    return "".join(out)
 
 
 def _regex_literal(text: str) -> str:
@@ -85,7 +101,9 @@ class _Translator:
     terminals: dict[str, str] = field(default_factory=dict)
     by_pointer: dict[str, str] = field(default_factory=dict)
     by_leaf: dict[str, str] = field(default_factory=dict)
-    reorderable: int = 0  # objects whose order the grammar frees (nothing to gain when 0)
+    reorderable: int = 0  # objects whose order the grammar frees, arrays with contains
+    merges: int = _MAX_MERGES
+    by_conjunction: dict[str, str] = field(default_factory=dict)
     count: int = 0
 
     def new_rule(self) -> str:
@@ -101,14 +119,16 @@ class _Translator:
 
     def node(self, schema: Any) -> str:
         if isinstance(schema, dict):
+            schema = contained(schema)
             keys = asserting(schema)
             ref = schema.get("$ref")
             typed_ref = keys == {"$ref", "type"} and self.ref_typed(schema)
             if isinstance(ref, str) and (keys == {"$ref"} or typed_ref):
                 return self.ref(ref)
             if keys == {"anyOf"} and isinstance(schema["anyOf"], list) and schema["anyOf"]:
+                branches = [b for b in schema["anyOf"] if not self.never(b)] or [False]
                 name = self.new_rule()
-                self.define(name, ": " + " | ".join(self.node(b) for b in schema["anyOf"]))
+                self.define(name, ": " + " | ".join(self.node(b) for b in branches))
                 return name
             scalar = self.scalar(schema, keys)
             if scalar is not None:
@@ -117,7 +137,53 @@ class _Translator:
                 return self.object(schema)
             if self.is_plain_array(schema, keys):
                 return self.array(schema)
+            combined = self.conjunction(schema, keys)
+            if combined is not None:
+                return combined
         return self.leaf(schema)
+
+    def conjunction(self, schema: dict[str, Any], keys: set[str]) -> str | None:
+        """An ``allOf``, or a node next to its ``anyOf``, as a union of single schemas
+        (:mod:`.schema_merge`) the rules can write; None: it stays a leaf."""
+        if not keys & {"allOf", "anyOf"} or self.merges <= 0:
+            return None
+        text = json.dumps(schema, sort_keys=True, ensure_ascii=False)
+        if text in self.by_conjunction:  # also how a recursive conjunction ends
+            return self.by_conjunction[text]
+        parts = conjuncts(self.root, schema)
+        branches = distribute(self.root, parts)
+        merged = merge_all(self.root, parts) if branches is None else None
+        if branches is None and (merged is None or merged is True):
+            return None
+        self.merges -= 1
+        saved = self.snapshot()
+        name = self.by_conjunction[text] = self.new_rule()
+        try:
+            self.define(name, ": " + self.node({"anyOf": branches} if branches is not None else merged))
+        except _Untranslatable:  # a reference the merged parts cannot carry: the conjunction stays a leaf
+            self.restore(saved)
+            return None
+        return name
+
+    def never(self, schema: Any) -> bool:
+        """True for an ``anyOf`` branch no value satisfies (a merged conjunction that is
+        ``false``): llguidance refuses a ``false`` leaf outright, so it is left out."""
+        if schema is False:
+            return True
+        if not (isinstance(schema, dict) and "allOf" in schema):
+            return False
+        return merge_all(self.root, conjuncts(self.root, schema)) is False
+
+    def snapshot(self) -> tuple[int, dict[str, dict[str, str]]]:
+        """The translation state, to undo a branch that could not be translated."""
+        tables = {"rules": self.rules, "terminals": self.terminals, "by_pointer": self.by_pointer,
+                  "by_leaf": self.by_leaf, "by_conjunction": self.by_conjunction}
+        return self.reorderable, {k: dict(v) for k, v in tables.items()}
+
+    def restore(self, saved: tuple[int, dict[str, dict[str, str]]]) -> None:
+        self.reorderable, tables = saved
+        for key, table in tables.items():
+            setattr(self, key, table)
 
     def ref_typed(self, schema: dict[str, Any]) -> bool:
         """``{"$ref": R, "type": T}`` means R alone when R admits no type outside T."""
@@ -163,6 +229,8 @@ class _Translator:
     def is_plain_object(self, schema: dict[str, Any], keys: set[str]) -> bool:
         props = schema.get("properties", {})
         required = schema.get("required", [])
+        if schema.get("type") == "object":
+            keys = _own_keys(keys, "object")
         return (keys <= _OBJECT_KEYS and "object" in json_types(schema)
                 and isinstance(props, dict) and len(props) <= _MAX_PROPERTIES
                 and isinstance(required, list) and all(isinstance(r, str) for r in required)
@@ -186,8 +254,9 @@ class _Translator:
         pattern, sub = next(iter(pp.items()))
         body = pattern[1:] if pattern.startswith("^") else ".*" + pattern
         body = body[:-1] if body.endswith("$") and not body.endswith("\\$") else body + ".*"
-        if "^" in body.replace("[^", "") or "$" in body.replace("\\$", "") or "/" in body:
+        if "^" in body.replace("[^", "") or "$" in body.replace("\\$", ""):
             return False
+        body = _escape_slashes(body)  # a bare "/" would end the Lark regex literal
         try:
             re.compile(pattern)
         except re.error:
@@ -287,6 +356,10 @@ class _Translator:
     @staticmethod
     def is_plain_array(schema: dict[str, Any], keys: set[str]) -> bool:
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        keys = _own_keys(keys, "array")
+        if "contains" in keys:  # some item matches: unbounded arrays of at least one item only
+            return (keys <= _ARRAY_KEYS | {"contains"} and schema.get("type") == "array"
+                    and isinstance(schema.get("items", {}), dict | bool) and lo in (0, 1) and hi is None)
         return (keys <= _ARRAY_KEYS and schema.get("type") == "array"
                 and isinstance(schema.get("items"), dict)
                 and isinstance(lo, int) and not isinstance(lo, bool) and lo >= 0
@@ -294,6 +367,15 @@ class _Translator:
 
     def array(self, schema: dict[str, Any]) -> str:
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        if "contains" in schema:
+            # Items before and after one that matches both ``items`` and ``contains`` (the
+            # grammar is ambiguous where several match; the language is what counts).
+            item = self.node(schema.get("items", {}))
+            hit = self.node({"allOf": [schema.get("items", {}), schema["contains"]]})
+            name = self.new_rule()
+            self.define(name, f": LBRACK ({item} COMMA)* {hit} (COMMA {item})* RBRACK")
+            self.reorderable += 1  # llguidance's JSON compiler has no contains
+            return name
         item = self.node(schema["items"])
         rest_lo = max(lo - 1, 0)
         rest = f"(COMMA {item}){{{rest_lo},{'' if hi is None else hi - 1}}}"
@@ -345,6 +427,11 @@ class _Translator:
         return found
 
 
+def _own_keys(keys: set[str], json_type: str) -> set[str]:
+    """``keys`` without those that constrain only other types (inert under ``type: json_type``)."""
+    return {k for k in keys if not keyword_types(k) or json_type in keyword_types(k)}
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -355,13 +442,14 @@ def _json_type(value: Any) -> str:
     return {str: "string", list: "array", dict: "object"}.get(type(value), "")
 
 
-def any_order_grammar(schema: Any, options: dict[str, Any]) -> str | None:
+def any_order_grammar(schema: Any, options: dict[str, Any], *, merge: bool = True) -> str | None:
     """An llguidance Lark grammar for ``schema`` whose objects take their properties in any order.
 
     ``options`` are the llguidance JSON options the exact rung uses (separators, whitespace); the
     result writes and accepts exactly the same JSON text per value, only the order of properties
     is free.  None when no object would gain (compile the JSON Schema as usual then) or when the
-    schema's references cannot be carried into embedded leaves.
+    schema's references cannot be carried into embedded leaves.  ``merge=False`` leaves every
+    conjunction a ``%json`` leaf (the translation before :mod:`.schema_merge`).
     """
     if not isinstance(schema, dict):
         return None
@@ -371,7 +459,8 @@ def any_order_grammar(schema: Any, options: dict[str, Any]) -> str | None:
     has_refs = '"$ref"' in text
     if has_refs and 'id": "' in text and _has_nested_ids(schema):
         return None
-    translator = _Translator(schema, {k: v for k, v in options.items() if v is not None}, has_refs=has_refs)
+    translator = _Translator(schema, {k: v for k, v in options.items() if v is not None}, has_refs=has_refs,
+                             merges=_MAX_MERGES if merge else 0)
     try:
         top = translator.node(schema)
     except _Untranslatable:

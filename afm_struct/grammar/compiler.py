@@ -49,6 +49,7 @@ from .spec import (
 )
 from .tool_schema import tool_call_schema
 from .validation import sanitize_json_text, validate_json
+from .value_kinds import ITEM_CONTAINS
 from .worker import WorkerLimitError, run_with_timeout
 
 if TYPE_CHECKING:
@@ -261,13 +262,28 @@ class ConstraintCompiler:
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)
         applied = rewritten.applied
-        if (applied and result.rung in (Rung.GENERIC_JSON, Rung.UNCONSTRAINED)
+        if result.rung is not Rung.EXACT and _says_contains(rewritten.schema):
+            # Written with "some item ..." (contains), which only the any-order grammar takes:
+            # the rewrites without it may still find a form the engine takes.
+            token = ITEM_CONTAINS.set(False)
+            try:
+                plain = rewrite_schema(schema)
+            finally:
+                ITEM_CONTAINS.reset(token)
+            again = climb(self.engine, plain.schema, start, self.options.timeout_s,
+                          generic_cache=self._generic)
+            if again.rung is Rung.EXACT:
+                result, applied = again, plain.applied
+        if (applied and result.rung is not Rung.EXACT
                 and result.reason not in ("compile_timeout", "compile_memory")):
-            # A rewrite can leave a schema the engine finds too large or too complex (nested
-            # negated patterns) even relaxed; the original's relaxed rung, which drops only the
-            # keywords the engine lacks, then serves closer to the schema than generic JSON.
+            # A rewrite can leave a schema the engine cannot take (a negation written with
+            # contains, nested negated patterns) where the original needed no rewrite there (the
+            # engine proves some oneOf branches disjoint itself), or one it finds too large even
+            # relaxed.  The original then serves if it is exact, or relaxed where the rewritten
+            # schema fell to generic JSON (its relaxed rung drops only what the engine lacks).
             original = climb(self.engine, schema, start, self.options.timeout_s, generic_cache=self._generic)
-            if original.rung is Rung.RELAXED:
+            if original.rung is Rung.EXACT or (original.rung is Rung.RELAXED
+                                               and result.rung in (Rung.GENERIC_JSON, Rung.UNCONSTRAINED)):
                 result, applied = original, ()
         return self._result(request, result.rung, result.grammar, result.reason,
                             rewrites=applied, schema=schema)
@@ -315,3 +331,9 @@ def compile_constraint(tokenizer: Tokenizer, request: ConstraintRequest,
                        options: CompileOptions | None = None) -> CompiledConstraint:
     """Compile ``request`` for ``tokenizer``: enforced, downgraded (with a reason), or SchemaError."""
     return get_compiler(tokenizer, options).compile(request)
+
+
+def _says_contains(schema: Any) -> bool:
+    """True when a rewrite wrote "some item ..." (``contains``, or drafts 3-4's not/items/not)."""
+    text = json.dumps(schema, ensure_ascii=False)
+    return '"contains"' in text or '"not": {"items": {"not":' in text

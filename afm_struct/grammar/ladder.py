@@ -18,6 +18,7 @@ from typing import Any
 
 from .any_order import any_order_grammar
 from .engine import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
+from .json_escapes import guard_patterns
 from .keywords import ENGINE_REASONS, TABLE
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
 from .regex_classify import first_irregular_pattern
@@ -119,13 +120,17 @@ class LLGuidanceLadder(LadderEngine):
 
     def build_exact(self, schema: Any) -> CompiledGrammar:
         """The exact grammar, on the calling thread: objects in any order when so configured."""
+        schema = guard_patterns(schema)
         if self.any_order:
-            grammar = any_order_grammar(schema, self.backend.exact_json)
-            if grammar is not None:
-                try:
-                    return self.backend.compile_lark(grammar)
-                except BackendCompileError:
-                    pass  # compile the JSON Schema itself: its error names the unsupported part
+            # Conjunctions merged into rules first; if a merged part leaves the engine a leaf it
+            # refuses, the same translation without merging, then the JSON Schema itself.
+            for merge in (True, False):
+                grammar = any_order_grammar(schema, self.backend.exact_json, merge=merge)
+                if grammar is not None:
+                    try:
+                        return self.backend.compile_lark(grammar)
+                    except BackendCompileError:
+                        pass  # the JSON Schema's own error names the unsupported part
         return self.backend.compile_json_schema(schema)
 
     def start_exact(self, schema: Any) -> cf.Future[CompiledGrammar]:

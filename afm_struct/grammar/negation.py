@@ -33,18 +33,13 @@ from typing import Any
 
 from .drafts import asserting_keywords
 from .formats import rule_for
+from .keywords import TABLE
 from .negation_kinds import KindNegations
 from .value_kinds import ATOMS, all_of, atoms_of, type_schema
 
-# Keywords that constrain only values of one kind.
-_NUMBER = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
-_STRING = frozenset({"minLength", "maxLength", "pattern", "format", "contentEncoding",
-                     "contentMediaType", "contentSchema"})
-_ARRAY = frozenset({"items", "prefixItems", "additionalItems", "contains", "minContains",
-                    "maxContains", "minItems", "maxItems", "uniqueItems", "unevaluatedItems"})
-_OBJECT = frozenset({"properties", "required", "additionalProperties", "patternProperties",
-                     "propertyNames", "minProperties", "maxProperties", "dependentRequired",
-                     "dependentSchemas", "dependencies", "unevaluatedProperties"})
+# Keywords that constrain only values of one kind (the keyword table's ``types`` column).
+_NUMBER, _STRING, _ARRAY, _OBJECT = (frozenset(k for k, v in TABLE.items() if v.types == (t,))
+                                     for t in ("number", "string", "array", "object"))
 _MAX_ENUM = 64
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .pattern_lang import pattern_language, search
 from .regex_writer import other_strings
-from .value_kinds import ATOMS, all_of, kind_of, num_type
+from .value_kinds import ATOMS, ITEM_CONTAINS, all_of, contains, kind_of, num_type
 
 
 class KindNegations:
@@ -195,7 +195,11 @@ class KindNegations:
         if rest is False:
             out.append({"type": "array", "minItems": len(prefix) + 1})
         elif rest not in (True, {}):
-            return None  # "some item breaks items": no positive form
+            neg = self.negate(rest) if ITEM_CONTAINS.get() else None
+            if neg is None or prefix:
+                return None  # "some item after the tuple breaks items": no positive form
+            if neg is not False:
+                out.append({"type": "array", **contains(neg, self.draft)})
         if "contains" in schema:
             neg = self.negate(schema["contains"])
             if neg is None or prefix:
@@ -224,7 +228,17 @@ class KindNegations:
         names = schema.get("propertyNames", True)
         if not isinstance(patterns, dict):
             return None
-        if patterns or extra not in (True, {}) or names not in (True, {}):
+        lo, hi = schema.get("minProperties"), schema.get("maxProperties")
+        if (keys is None and not patterns and not props and names in (True, {}) and extra not in (True, {})
+                and isinstance(hi, int) and not isinstance(hi, bool) and hi <= 1):
+            # At most one key (more is its own piece below): "some key breaks
+            # additionalProperties" is "there is a key and every key breaks it".
+            neg = self.negate(extra)
+            if neg is None:
+                return None
+            if neg is not False:
+                out.append({"type": "object", "minProperties": 1, "additionalProperties": neg})
+        elif patterns or extra not in (True, {}) or names not in (True, {}):
             if keys is None:
                 return None  # "some key is undeclared / breaks its pattern": no positive form
             for key in sorted(keys):
@@ -239,7 +253,6 @@ class KindNegations:
                         return None
                     if neg is not False:
                         out.append({"type": "object", "required": [key], **neg})
-        lo, hi = schema.get("minProperties"), schema.get("maxProperties")
         if isinstance(lo, int) and lo > 0:
             out.append({"type": "object", "maxProperties": lo - 1})
         if isinstance(hi, int):

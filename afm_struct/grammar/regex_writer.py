@@ -5,12 +5,13 @@ regex read alike: ``(?:…)``, ``|``, ``*``, ``?`` and classes of ``\\uXXXX`` es
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .automata import MAX_STATES, Dfa, Node, TooComplex, spend
-from .charsets import FULL, NEWLINE, SURROGATES, complement, diff, normalize
+from .charsets import FULL, NEWLINE, SURROGATES, complement, diff, normalize, within
 
-MAX_PATTERN = 8000
+MAX_PATTERN = 32000
 
 
 def to_regex(dfa: Dfa) -> str | None:
@@ -44,7 +45,7 @@ def to_regex(dfa: Dfa) -> str | None:
             by_target.setdefault(t, []).extend(dfa.atoms[a])
         for t, ivs in by_target.items():
             if diff(normalize(ivs), SURROGATES):  # lone surrogates only: no scalar value takes it
-                put(s, t, ("set", normalize(ivs)), 6 + 14 * len(ivs))
+                put(s, t, ("set", normalize(ivs)), _class_width(normalize(ivs)))
         if s in dfa.accept:
             put(s, final, ("eps",), 0)
     remaining = set(range(n))
@@ -101,16 +102,29 @@ def _alt(a: Node, b: Node) -> Node:
 
 
 def _char(cp: int) -> str:
-    if chr(cp).isascii() and chr(cp).isalnum():
-        return chr(cp)
+    c = chr(cp)
+    if (c.isascii() and c.isalnum()) or (cp >= 0xA0 and c.isprintable() and not c.isspace()):
+        # Non-ASCII letters, digits, marks and symbols as themselves: one character where an
+        # escape takes six (Unicode classes such as Python's \\d or \\w print 5x shorter), and
+        # no ASCII punctuation, which Rust's classes read as set operators (``&&``, ``--``).
+        return c
     return f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
 
 
+def _class_width(intervals: tuple[tuple[int, int], ...]) -> int:
+    """How many characters the class prints to (what an edge adds to the pattern's length)."""
+    return len(_class(intervals))
+
+
+@functools.lru_cache(maxsize=4096)
 def _class(intervals: tuple[tuple[int, int], ...]) -> str:
     if intervals == FULL:
         return "[\\s\\S]"
     if diff(intervals, SURROGATES) == diff(FULL, NEWLINE + SURROGATES):
         return "."
+    if (intervals and intervals[0][0] == 0 and intervals != ((0, 0),)
+            and not (within(0x5C, intervals) and within(0x22, intervals))):
+        intervals = diff(intervals, ((0, 0),))  # see json_escapes: U+0000 beside a missing \ or "
     usable = diff(intervals, SURROGATES)
     if len(usable) == 1 and usable[0][0] == usable[0][1]:
         return _char(usable[0][0])

@@ -14,9 +14,11 @@ from typing import Any
 
 from .disjoint import kinds_in_draft, schemas_disjoint
 from .negation import ATOMS, atoms_of
+from .regex_writer import MAX_PATTERN
 
 _MAX_BRANCHES = 12
-_GROWTH = 40  # a rewritten oneOf may be at most this many times the original's JSON size
+_GROWTH = 40  # a rewritten oneOf may be at most this many times the original's JSON size,
+_SLACK = MAX_PATTERN + 4000  # plus room for one negated pattern (a Unicode class prints long)
 
 
 def _join(node: dict[str, Any], key: str, extra: list[Any]) -> dict[str, Any]:
@@ -108,9 +110,13 @@ def oneof_exclusive(node: dict[str, Any], original: dict[str, Any], ctx: Any) ->
             continue
         out.append(parts[0] if len(parts) == 1 else {"allOf": parts})
     result = _as_any_of(node, out) if out else _join(node, "oneOf", [False])
-    if len(json.dumps(result)) > _GROWTH * len(json.dumps(node)) + 4000:
+    if _size(result) > _GROWTH * _size(node) + _SLACK:
         return None
     return result
+
+
+def _size(schema: Any) -> int:
+    return len(json.dumps(schema, ensure_ascii=False))
 
 
 def _as_any_of(node: dict[str, Any], branches: list[Any]) -> dict[str, Any]:

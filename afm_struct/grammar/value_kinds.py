@@ -6,6 +6,7 @@ Schema can say "integer" but llguidance cannot say "a number that is not an inte
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 ATOMS = frozenset({"null", "boolean", "object", "array", "string", "integer", "nonint"})
@@ -60,3 +61,26 @@ def all_of(parts: list[Any]) -> Any:
     if not parts:
         return True
     return parts[0] if len(parts) == 1 else {"allOf": parts}
+
+
+# False: negations never say "some item..." (the rewrites as before contains; the compiler
+# retries with it off when a schema written with contains is not served exact).
+ITEM_CONTAINS: contextvars.ContextVar[bool] = contextvars.ContextVar("item_contains", default=True)
+
+
+def contains(schema: Any, draft: int) -> dict[str, Any]:
+    """The keywords of "some item is valid against ``schema``": ``contains``, or in drafts 3-4,
+    which lack it, ``not: {items: {not: schema}}`` (what :func:`contained` reads back).
+    llguidance's JSON compiler takes neither; the any-order grammar writes both."""
+    if draft in (3, 4):
+        return {"not": {"items": {"not": schema}}}
+    return {"contains": schema}
+
+
+def contained(schema: Any) -> Any:
+    """``schema`` with a drafts 3-4 "some item" (see :func:`contains`) spelled ``contains``."""
+    inner = schema.get("not") if isinstance(schema, dict) and "contains" not in schema else None
+    if (isinstance(inner, dict) and set(inner) == {"items"} and isinstance(inner["items"], dict)
+            and set(inner["items"]) == {"not"}):
+        return {**{k: v for k, v in schema.items() if k != "not"}, "contains": inner["items"]["not"]}
+    return schema
