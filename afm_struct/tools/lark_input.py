@@ -33,7 +33,15 @@ _TOKEN = re.compile(r"""
 
 
 class LarkInputError(ValueError):
-    """The grammar uses something this rewrite does not support (the message names it)."""
+    """The grammar uses something this rewrite does not support (the message names it).
+
+    Its message is written here for the client (never an engine's or parser's text), so the
+    HTTP layer may show it as it is: :attr:`reason`."""
+
+    @property
+    def reason(self) -> str:
+        """The client-facing message."""
+        return str(self.args[0]) if self.args else "unsupported grammar"
 
 
 def json_string_rules(definition: str, prefix: str) -> tuple[str, str]:
@@ -100,7 +108,11 @@ def escaped_regex(pattern: str) -> str:
     try:
         parsed = sre_parse.parse(pattern)
     except re.error as exc:
-        raise LarkInputError(f"cannot read the regular expression /{pattern}/: {exc}") from None
+        # re.error's msg and pos describe the caller's own pattern ("missing ), unterminated
+        # subpattern", an index into it): actionable, and no internals.
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise LarkInputError(f"cannot read the regular expression /{pattern}/: "
+                             + exc.msg + where) from None
     if parsed.state.flags & ~(sre_c.SRE_FLAG_UNICODE):
         raise LarkInputError("regular expression flags are not supported")
     return _seq(parsed)

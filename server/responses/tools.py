@@ -67,7 +67,7 @@ def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str, str]:
             try:
                 json_string_rules(definition, "check_")
             except LarkInputError as exc:
-                raise InvalidRequestError(f"{where}.definition: {exc}", param=f"{where}.definition",
+                raise InvalidRequestError(f"{where}.definition: " + exc.reason, param=f"{where}.definition",
                                           code="unsupported_value") from None
             return schema_of(string), f"Its input must follow this Lark grammar:\n{definition}", definition
         string["pattern"] = f"^(?:{definition})$"
