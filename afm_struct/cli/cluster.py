@@ -179,7 +179,9 @@ class Cluster:
         if len(str(self.stats_socket)) > MAX_SOCKET_PATH:
             # A deep --run-dir would make HAProxy refuse its config ("socket path too long"):
             # the socket alone goes to a short directory of its own, removed at stop.
-            self._socket_dir = Path(tempfile.mkdtemp(prefix="afm-hx-"))
+            # TMPDIR may be as deep as the run directory (pytest's is): then /tmp itself.
+            short = tempfile.gettempdir() if len(tempfile.gettempdir()) < MAX_SOCKET_PATH - 30 else "/tmp"
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="afm-hx-", dir=short))
             self.stats_socket = self._socket_dir / "haproxy.sock"
         ports = self.replica_ports or tuple(free_port() for _ in range(self.replicas))
         self.members = [Replica(f"r{i + 1}", port, self.run_dir / f"r{i + 1}.log")

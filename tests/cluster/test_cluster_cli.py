@@ -261,8 +261,11 @@ def test_the_default_replica_count_is_what_the_docs_and_makefile_say(capsys) -> 
     assert "(default 3," in capsys.readouterr().out
 
 
-def test_a_deep_run_directory_keeps_the_stats_socket_short_enough_for_haproxy(tmp_path: Path) -> None:
+def test_a_deep_run_directory_keeps_the_stats_socket_short_enough_for_haproxy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)  # pytest-xdist's own tmp paths got this deep in CI
+    monkeypatch.setenv("TMPDIR", str(deep))  # and TMPDIR with it (the CLI tests set it so)
+    monkeypatch.setattr(tempfile, "tempdir", None)
     cluster = Cluster(1, free_port(), ["--model", "scripted:50"], log=lambda _line: None, run_dir=deep)
     assert len(str(cluster.stats_socket)) <= MAX_SOCKET_PATH
     assert cluster.haproxy is not None
