@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.decoding.next_mask import MaskFiller
+from afm_struct.decoding.next_mask import LIST_ALLOWED_MAX, MaskFiller
 from afm_struct.decoding.reasoning import ReasoningGate, ReasoningTags
 from afm_struct.grammar.engine import MatcherError
 from afm_struct.grammar.llguidance_backend import LLGuidanceBackend
@@ -98,6 +98,12 @@ def test_together_equals_one_by_one(tokenizer: Any, grammars: list[Any], plan: l
     for a, b in zip(together, alone, strict=True):
         assert np.array_equal(a.mask, b.mask)
         assert (a.mask_all, a.mask_free) == (b.mask_all, b.mask_free)
+        # A mask with few tokens lists them (greedy rows sample from those alone).
+        allowed = np.flatnonzero(np.unpackbits(a.mask[0].view(np.uint8), bitorder="little"))
+        if allowed.size <= LIST_ALLOWED_MAX:
+            assert np.array_equal(a.mask_tokens, allowed) and np.array_equal(b.mask_tokens, allowed)
+        else:
+            assert a.mask_tokens is None and b.mask_tokens is None
     # One bitmask for the batch: every row's mask is a row of it (the reused one).
     assert all(np.shares_memory(r.mask, used) for r in together)
 
