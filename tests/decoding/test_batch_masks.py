@@ -173,3 +173,17 @@ def _fill_and_keep(filler: MaskFiller, rows: list[Any]) -> Any:
     used = np.zeros((len(rows) + 1, (filler.vocab_size + 31) // 32), dtype=np.int32)
     assert filler.fill_rows(rows, lambda seq, exc: (_ for _ in ()).throw(exc), used) is used
     return used
+
+
+@pytest.mark.parametrize("narrow", [1, 37])
+def test_a_row_narrower_than_the_grammar_gets_its_prefix_and_nothing_past_it(
+        tokenizer: Any, grammars: list[Any], narrow: int) -> None:
+    """A model vocabulary narrower than the tokenizer's: the row holds the prefix of the
+    grammar's mask, and the words after it (the next row of a batch) are not written."""
+    words = (tokenizer.vocab_size + 31) // 32
+    full = np.zeros((1, words), dtype=np.int32)
+    grammars[2].new_matcher().fill_mask(full[0])
+    buffer = np.full(words + 8, 0x5A5A5A5A, dtype=np.int32)
+    grammars[2].new_matcher().fill_mask(buffer[:words - narrow])
+    assert np.array_equal(buffer[:words - narrow], full[0, :words - narrow])
+    assert (buffer[words - narrow:] == 0x5A5A5A5A).all()
