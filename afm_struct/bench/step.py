@@ -8,12 +8,17 @@ array, and each row walks a valid instance of a JSONSchemaBench schema token by 
 the real :class:`~afm_struct.decoding.next_mask.MaskFiller` (a row that ends starts the next
 schema of the pool).  Per step, every mode does what the generator does:
 
-* ``free``: wait for the pass, sample (argmax) every row;
+* ``free``: wait for the pass, sample every row as the generator does
+  (:func:`~afm_struct.decoding.step_sampling.sample_rows`, rows without a grammar);
 * ``rows``: launch the pass, fill the masks one row after the other, wait, apply the bitmask
-  the way it was applied before issue 31 (a boolean (B, V) array and ``where``), sample,
-  advance the matchers: the step before issue 31;
-* ``batch``: the same with the masks filled together in one llguidance call and the bitmask
-  applied on the device as an additive bias (:func:`~afm_struct.decoding.masking.apply_bitmask`).
+  the way it was applied before issue 31 (a boolean (B, V) array and ``where``), take the
+  argmax, advance the matchers: the step before issue 31;
+* ``batch``: the generator's step: the masks filled together in one llguidance call while the
+  pass runs, then :func:`~afm_struct.decoding.step_sampling.sample_rows` on the group's
+  bitmask (rows with the loop breaker the generator gives constrained rows), and the advance.
+
+The samplers are greedy by default (``--temperature`` for seeded sampling, where every masked
+row goes through the masking op).
 
 Modes alternate in blocks of steps, so load on the machine falls on all of them alike.
 Reported per vocabulary and batch size: the step's p50 (ms) and its ratio to the free step,
@@ -43,6 +48,8 @@ from .masks import DEFAULT_DIR
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
+
+FREE_REQUEST = SimpleNamespace(logprobs=None, stops_cut_grammar=False)
 
 MODES = ("free", "rows", "batch")
 SERIES = ("step_ms", "fill_us", "mask_us", "fill_cpu_ms", "post_cpu_ms")
@@ -98,20 +105,29 @@ def schema_pool(tokenizer: Tokenizer, folder: Path, size: int,
 class Rows:
     """A batch of rows walking pool instances (each mode has its own, in the same order)."""
 
-    def __init__(self, pool: list[tuple[Any, list[int]]], batch: int) -> None:
+    def __init__(self, pool: list[tuple[Any, list[int]]], batch: int, logits: Any,
+                 temperature: float) -> None:
         self.pool = pool
         self.next = 0
-        self.rows = [self._fresh() for _ in range(batch)]
+        self.logits = logits
+        self.temperature = temperature
+        self.rows = [self._fresh(i) for i in range(batch)]
         self.rejected = 0
         self.bitmask: np.ndarray | None = None
 
-    def _fresh(self) -> Any:
+    def _fresh(self, i: int) -> Any:
+        from afm_struct.decoding.sampling import SamplingParams, make_loop_breaker, make_sampler
+
         constraint, ids = self.pool[self.next % len(self.pool)]
         self.next += 1
+        # As the generator's rows: (1, V) logits out of the pass's (B, V), a seeded sampler, and
+        # the loop breaker constrained rows get.
         return SimpleNamespace(matcher=constraint.new_matcher(), ids=ids, pos=0, closer=None, tokens=[],
-                               max_tokens=1 << 30, mask=None, mask_all=True, mask_free=True,
-                               timings=SimpleNamespace(mask_s=0.0),
-                               request=SimpleNamespace(stops_cut_grammar=False))
+                               max_tokens=1 << 30, mask=None, mask_all=True, mask_free=True, mask_tokens=None,
+                               timings=SimpleNamespace(mask_s=0.0, first_token_s=0.0), started=0.0,
+                               logits=self.logits[i:i + 1], processors=[make_loop_breaker()],
+                               sampler=make_sampler(SamplingParams(temperature=self.temperature, seed=i)),
+                               request=SimpleNamespace(stops_cut_grammar=False, logprobs=None))
 
     def advance(self) -> None:
         """Every row consumes its instance's next token (a new schema after the last)."""
@@ -119,22 +135,32 @@ class Rows:
             token = row.ids[row.pos]
             if not (int(row.mask[0, token >> 5]) >> (token & 31)) & 1 or not row.matcher.advance(token):
                 self.rejected += 1  # an enforced grammar rejecting a valid instance: reported
-                self.rows[i] = self._fresh()
+                self.rows[i] = self._fresh(i)
                 continue
             row.pos += 1
+            row.tokens.append(token)
             if row.pos == len(row.ids):
-                self.rows[i] = self._fresh()
+                self.rows[i] = self._fresh(i)
 
 
-def run_steps(mode: str, rows: Rows, filler: Any, logits: Any, forward_s: float, steps: int,
+def free_rows(logits: Any, temperature: float) -> list[Any]:
+    """Rows without a grammar over ``logits`` (B, V), as the generator holds them."""
+    from afm_struct.decoding.sampling import SamplingParams, make_sampler
+
+    return [SimpleNamespace(matcher=None, logits=logits[i:i + 1], processors=[], tokens=[], started=0.0,
+                            sampler=make_sampler(SamplingParams(temperature=temperature, seed=i)),
+                            timings=SimpleNamespace(first_token_s=0.0), request=FREE_REQUEST)
+            for i in range(logits.shape[0])]
+
+
+def run_steps(mode: str, rows: Rows, filler: Any, free: list[Any], forward_s: float, steps: int,
               pool: ThreadPoolExecutor, out: dict[str, list[float]]) -> None:
     """``steps`` decode steps of ``mode``; step, fill and single-mask times appended to ``out``."""
     import mlx.core as mx
 
-    from afm_struct.decoding.masking import apply_bitmask
+    from afm_struct.decoding.step_sampling import sample_rows
 
     filler.together = mode == "batch"
-    apply = apply_bitmask if mode == "batch" else where_apply  # (before issue 31 they are one)
     for _ in range(steps):
         t0 = time.perf_counter()
         forward = pool.submit(time.sleep, forward_s)  # the device computes the pass meanwhile
@@ -154,13 +180,16 @@ def run_steps(mode: str, rows: Rows, filler: Any, logits: Any, forward_s: float,
         forward.result()
         p0 = time.process_time()
         if mode == "free":
-            mx.eval(mx.argmax(logits, axis=-1))
+            sample_rows(free)
+        elif mode == "batch":
+            sample_rows(rows.rows, bitmask=rows.bitmask)
+            rows.advance()
         else:
             if hasattr(filler, "fill_rows"):
                 bitmask = rows.bitmask[:len(rows.rows)]  # the step's one bitmask
             else:
                 bitmask = np.concatenate([r.mask for r in rows.rows])
-            mx.eval(mx.argmax(apply(logits, bitmask), axis=-1))
+            mx.eval(mx.argmax(where_apply(rows.logits, bitmask), axis=-1))
             rows.advance()
         out["post_cpu_ms"].append((time.process_time() - p0) * 1e3)
         out["step_ms"].append((time.perf_counter() - t0) * 1e3)
@@ -192,15 +221,16 @@ def bench_vocab(name: str, args: argparse.Namespace) -> dict[str, Any]:
         for batch in args.batch:
             logits = mx.random.normal((batch, int(tokenizer.vocab_size)), key=mx.random.key(batch))
             mx.eval(logits)
-            rows = {m: Rows(pool, batch) for m in MODES if m != "free"}
+            rows = {m: Rows(pool, batch, logits, args.temperature) for m in MODES if m != "free"}
+            free = free_rows(logits, args.temperature)
             times: dict[str, dict[str, list[float]]] = {m: {k: [] for k in SERIES}
                                                         for m in MODES}
             for m in MODES:  # warm-up, not recorded
-                run_steps(m, rows.get(m, rows["batch"]), filler, logits, args.forward_ms / 1e3, 3, threads,
+                run_steps(m, rows.get(m, rows["batch"]), filler, free, args.forward_ms / 1e3, 3, threads,
                           {k: [] for k in SERIES})
             for _ in range(max(1, args.steps // args.block)):
                 for m in MODES:
-                    run_steps(m, rows.get(m, rows["batch"]), filler, logits, args.forward_ms / 1e3,
+                    run_steps(m, rows.get(m, rows["batch"]), filler, free, args.forward_ms / 1e3,
                               args.block, threads, times[m])
             med = {m: float(np.median(times[m]["step_ms"])) for m in MODES}
             post = {m: float(np.median(times[m]["post_cpu_ms"])) for m in MODES}
@@ -236,7 +266,8 @@ def bench_vocab(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown_table(report: dict[str, Any]) -> str:
     """One row per vocabulary and batch size."""
-    lines = [f"Forward pass {report['forward_ms']} ms (scripted), {report['steps']} steps per mode; "
+    lines = [f"Forward pass {report['forward_ms']} ms (scripted), temperature "
+             f"{report.get('temperature', 0.0)}, {report['steps']} steps per mode; "
              f"load average {report['load_average']}, {report['cpus']} CPUs.", "",
              "| vocabulary | batch | free step (ms) | rows step (ms) / ratio | batch step (ms) / ratio | "
              "fill µs/row p50: rows / batch (x) | fill µs/row min: rows / batch (x) "
@@ -296,7 +327,8 @@ def run(args: argparse.Namespace) -> int:
     names = args.vocab or list(VOCABULARIES)
     report: dict[str, Any] = {
         "command": " ".join(["afm-struct", "bench", "step", *sys.argv[3:]]) if len(sys.argv) > 2 else "",
-        "forward_ms": args.forward_ms, "steps": args.steps, "cpus": os.cpu_count(), "vocabularies": []}
+        "forward_ms": args.forward_ms, "temperature": args.temperature, "steps": args.steps,
+        "cpus": os.cpu_count(), "vocabularies": []}
     try:
         for name in names:
             report["vocabularies"].append(bench_vocab(name, args))
@@ -325,6 +357,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32, 64],
                         help="batch sizes, comma-separated (default 1,8,32,64)")
     parser.add_argument("--forward-ms", type=float, default=5.0, help="the scripted forward pass (ms)")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="the rows' sampling temperature (default 0: greedy; seeded otherwise)")
     parser.add_argument("--steps", type=int, default=60, help="recorded steps per mode and batch size")
     parser.add_argument("--block", type=int, default=10, help="steps per mode before switching modes")
     parser.add_argument("--pool", type=int, default=64, help="schemas the rows walk (enforced, spread)")

@@ -24,8 +24,26 @@ def bitmask_allows_all(row: np.ndarray, vocab_size: int) -> bool:
 def allows_most(row: np.ndarray, vocab_size: int) -> bool:
     """True when the row allows more than half of the vocabulary: free text, where a grammar
     excludes only special tokens and stray bytes, as opposed to a structure it constrains."""
+    return allowed_count(row) * 2 > vocab_size
+
+
+def allowed_count(row: np.ndarray) -> int:
+    """How many bits of one bitmask row are set."""
     # A popcount of the words: unpacking the bits first cost ~10x (~0.3 ms a row at 128k).
-    return int(np.bitwise_count(row.view(np.uint32)).sum()) * 2 > vocab_size
+    return int(np.bitwise_count(row.view(np.uint32)).sum())
+
+
+def allowed_tokens(row: np.ndarray) -> np.ndarray:
+    """The token ids whose bits are set in one bitmask row, ascending (int64)."""
+    words = np.flatnonzero(row)  # a structural mask: a few nonzero words, unpacked alone
+    bits = np.unpackbits(row[words].view(np.uint8), bitorder="little").reshape(len(words), 32)
+    return (words[:, None] * 32 + np.arange(32))[bits.view(np.bool_)]
+
+
+def allows_token(row: np.ndarray, token: int) -> bool:
+    """True when bit ``token`` of one bitmask row is set (a token past the row is banned)."""
+    word = token >> 5
+    return word < row.shape[0] and bool((int(row[word]) >> (token & 31)) & 1)
 
 
 def set_tokens(row: np.ndarray, tokens: Iterable[int], allowed: bool) -> None:
@@ -59,7 +77,9 @@ def apply_on_host(logits: mx.array, bitmask: np.ndarray) -> mx.array:
     and a ``where``."""
     # No MLX constants shared across threads (MLX streams are per thread).
     words = np.ascontiguousarray(np.asarray(bitmask, dtype=np.int32))
-    unpacked = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little").astype(bool)
+    # unpackbits gives 0 and 1 bytes, already valid booleans: a view, where ``astype(bool)``
+    # cost a pass over every byte (3.6 ms of CPU for 32 x 128k, the unpacking itself 0.17).
+    unpacked = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little").view(np.bool_)
     vocab = logits.shape[-1]
     width = unpacked.shape[-1]
     if width < vocab:

@@ -22,8 +22,13 @@ from typing import Any
 import numpy as np
 
 from ..grammar.engine import BatchFill, allocate_bitmask, mask_words, matcher_failure
-from .masking import allows_most, bitmask_allows_all, set_tokens
+from .masking import allowed_count, allowed_tokens, bitmask_allows_all, set_tokens
 from .sequence import SequenceState
+
+# A mask allowing at most this many tokens also lists them (``seq.mask_tokens``), so that a
+# greedy row samples from those logits alone (step_sampling.py).  Listed here, on the CPU while
+# the forward pass runs, not after it.
+LIST_ALLOWED_MAX = 4096
 
 
 def _raise(_seq: SequenceState, exc: Exception) -> None:
@@ -64,6 +69,7 @@ class MaskFiller:
         bitmask = reuse[:len(rows)]
         for i, seq in enumerate(rows):
             seq.mask = bitmask[i:i + 1]
+            seq.mask_tokens = None  # until its row is final (a row that fails keeps none)
         together = self._fill_together(rows, bitmask) if self.together else set()
         shared = (time.perf_counter() - t0) / max(len(together), 1)
         for i, seq in enumerate(rows):
@@ -127,5 +133,9 @@ class MaskFiller:
                 row[:] = 0
                 set_tokens(row, closing[:1], True)
         seq.mask_all = bitmask_allows_all(row, self.vocab_size)
+        allowed = allowed_count(row)
         if not seq.request.stops_cut_grammar:
-            seq.mask_free = seq.mask_all or allows_most(row, self.vocab_size)
+            # Free text (more than half the vocabulary), as opposed to a structure.
+            seq.mask_free = seq.mask_all or allowed * 2 > self.vocab_size
+        if allowed <= LIST_ALLOWED_MAX:
+            seq.mask_tokens = allowed_tokens(row)

@@ -220,7 +220,20 @@ def make_loop_breaker(penalty: float = 1e4) -> LogitsProcessor:
         logits[..., token] = logits[..., token] - penalty
         return logits
 
+    # Most steps it changes nothing: a greedy row may then skip it and sample from its
+    # allowed logits alone (step_sampling.py).
+    process.idle = lambda tokens: find_loop(tokens) is None  # type: ignore[attr-defined]
     return process
+
+
+def processors_idle(processors: Sequence[LogitsProcessor], tokens: Sequence[int]) -> bool:
+    """True when none of ``processors`` would change the logits after ``tokens``: each says so
+    through its ``idle(tokens)`` (a processor without one is assumed to change them)."""
+    return all(getattr(p, "idle", _busy)(tokens) for p in processors)
+
+
+def _busy(_tokens: Sequence[int]) -> bool:
+    return False
 
 
 def make_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:

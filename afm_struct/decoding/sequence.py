@@ -42,6 +42,8 @@ class SequenceState:
     pending: list[int] = field(default_factory=list)  # decided tokens not yet fed to the model
     mask: np.ndarray | None = None  # (1, words) bitmask row of the next step
     mask_all: bool = True
+    # The tokens ``mask`` allows, ascending, when they are few (next_mask.LIST_ALLOWED_MAX).
+    mask_tokens: np.ndarray | None = None
     mask_free: bool = True  # the mask allows most tokens (free text), for stops_cut_grammar
     stops_off: bool = False  # a tool call began: stop sequences no longer apply
     prefilled: int = 0

@@ -5,6 +5,14 @@ processor or sampling filter; then each row runs its own processors and seeded s
 whose request asked for logprobs also hand their processed distribution to one batched
 log-softmax / top-n (:mod:`.logprobs`), read in the same synchronisation as the tokens; a step
 where no row asked does exactly what it did before logprobs existed.
+
+A greedy row whose processors change nothing this step (and no logprobs) needs only the argmax
+of its allowed logits, so it skips the masking op, which on a CPU cost more than the sampling
+itself (32 rows of a 128k vocabulary): a mask that lists its few allowed tokens
+(``seq.mask_tokens``, a structural position) takes the argmax of those logits alone; another
+takes the argmax of all its logits, which stands when its mask allows it (the first maximum
+overall is then the first allowed one) and is redone on the masked logits when not.  Either way
+the token is exactly the argmax of the masked logits.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ import numpy as np
 
 from ..grammar.engine import mask_words
 from .logprobs import RowStats, logprob_arrays, read_stats
-from .masking import apply_bitmask
+from .masking import allows_token, apply_bitmask
+from .sampling import processors_idle
 from .sequence import SequenceState
 
 
@@ -52,62 +61,123 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
         failed.add(i)
         on_error(i, exc)
 
-    logits = rows[0].logits if len(rows) == 1 else mx.concatenate([r.logits for r in rows], axis=0)
-    assert logits is not None
+    vocab = rows[0].logits.shape[-1]
+    words = mask_words(vocab)
     masked = [i for i, r in enumerate(rows) if r.matcher is not None and not r.mask_all]
-    words = mask_words(logits.shape[-1])
-    together = _filled_together(rows, bitmask, words) if masked else None
-    if together is not None:
-        logits = apply_bitmask(logits, together)
-    elif masked:
-        bitmask = np.full((len(rows), words), -1, dtype=np.int32)
-        for i in masked:
-            try:
-                row = rows[i].mask[0][:words]
-                bitmask[i] = 0  # tokens past a row's mask (a padded model vocabulary): disallowed
-                bitmask[i, :row.shape[0]] = row
-            except Exception as exc:
-                bitmask[i] = -1
-                row_failed(i, exc)
-        logits = apply_bitmask(logits, bitmask)
-    picks = []
+    argmax_only = {i for i in masked if _argmax_only(rows[i], row_failed, i)}
+    views = _masked_logits(rows, [i for i in masked if i not in argmax_only and i not in failed],
+                           bitmask, words, row_failed)
+    picks: dict[int, mx.array] = {}  # row -> its sampled token (1,)
+    listed: dict[int, tuple[np.ndarray, mx.array]] = {}  # row -> (allowed ids, argmax among them)
     asked: list[int] = []
     dists: list[mx.array] = []
     for i, r in enumerate(rows):
         if i in failed:
             continue
         try:
-            row_logits = logits[i:i + 1]
+            if i in argmax_only:
+                ids = r.mask_tokens
+                if ids is not None:
+                    ids = ids[ids < vocab] if ids.size and ids[-1] >= vocab else ids
+                    if ids.size:
+                        among = mx.take(r.logits[0], mx.array(ids.astype(np.int32)))
+                        listed[i] = (ids, mx.argmax(among, axis=-1))
+                        continue
+                picks[i] = r.sampler(r.logits)  # kept if its mask allows it (checked below)
+                continue
+            row_logits = views[i] if i in views else r.logits[0:1]  # (processors write in place)
             for proc in r.processors:
                 row_logits = proc(r.tokens, row_logits)
             if r.request.logprobs is None:
-                picks.append(r.sampler(row_logits))
+                picks[i] = r.sampler(row_logits)
                 continue
             dist = r.sampler.distribution(row_logits)  # what the draw samples from
             pick = r.sampler.draw(dist)
         except Exception as exc:
             row_failed(i, exc)
             continue
-        picks.append(pick)
+        picks[i] = pick
         asked.append(i)
         dists.append(dist)
-    sampled = [i for i in range(len(rows)) if i not in failed]
     stats: list[RowStats | None] = [None] * len(rows)
     tokens = [-1] * len(rows)
-    if not sampled:
+    order = [i for i in range(len(rows)) if i in picks]
+    if not order and not listed:
         return tokens, stats
-    tokens_arr = mx.concatenate(picks)
+    tokens_arr = mx.concatenate([picks[i] for i in order]) if order else None
+    among = [k for _, k in listed.values()]
     if asked:
+        assert tokens_arr is not None
         wants = [rows[i].request.logprobs or 0 for i in asked]
-        at = {row: k for k, row in enumerate(sampled)}
+        at = {row: k for k, row in enumerate(order)}
         arrays = logprob_arrays(dists, tokens_arr[mx.array([at[i] for i in asked])], max(wants))
-        mx.eval(tokens_arr, *arrays)  # one sync for tokens and logprobs
+        mx.eval(tokens_arr, *among, *arrays)  # one sync for tokens and logprobs
         for i, s in zip(asked, read_stats(arrays, wants), strict=True):
             stats[i] = s
-    for i, t in zip(sampled, tokens_arr.tolist(), strict=True):
-        tokens[i] = int(t)
+    else:
+        mx.eval(*([tokens_arr] if tokens_arr is not None else []), *among)
+    if tokens_arr is not None:
+        for i, t in zip(order, tokens_arr.tolist(), strict=True):
+            tokens[i] = int(t)
+    for i, (ids, k) in listed.items():
+        tokens[i] = int(ids[int(k.item())])
+    _redo_banned(rows, [i for i in order if i in argmax_only], tokens, row_failed)
     now = time.perf_counter()
     for r in rows:
         if r.timings.first_token_s is None:
             r.timings.first_token_s = now - r.started
     return tokens, stats
+
+
+def _argmax_only(row: SequenceState, row_failed: Callable[[int, Exception], None], i: int) -> bool:
+    """True when ``row``'s token is the argmax of its masked logits: a greedy sampler, no
+    logprobs, and no processor that would change the logits this step."""
+    if not getattr(row.sampler, "greedy", False) or row.request.logprobs is not None:
+        return False
+    try:
+        return processors_idle(row.processors, row.tokens)
+    except Exception as exc:  # a processor's own check: this row's failure
+        row_failed(i, exc)
+        return False
+
+
+def _masked_logits(rows: Sequence[SequenceState], which: list[int], bitmask: np.ndarray | None,
+                   words: int, row_failed: Callable[[int, Exception], None]) -> dict[int, mx.array]:
+    """The masked (1, V) logits of rows ``which``, their masks applied in one op."""
+    if not which:
+        return {}
+    together = _filled_together(rows, bitmask, words)
+    if together is not None:
+        mask = together if len(which) == len(rows) else together[which]
+    else:
+        mask = np.full((len(which), words), -1, dtype=np.int32)
+        for k, i in enumerate(which):
+            try:
+                row = rows[i].mask[0][:words]
+                mask[k] = 0  # tokens past a row's mask (a padded model vocabulary): disallowed
+                mask[k, :row.shape[0]] = row
+            except Exception as exc:
+                mask[k] = -1
+                row_failed(i, exc)
+    stacked = rows[which[0]].logits if len(which) == 1 else mx.concatenate([rows[i].logits for i in which])
+    applied = apply_bitmask(stacked, mask)
+    return {i: applied[k:k + 1] for k, i in enumerate(which)}
+
+
+def _redo_banned(rows: Sequence[SequenceState], which: list[int], tokens: list[int],
+                 row_failed: Callable[[int, Exception], None]) -> None:
+    """Rows ``which`` took the argmax of all their logits: where their mask bans it, take the
+    argmax of the masked logits instead (one more synchronisation, for those rows only)."""
+    redo: dict[int, mx.array] = {}
+    for i in which:
+        r = rows[i]
+        try:
+            if not allows_token(r.mask[0], tokens[i]):
+                redo[i] = r.sampler(apply_bitmask(r.logits, r.mask))
+        except Exception as exc:
+            tokens[i] = -1
+            row_failed(i, exc)
+    if redo:
+        mx.eval(*redo.values())
+        for i, t in redo.items():
+            tokens[i] = int(t.item())

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.decoding.next_mask import MaskFiller
+from afm_struct.decoding.next_mask import LIST_ALLOWED_MAX, MaskFiller
 from afm_struct.decoding.reasoning import ReasoningGate, ReasoningTags
 from afm_struct.grammar.engine import MatcherError
 from afm_struct.grammar.llguidance_backend import LLGuidanceBackend
@@ -98,6 +98,12 @@ def test_together_equals_one_by_one(tokenizer: Any, grammars: list[Any], plan: l
     for a, b in zip(together, alone, strict=True):
         assert np.array_equal(a.mask, b.mask)
         assert (a.mask_all, a.mask_free) == (b.mask_all, b.mask_free)
+        # A mask with few tokens lists them (greedy rows sample from those alone).
+        allowed = np.flatnonzero(np.unpackbits(a.mask[0].view(np.uint8), bitorder="little"))
+        if allowed.size <= LIST_ALLOWED_MAX:
+            assert np.array_equal(a.mask_tokens, allowed) and np.array_equal(b.mask_tokens, allowed)
+        else:
+            assert a.mask_tokens is None and b.mask_tokens is None
     # One bitmask for the batch: every row's mask is a row of it (the reused one).
     assert all(np.shares_memory(r.mask, used) for r in together)
 
@@ -167,3 +173,17 @@ def _fill_and_keep(filler: MaskFiller, rows: list[Any]) -> Any:
     used = np.zeros((len(rows) + 1, (filler.vocab_size + 31) // 32), dtype=np.int32)
     assert filler.fill_rows(rows, lambda seq, exc: (_ for _ in ()).throw(exc), used) is used
     return used
+
+
+@pytest.mark.parametrize("narrow", [1, 37])
+def test_a_row_narrower_than_the_grammar_gets_its_prefix_and_nothing_past_it(
+        tokenizer: Any, grammars: list[Any], narrow: int) -> None:
+    """A model vocabulary narrower than the tokenizer's: the row holds the prefix of the
+    grammar's mask, and the words after it (the next row of a batch) are not written."""
+    words = (tokenizer.vocab_size + 31) // 32
+    full = np.zeros((1, words), dtype=np.int32)
+    grammars[2].new_matcher().fill_mask(full[0])
+    buffer = np.full(words + 8, 0x5A5A5A5A, dtype=np.int32)
+    grammars[2].new_matcher().fill_mask(buffer[:words - narrow])
+    assert np.array_equal(buffer[:words - narrow], full[0, :words - narrow])
+    assert (buffer[words - narrow:] == 0x5A5A5A5A).all()

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from afm_struct.decoding.masking import (
+    allowed_tokens,
     allows_most,
+    allows_token,
     apply_bitmask,
     apply_on_device,
     apply_on_host,
@@ -107,3 +109,6 @@ def test_set_tokens_and_allows_most_against_a_reference(vocab, seed, edits):
             bits[token] = allowed
     assert np.array_equal(np.unpackbits(row.view(np.uint8), bitorder="little").astype(bool), bits)
     assert allows_most(row, vocab) == (int(bits.sum()) * 2 > vocab)
+    assert np.array_equal(allowed_tokens(row), np.flatnonzero(bits))
+    for token in {0, vocab - 1, vocab + 40, *(t for t, _ in edits)}:
+        assert allows_token(row, token) == (token < bits.shape[0] and bool(bits[token]))
