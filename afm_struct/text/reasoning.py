@@ -15,8 +15,9 @@ reads the phase (its reasoning gate: the mask, the budget's forced close, the en
 * the block may have been opened by the prompt (``start_in_reasoning``), and a prompt that ends
   with the block already closed means no thinking this turn (:func:`for_prompt`, the one copy of
   that rule);
-* a partial tag held back at the end is ordinary text; a tag that opens or closes nothing and the
-  syntax's framing are dropped;
+* a tag that opens or closes nothing and the syntax's framing are dropped, and so is a tag the
+  end of the text cut (``</thi``, ``<|channel|>analysis<``): only a lone held character (``<``)
+  is as likely text, and goes out;
 * an end-of-turn text is given out (a tool router reads Harmony's ``<|call|>`` as a call's close)
   and moves the turn to ``done``.
 """
@@ -161,12 +162,12 @@ class TurnText:
 
     def feed(self, text: str, *, final: bool = False) -> list[tuple[str, str]]:
         """``(channel, text)`` pieces made available by ``text``.  ``final``: the end of the text
-        (a held partial tag is given out as text)."""
+        (a held partial tag is dropped, a lone held character given out as text)."""
         syntax = self.syntax
         if syntax is None:
             return [(ANSWER, text)] if text else []
         out: list[tuple[str, str]] = []
-        for piece in self._scan.feed(text, final=final):
+        for piece in self._scan.feed(text):
             if not isinstance(piece, Marker):
                 self._put(out, piece)
             elif piece.text == syntax.open and self.phase != THINK:
@@ -179,6 +180,10 @@ class TurnText:
             # Otherwise structure, never text: a tag that opens or closes nothing (a model
             # repeating itself), or the framing between messages.
             self._scan.markers = self._looking_for()
+        if final:
+            held = self._scan.take()  # a tag the end cut is structure; a lone "<" may be text
+            if len(held) < 2:
+                self._put(out, held)
         return out
 
     def _looking_for(self) -> tuple[str, ...]:

@@ -38,6 +38,12 @@ class AnswerText:
         """A call closed: whitespace right after it is layout."""
         self.after_call = True
 
+    def cut_opener(self, held: str) -> str:
+        """What goes out of ``held``, the start of a call opener the end of generation cut:
+        nothing after a call (only calls may follow one) or from two characters on ("<tool":
+        call markup); a lone "<" or "[" in text is as likely text."""
+        return held if len(held) < 2 and not self.after_call else ""
+
     def finish(self, out: list[Event], *, calls: int) -> None:
         """The end: held whitespace is content only in a turn without calls."""
         if self.pending and not calls:

@@ -55,6 +55,8 @@ class CallEnd:
 
 Event = TextEvent | CallStart | ArgsEvent | CallEnd
 _FENCE = re.compile(r"```[A-Za-z]*[ \t]*\r?\n")  # a markdown fence some models put around the JSON
+# A call's name being written, then what began of the args marker (group 1).
+_NAME_HEAD = re.compile(r"\s*[A-Za-z0-9_.:-]*\s*(.*)", re.DOTALL)
 
 
 class CallParser:
@@ -91,7 +93,9 @@ class CallParser:
         """End of generation: close a call cut short, give back held text."""
         out: list[Event] = []
         self._run(out, final=True)
-        if self._state == "object" and not (self._index is None and self.fmt.open):
+        # A bare format's block cut before its name: after a call it is the next call's start
+        # (only calls may follow one); else it may be the answer itself, given back.
+        if self._state == "object" and not (self._index is None and (self.fmt.open or self.calls)):
             self._close_object(out, cut_short=True)
         # Else a call opened with the format's marker and cut before its name was whole (or
         # before its object began): call markup, which never reaches the client as content.
@@ -104,6 +108,7 @@ class CallParser:
             out.append(TextEvent(self._pending_ws))
         self._pending_ws = ""
         return out
+
 
     # -- states -------------------------------------------------------------------------------
 
@@ -142,9 +147,10 @@ class CallParser:
             self._text(out, piece)
         if final:
             # What is held begins a call opener the budget cut ("<tool"): call markup, never
-            # content.  A lone "<" or "[" at the end is as likely text, and is kept.
+            # content; after a call too (only calls may follow one).  A lone "<" or "[" at the
+            # end of text is as likely text, and is kept.
             held = self._opener.take()
-            if len(held) < 2:
+            if len(held) < 2 and not self._after_call:
                 self._text(out, held)
 
     def _st_open(self, out: list[Event], final: bool) -> None:
@@ -161,7 +167,9 @@ class CallParser:
             self._raw += fence.group()
             self._buf = stripped[fence.end():]
             return
-        if stripped[0] == "`" and not final and "\n" not in stripped and len(stripped) < 16:
+        if stripped[0] == "`" and "\n" not in stripped and len(stripped) < 16:
+            if final:  # the opener and the start of a fence, cut: call markup
+                self._drop_block()
             return  # maybe a fence still being written
         if stripped[0] == "[":
             self._in_array = True
@@ -183,6 +191,10 @@ class CallParser:
         if at < 0:
             if not final and len(buf) < 256 and not any(c in buf for c in "\n{"):
                 return  # the name is still being written
+            head = _NAME_HEAD.fullmatch(buf)
+            if final and head is not None and marker.startswith(head.group(1)):
+                self._drop_block()  # the marker and a name, cut before the arguments: call markup
+                return
             self._state = "text"  # not a call after all: the marker was text
             self._text(out, self._raw)
             self._raw = ""
@@ -199,6 +211,10 @@ class CallParser:
             self._scan.feed(ch)
         self._state = "object"
         self._consume(out, "")
+
+    def _drop_block(self) -> None:
+        """A call's opening markup the end of generation cut: never content."""
+        self._state, self._raw, self._buf = "text", "", ""
 
     def _begin_block(self, text: str, out: list[Event]) -> None:
         self._scan = CallScanner(self.fmt)
@@ -296,7 +312,9 @@ class CallParser:
         elif close and buf.startswith(close):
             self._buf = buf[len(close):]
             self._state = "text"
-        elif close and close.startswith(buf) and not final:
+        elif close and close.startswith(buf):
+            if final:
+                self._buf = ""  # the block's close, cut: markup
             return
         elif self.fmt.open and buf.startswith(self.fmt.open):
             self._state = "text"  # the next block

@@ -90,10 +90,13 @@ class PythonicCallParser:
         out: list[Event] = []
         self._run(out, final=True)
         if self.state is State.VALUE:
-            self._end_value(out, self._buf)
+            # A literal cut short is closed (its quote and brackets are syntax, not value).
+            source = self._buf[:-1] if self._escape else self._buf
+            self._end_value(out, source + self._quote + "".join(reversed(self._stack)))
             self._buf = ""
         if self.state in (State.ARGS, State.KEY, State.VALUE):
             self._end_call(out)
+            self._buf = ""  # a key cut short: call markup
         elif self.state in (State.START, State.NAME) and self._raw + self._buf:
             self._text.add(out, self._raw + self._buf)  # never a call
             self._buf = ""
@@ -152,7 +155,10 @@ class PythonicCallParser:
         s = self._buf.lstrip(WS)
         at = s.find("(")
         if at < 0:
-            if not final and len(s) < MAX_NAME and (not s or NAME.fullmatch(s)):
+            if len(s) < MAX_NAME and (not s or NAME.fullmatch(s)):
+                if final:  # a call cut before its arguments (text never starts a list): markup
+                    self._raw, self._buf = "", ""
+                    self.state = State.TEXT
                 return False
             return self._not_a_call(out) if not self.calls else self._to_text()
         name = s[:at].strip()
@@ -191,9 +197,10 @@ class PythonicCallParser:
     def _in_key(self, out: list[Event], final: bool) -> bool:
         at = self._buf.find("=")
         if at < 0:
-            if final or len(self._buf) > MAX_NAME:
+            if len(self._buf) > MAX_NAME:  # not a key: the call ends here, the rest is text
+                self._end_call(out)
                 return self._to_text()
-            return False
+            return False  # at the end: a key cut short, dropped by finish
         self._key = self._buf[:at].strip()
         self._buf = self._buf[at + 1:]
         self._scan, self._stack, self._quote, self._escape = 0, [], "", False

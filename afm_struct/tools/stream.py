@@ -93,7 +93,7 @@ class ToolCallRouter:
                 self._events(out, self.parser.feed(text))
         if final:
             self._events(out, self.parser.finish())
-            self._content(out, self.markup.feed("", final=True))
+            self._content(out, self.markup.end(calls=bool(self.calls)))
         return out
 
     def _events(self, out: list[AnswerEvent], events: list[Event]) -> None:
@@ -130,8 +130,9 @@ class MarkupStripper:
     """Content text with a tool format's tags removed, as it streams.
 
     A partial tag at the end of a piece is held back until it is decided (``final`` gives it
-    out as text).  Whitespace next to a removed tag is the markup's layout: what follows a tag
-    is dropped up to the next text, what precedes one is kept only if text follows.
+    out as text; at the :meth:`end` it is markup cut short unless it is a lone character of a
+    turn without calls).  Whitespace next to a removed tag is the markup's layout: what follows
+    a tag is dropped up to the next text, what precedes one is kept only if text follows.
     """
 
     def __init__(self, tags: tuple[str, ...]) -> None:
@@ -143,21 +144,40 @@ class MarkupStripper:
         """The content of ``text`` (``final``: the end, or a call starts: nothing is held)."""
         out: list[str] = []
         for piece in self._scan.feed(text, final=final):
-            if isinstance(piece, Marker):
-                self._after_tag = True
-                continue
-            if self._after_tag:
-                piece = piece.lstrip(WS)
-                if not piece:
-                    continue
-            body = piece.rstrip(WS)
-            if not body:
-                self._space += piece
-                continue
-            out.append(self._space + body)
-            self._space, self._after_tag = piece[len(body):], False
+            self._piece(out, piece)
         if final:
-            if not self._after_tag:
-                out.append(self._space)
-            self._space, self._after_tag = "", False
+            self._flush(out)
         return "".join(out)
+
+    def end(self, *, calls: bool) -> str:
+        """The content still held at the end of generation.  A tag begun there (``</tool``,
+        ``<|start|>assis``) was cut by the budget: markup, never content; only a lone
+        character of a turn without calls (``<``) is as likely text, and goes out."""
+        out: list[str] = []
+        for piece in self._scan.feed(""):
+            self._piece(out, piece)
+        held = self._scan.take()
+        if held:
+            self._piece(out, held if len(held) < 2 and not calls else Marker(held))
+        self._flush(out)
+        return "".join(out)
+
+    def _piece(self, out: list[str], piece: str | Marker) -> None:
+        if isinstance(piece, Marker):
+            self._after_tag = True
+            return
+        if self._after_tag:
+            piece = piece.lstrip(WS)
+            if not piece:
+                return
+        body = piece.rstrip(WS)
+        if not body:
+            self._space += piece
+            return
+        out.append(self._space + body)
+        self._space, self._after_tag = piece[len(body):], False
+
+    def _flush(self, out: list[str]) -> None:
+        if not self._after_tag:
+            out.append(self._space)
+        self._space, self._after_tag = "", False

@@ -51,6 +51,14 @@ def _trail(text: str) -> str:
     return text[len(text.rstrip(WS)):]
 
 
+def _without_cut_tag(text: str, tag: str) -> str:
+    """``text`` without its longest suffix that begins ``tag`` (a closing tag the budget cut)."""
+    for n in range(min(len(tag), len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return text[:-n]
+    return text
+
+
 class TaggedCallParser:
     """Feeds answer text (thinking already removed) through a tag-pair call syntax."""
 
@@ -102,10 +110,14 @@ class TaggedCallParser:
         out: list[Event] = []
         self._run(out, final=True)
         if self.state is State.VALUE:
-            self._end_value(out, self._buf)
+            # What was held is the value's closing tag cut short ("\n</para"): markup, not value.
+            self._end_value(out, _without_cut_tag(self._buf, self._value_lead + self._value_end))
             self._buf = ""
         if self.state in (State.PARAMS, State.KEY, State.KEY_AFTER, State.VALUE):
             self._end_call(out)
+            self._buf = ""  # the rest of the call's markup, cut short (a key, a closing tag)
+        elif self.state is State.HEAD:
+            self._buf = ""  # the layout after the opener: the name never came
         # A block cut before its name was whole is call markup: it never reaches the client.
         self.state, self._raw = State.TEXT, ""
         if self._buf:
@@ -127,7 +139,7 @@ class TaggedCallParser:
         if not self.detect_calls or not self.fmt.open:
             self._text.add(out, buf)
             return False
-        for piece in self._opener.feed(buf, final=final):
+        for piece in self._opener.feed(buf):
             if isinstance(piece, Marker):
                 self._text.call_starts()
                 self._raw = piece.text
@@ -135,6 +147,8 @@ class TaggedCallParser:
                 self.state = State.HEAD
                 return True
             self._text.add(out, piece)
+        if final:
+            self._text.add(out, self._text.cut_opener(self._opener.take()))
         return False
 
     def _not_a_call(self, out: list[Event]) -> bool:
@@ -151,23 +165,31 @@ class TaggedCallParser:
         rest = s
         if self._name_before:
             if not s.startswith(self._name_before):
-                if self._name_before.startswith(s) and not final:
-                    return False
+                if self._name_before.startswith(s):
+                    return self._cut_head(final)
                 return self._not_a_call(out)
             rest = s[len(self._name_before):]
         # The name ends at the layout's name_after (GLM's is a bare line break).
         end = self._name_after or self.fmt.layout.name_after or "\n"
         at = rest.find(end)
         if at < 0:
-            if final or len(rest) > MAX_HEAD or (rest and not CALL_NAME.fullmatch(rest)):
+            if len(rest) > MAX_HEAD or (rest and not CALL_NAME.fullmatch(rest)):
                 return self._not_a_call(out)
-            return False
+            return self._cut_head(final)
         name = rest[:at].strip()
         if not CALL_NAME.fullmatch(name):
             return self._not_a_call(out)
         self._buf = rest[at + len(end):]
         self._start_call(out, name)
         return True
+
+    def _cut_head(self, final: bool) -> bool:
+        """The head may still become a call: wait, or at the end drop it (the budget cut the
+        call's opening markup: it is not text)."""
+        if final:
+            self._raw, self._buf = "", ""
+            self.state = State.TEXT
+        return False
 
     def _start_call(self, out: list[Event], name: str) -> None:
         self._raw = ""
@@ -204,8 +226,8 @@ class TaggedCallParser:
                     self._end_call(out)
                 self.state, self._part = then, 0
                 return True
-        if not final and any(t.startswith(s) for t in (self._key_before, self._call_after, self._close) if t):
-            return False
+        if any(t.startswith(s) for t in (self._key_before, self._call_after, self._close) if t):
+            return False  # a tag being written (at the end: cut short, dropped by finish)
         self._end_call(out)  # something else: the call ends here, the rest is text
         self.state = State.TEXT
         return True
@@ -215,11 +237,11 @@ class TaggedCallParser:
         at = self._buf.find(part) if part else next(
             (i for i, ch in enumerate(self._buf) if ch in WS), -1)
         if at < 0:
-            if final or len(self._buf) > MAX_HEAD:
+            if len(self._buf) > MAX_HEAD:
                 self._end_call(out)
                 self.state = State.TEXT
                 return True
-            return False
+            return False  # at the end: a key cut short, dropped by finish
         self._key = self._buf[:at].strip()
         self._buf = self._buf[at + len(part):]
         self.state, self._part = State.KEY_AFTER, 1
@@ -232,8 +254,11 @@ class TaggedCallParser:
             if s.startswith(part):
                 self._buf = s[len(part):]
                 self._part += 1
-            elif part.startswith(s) and not final:
-                return False
+            elif part.startswith(s):
+                if not final:
+                    return False
+                self._buf = ""  # the markup before the value, cut: the value is empty
+                break
             else:
                 break  # lenient: the value starts here
         tail = self._key_tail
@@ -294,7 +319,9 @@ class TaggedCallParser:
             return False
         if self._close and s.startswith(self._close):
             self._buf = s[len(self._close):]
-        elif self._close and self._close.startswith(s) and s and not final:
-            return False
+        elif self._close and self._close.startswith(s) and s:
+            if not final:
+                return False
+            self._buf = ""  # the block's close cut short: markup
         self.state = State.TEXT
         return bool(self._buf) or (final and bool(self._opener.held))

@@ -100,6 +100,8 @@ TAGS = [("<think>", "</think>"), ("<thinking>", "</thinking>"), ("[T]", "[/T]")]
 def test_content_router_matches_the_old_one_call_for_call(chunks, tags, split, opened):
     # Where they differ on purpose: a tag that opens or closes nothing is dropped now (issue 33).
     assume(not (split and _stray_tag("".join(chunks), tags, opened)))
+    # and a tag cut by the end ("</") is dropped, not text (issue 33).
+    assume(not (split and any("".join(chunks).endswith(t[:n]) for t in tags for n in range(2, len(t)))))
     # and it holds back a prefix of either tag, so the same deltas may come a call later.
     new = ContentRouter(split_reasoning=split, tags=tags, start_in_reasoning=opened)
     old = _OldContentRouter(split_reasoning=split, tags=tags, start_in_reasoning=opened)

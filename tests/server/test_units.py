@@ -37,8 +37,10 @@ def test_reasoning_split_off_keeps_tags_in_content() -> None:
     assert _route(ContentRouter(), ["<think>x</think>y"]) == ("<think>x</think>y", "")
 
 
-def test_partial_tag_at_end_is_flushed_as_text() -> None:
-    assert _route(ContentRouter(split_reasoning=True), ["a <thi"]) == ("a <thi", "")
+def test_a_tag_cut_at_the_end_is_dropped_a_lone_character_is_text() -> None:
+    # A thinking tag is structure, never text, also when the end cut it (issue 33).
+    assert _route(ContentRouter(split_reasoning=True), ["a <thi"]) == ("a ", "")
+    assert _route(ContentRouter(split_reasoning=True), ["a <"]) == ("a <", "")
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

@@ -150,11 +150,21 @@ def test_no_markers_passes_text_through_and_empty_markers_are_refused():
 
 def test_reasoning_splitter_rule():
     s = ReasoningSplitter(("<think>", "</think>"))
-    assert _split(s, ["a<think>r</think>\n\n b", " c <th"]) == [
-        ("answer", "a"), ("reasoning", "r"), ("answer", "b c <th")]
+    assert _split(s, ["a<think>r</think>\n\n b", " c <"]) == [
+        ("answer", "a"), ("reasoning", "r"), ("answer", "b c <")]
     assert _split(ReasoningSplitter(None), ["<think>x"]) == [("answer", "<think>x")]
     s = ReasoningSplitter(("<think>", "</think>"), start_in_reasoning=True)
     assert _split(s, ["r</think>", "  ", "", "a"]) == [("reasoning", "r"), ("answer", "a")]
+
+
+def test_a_tag_cut_by_the_end_is_dropped():
+    # The budget (or the closer's completion, cut) ended inside a tag: structure, not text, in
+    # the answer and in the reasoning; a lone "<" is as likely text (issue 33).
+    assert _split(ReasoningSplitter(("<think>", "</think>")), ["b c <th"]) == [("answer", "b c ")]
+    s = ReasoningSplitter(("<think>", "</think>"), start_in_reasoning=True)
+    assert _split(s, ["r</thi"]) == [("reasoning", "r")]
+    harmony = ReasoningSplitter(("<|channel|>analysis<|message|>", "<|end|>"))
+    assert _split(harmony, ["<|channel|>analysis<"]) == []
 
 
 def test_tags_that_open_or_close_nothing_are_dropped():
