@@ -59,7 +59,7 @@ def _lark_accepts(definition: str) -> Callable[[str], bool]:
 CASES: dict[str, tuple[dict[str, Any], str, Callable[[str], bool]]] = {
     "sql": (_tool("sql", "lark", NAME_LARK), "SELECT tblkeyname FROM t", _lark_accepts(NAME_LARK)),
     "run_sql": (_tool("run_sql", "lark", SQL_LARK),
-                'SELECT name, age FROM people WHERE city = "Paris \\"x\\""', _lark_accepts(SQL_LARK)),
+                'SELECT name, age FROM people WHERE city = "Paris\\x"', _lark_accepts(SQL_LARK)),
     "set_code": (_tool("set_code", "regex", CODE_REGEX), "AB-12",
                  lambda text: re.fullmatch(CODE_REGEX, text) is not None),
 }
@@ -67,11 +67,13 @@ CASES: dict[str, tuple[dict[str, Any], str, Callable[[str], bool]]] = {
 
 @pytest.fixture(scope="module")
 def client(tokenizer: Any) -> Iterator[openai.OpenAI]:
-    """A scripted server whose model writes, whole, the call of the tool its prompt offers."""
+    """A scripted server whose model writes the call of the tool its prompt offers, with the
+    input the prompt carries (``INPUT: {"input": ...}>>>``), the case's own by default."""
     def call(ids: list[int]) -> str:
         prompt = tokenizer.decode(ids)
         name = next(name for name in CASES if f'"{name}"' in prompt)
-        arguments = json.dumps({"input": CASES[name][1]})
+        given = re.search(r"INPUT: (\{.*\})>>>", prompt, re.S)
+        arguments = given.group(1) if given else json.dumps({"input": CASES[name][1]})
         return '<tool_call>\n{"name": "' + name + '", "arguments": ' + arguments + "}\n</tool_call>"
 
     live = start_server(scripted_loaded_model(tokenizer, Script(call)))
@@ -79,8 +81,9 @@ def client(tokenizer: Any) -> Iterator[openai.OpenAI]:
     live.stop()
 
 
-def _create(client: openai.OpenAI, tool: dict[str, Any], budget: int, stream: bool) -> Any:
-    return client.responses.create(model="scripted", input="Write it", tools=[tool], tool_choice="required",
+def _create(client: openai.OpenAI, tool: dict[str, Any], budget: int, stream: bool, text: str = "") -> Any:
+    prompt = f"Write it. INPUT: {json.dumps({'input': text})}>>>" if text else "Write it"
+    return client.responses.create(model="scripted", input=prompt, tools=[tool], tool_choice="required",
                                    max_output_tokens=budget, stream=stream)
 
 
@@ -97,12 +100,15 @@ def test_a_budget_that_cuts_the_lark_input_is_refused_up_front(client) -> None:
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
           derandomize=not os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES"))
-@given(case=st.sampled_from(sorted(CASES)), budget=st.integers(1, 44), stream=st.booleans())
-def test_a_cut_custom_call_is_valid_or_refused(client, case, budget, stream) -> None:
-    tool, _, accepts = CASES[case]
-    where = (case, budget, stream)
+@given(case=st.sampled_from(sorted(CASES)), budget=st.integers(1, 44), stream=st.booleans(),
+       extra=st.text(alphabet='abzAZ09 _,="\\\n\u00e9', max_size=12), at=st.integers(0, 60))
+def test_a_cut_custom_call_is_valid_or_refused(client, case, budget, stream, extra, at) -> None:
+    """``extra``: text the model tries to write at ``at`` inside the case's input (the grammar
+    decides what of it is taken), so cuts fall at many places in many inputs."""
+    tool, text, accepts = CASES[case]
+    where = (case, budget, stream, extra, at)
     try:
-        answer = _create(client, tool, budget, stream)
+        answer = _create(client, tool, budget, stream, text[:at] + extra + text[at:] if extra else "")
     except openai.BadRequestError as refused:
         error = refused.body
         assert (error["code"], error["param"]) == ("max_tokens_too_small", "max_output_tokens"), where
