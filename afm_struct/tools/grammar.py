@@ -292,6 +292,9 @@ def compile_input_checks(tokenizer: Tokenizer, tools: tuple[ToolDef, ...], *,
     for tool in tools:
         if tool.input_grammar:
             request = LarkRequest(input_grammar(tool.input_grammar))
-            checks[tool.name] = (compile_fn(tokenizer, request) if compile_fn is not None
-                                 else compile_constraint(tokenizer, request, options or CompileOptions()))
+            try:
+                checks[tool.name] = (compile_fn(tokenizer, request) if compile_fn is not None
+                                     else compile_constraint(tokenizer, request, options or CompileOptions()))
+            except SchemaError:
+                continue  # the tool grammar failed on it too: served generic, flagged downgraded
     return checks
