@@ -126,3 +126,13 @@ def test_a_cut_custom_call_is_valid_or_refused(client, case, budget, stream, ext
     assert call.name == case and accepts(call.input), (where, call.input)
     if stream:
         assert done == [call.input] and deltas == call.input, (where, deltas, done)
+
+
+@pytest.mark.model
+def test_the_strangers_request_on_the_embedded_model_is_refused_up_front(real_server) -> None:
+    """The report as sent: 20 tokens were answered with input 'SELECT' (status incomplete)."""
+    client = openai.OpenAI(base_url=f"{real_server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="SmolLM2-135M-Instruct", input="Write SQL", tools=[CASES["sql"][0]],
+                                tool_choice="required", max_output_tokens=20)
+    assert refused.value.body["code"] == "max_tokens_too_small", refused.value.body
