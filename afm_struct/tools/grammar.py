@@ -49,7 +49,7 @@ from ..grammar.rewrites import rewrite_schema
 from ..grammar.spec import CompileOptions, JsonSchemaRequest, LarkRequest, Rung
 from .definitions import ToolDef
 from .formats import NON_JSON_BODIES, ToolFormat
-from .lark_input import json_string_rules
+from .lark_input import input_grammar, json_string_rules
 from .lark_text import markup, text_until
 from .syntaxes import served_rung, syntax_call_rules
 
@@ -278,3 +278,23 @@ def compile_tool_grammar(tokenizer: Tokenizer, fmt: ToolFormat, tools: tuple[Too
     return ToolGrammar(grammar=grammar, constraint=constraint, downgraded=downgraded,
                        reason=reason if downgraded else None, rungs=rungs, guided=guided,
                        answered=answered)
+
+
+def compile_input_checks(tokenizer: Tokenizer, tools: tuple[ToolDef, ...], *,
+                         options: CompileOptions | None = None,
+                         compile_fn: Compile | None = None) -> dict[str, CompiledConstraint]:
+    """Per custom tool with a Lark grammar, the constraint its decoded input (JSON-escaped:
+    :func:`~.lark_input.escaped_input`) must satisfy whole.  The arguments schema says only
+    "a string", so without this a call cut inside its input (``{"input": "SELECT``, closed to
+    ``"SELECT"``) would count as valid, and the budget check would admit budgets that cannot
+    hold a valid call."""
+    checks: dict[str, CompiledConstraint] = {}
+    for tool in tools:
+        if tool.input_grammar:
+            request = LarkRequest(input_grammar(tool.input_grammar))
+            try:
+                checks[tool.name] = (compile_fn(tokenizer, request) if compile_fn is not None
+                                     else compile_constraint(tokenizer, request, options or CompileOptions()))
+            except SchemaError:
+                continue  # the tool grammar failed on it too: served generic, flagged downgraded
+    return checks

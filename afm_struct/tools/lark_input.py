@@ -96,6 +96,20 @@ def json_string_rules(definition: str, prefix: str) -> tuple[str, str]:
     return prefix.lower() + "start", "".join(out)
 
 
+def input_grammar(definition: str) -> str:
+    """A whole Lark grammar accepting the JSON escaping of exactly the inputs ``definition``
+    accepts (the string's content, without its quotes): what a call's decoded input is checked
+    against, with the rules the tool grammar enforces it by."""
+    start, rules = json_string_rules(definition, "input_")
+    return f"start: {start}\n{rules}"
+
+
+def escaped_input(text: str) -> str:
+    """A decoded input written as the tool grammar has it (the JSON escaping the rewrite
+    describes), to check it against :func:`input_grammar`."""
+    return _escaped(text)
+
+
 def _escaped(text: str) -> str:
     """``text`` as it is written inside a JSON string."""
     return json.dumps(text, ensure_ascii=False)[1:-1]

@@ -38,7 +38,8 @@ from .formats import (
     load_table,
     template_knows_tools,
 )
-from .grammar import Compile, answer_schema, compile_tool_grammar
+from .grammar import Compile, answer_schema, compile_input_checks, compile_tool_grammar
+from .lark_input import escaped_input
 from .prompt import render_messages
 from .stream import ToolCallRouter, new_call_id
 
@@ -67,6 +68,8 @@ class ToolPlan:
     knows_tools: bool = True
     table: FormatTable | None = None
     answered: bool = False  # the output format's JSON is enforced by this grammar (no free text)
+    # Custom tools with a Lark grammar: name → the constraint their input must satisfy whole.
+    input_checks: dict[str, CompiledConstraint] = field(default_factory=dict)
 
     @property
     def callable_tools(self) -> tuple[ToolDef, ...]:
@@ -124,13 +127,24 @@ class ToolPlan:
                                         compile_fn=compile_fn, closed=closed_objects, answer=embedded)
         return replace(self, constraint=compiled.constraint, downgraded=compiled.downgraded,
                        reason=compiled.reason, grammar=compiled.grammar, rungs=compiled.rungs,
-                       guided=compiled.guided, answered=compiled.answered)
+                       guided=compiled.guided, answered=compiled.answered,
+                       input_checks=compile_input_checks(tokenizer, callable_tools, options=options,
+                                                         compile_fn=compile_fn))
 
     def validate_call(self, name: str, arguments: str) -> ValidationOutcome:
-        """Check one finished call against its tool's ``parameters`` (unknown name: not ok)."""
+        """Check one finished call against its tool's ``parameters``, and a custom tool's input
+        against its Lark grammar (unknown name: not ok)."""
         for tool in self.tools:
             if tool.name == name:
-                return validate_json(arguments, tool.parameters, require_object=True)
+                outcome = validate_json(arguments, tool.parameters, require_object=True)
+                check = self.input_checks.get(name)
+                if not outcome.ok or check is None:
+                    return outcome
+                text = outcome.value.get("input") if isinstance(outcome.value, dict) else None
+                if isinstance(text, str) and check.validate(escaped_input(text)).ok:
+                    return outcome
+                return ValidationOutcome(False, ("the input does not follow the tool's Lark grammar",),
+                                         outcome.value)
         return ValidationOutcome(False, (f"unknown tool {name!r}",))
 
 

@@ -88,6 +88,26 @@ def test_a_call_cut_by_the_budget_still_ends_with_length(live, stream) -> None:
     assert full == "tool_calls"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_close_tag_cut_by_the_budget_is_not_content(live, stream) -> None:
+    """Budgets that hold the call but not all of its close tag: the call, and no content (the
+    cut tag came back as content '</', '</tool', '</tool_')."""
+    n = first_call_tokens(live.url)
+    client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    for budget in range(n - 4, n):
+        request = {"model": "scripted", "messages": USER, "tools": [WEATHER], "tool_choice": "required",
+                   "max_tokens": budget, "parallel_tool_calls": False}
+        if stream:
+            chunks = [c for c in client.chat.completions.create(**request, stream=True) if c.choices]
+            content = "".join(c.choices[0].delta.content or "" for c in chunks)
+            calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or ()]
+            names = [t.function.name for t in calls if t.function.name]
+        else:
+            message = client.chat.completions.create(**request).choices[0].message
+            content, names = message.content or "", [t.function.name for t in message.tool_calls or ()]
+        assert (content, names) == ("", ["get_weather"]), budget
+
+
 def test_the_router_ends_with_tool_calls_only_right_after_a_whole_call() -> None:
     fmt = load_table().get("hermes")
     for text, whole, expected in [

@@ -130,6 +130,15 @@ def test_a_call_cut_before_its_name_is_not_content(step, tail) -> None:
     assert parse("hermes", "Hi. " + tail, step) == [("text", "Hi.")]  # space before a call: dropped
 
 
+@pytest.mark.parametrize("step", [1, 3, 100])
+@pytest.mark.parametrize("cut", ["</", "</tool", "</tool_call", "\n</tool_"])
+def test_a_close_marker_cut_by_the_budget_is_not_content(step, cut) -> None:
+    """A call closed by budget-aware closing whose close tag the budget cut: the call stands,
+    the cut tag is markup (it came back as an incomplete message '</tool_call')."""
+    text = '<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n' + cut
+    assert parse("hermes", text, step) == call(0, "a", '{"x": 1}')
+
+
 def test_bare_json_cut_before_a_name_stays_text() -> None:
     """Formats without an opener: a cut ``{"na`` may be the answer itself, so it is given back."""
     assert parse("llama3_json", '{"na', 1) == [("text", '{"na')]
