@@ -316,11 +316,6 @@ class CallParser:
             if final:
                 self._buf = ""  # the block's close, cut: markup
             return
-        elif close and close.startswith(buf) and len(buf) >= 2:
-            # A close marker the budget cut ("</tool"): markup, never content, as an opener cut
-            # at the end (a lone "<" may be text, and is kept).
-            self._buf = ""
-            self._state = "text"
         elif self.fmt.open and buf.startswith(self.fmt.open):
             self._state = "text"  # the next block
         else:
