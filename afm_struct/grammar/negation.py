@@ -116,8 +116,12 @@ class Negator(KindNegations):
             if typed is None:
                 return None
             pieces.append(typed)
-        if "enum" in schema or "const" in schema:
-            values = [schema["const"]] if "const" in schema else schema["enum"]
+        # const and enum are two conjuncts (both may be present): each one's negation is a
+        # branch of the union (a value breaking either breaks the schema).
+        for word in ("const", "enum"):
+            if word not in schema:
+                continue
+            values = [schema["const"]] if word == "const" else schema["enum"]
             if not isinstance(values, list) or len(values) > _MAX_ENUM:
                 return None
             listed = self._not_values(values, own)

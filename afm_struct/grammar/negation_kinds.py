@@ -39,7 +39,7 @@ class KindNegations:
             if len(left) == 2:
                 out.append({"type": "boolean"})
             elif left:
-                out.append({"type": "boolean", "const": left[0]})
+                out.append({"type": "boolean", "enum": [left[0]]})  # enum: draft 4 has no const
         num = num_type(allowed)
         if "nonint" in allowed and num is None:
             return None
@@ -96,7 +96,7 @@ class KindNegations:
             out.append({"maxItems": n - 1})
         key = "items" if 0 < self.draft <= 2019 else "prefixItems"
         for i, item in enumerate(value):
-            neg = self.negate({"const": item})
+            neg = self.negate({"enum": [item]})  # enum: draft 4 has no const
             if neg is None:
                 return None
             out.append({"minItems": i + 1, key: [*([{}] * i), neg]})
@@ -107,7 +107,7 @@ class KindNegations:
         out: list[Any] = [{"properties": {k: False}} for k in value]
         out.append({"minProperties": len(value) + 1})
         for k, v in value.items():
-            neg = self.negate({"const": v})
+            neg = self.negate({"enum": [v]})
             if neg is None:
                 return None
             out.append({"required": [k], "properties": {k: neg}})

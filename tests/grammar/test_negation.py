@@ -28,6 +28,9 @@ def _negator(draft: int) -> Negator:
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(schema={"enum": [0]}, instances=[0, 1, -1, 0.5, None])  # draft 4: exclusive bounds are booleans
 @example(schema={"exclusiveMaximum": 0}, instances=[0, 1, -1])  # a number there means nothing in draft 4
+@example(schema={"const": False, "enum": [None]}, instances=[None, False, True, 0])  # both: two conjuncts
+@example(schema={"enum": [False]}, instances=[None, False, True])  # draft 4 reads no const in the negation
+@example(schema={"enum": [[1, 2]]}, instances=[[1, 2], [1, 3], [1], None])  # nor in an item's
 @given(schema=leaf(), instances=st.lists(INSTANCES, min_size=5, max_size=20))
 def test_negation_accepts_exactly_the_rejected_values(draft: int, schema: Any, instances: list[Any]) -> None:
     negated = _negator(draft).negate(schema, ATOMS)
