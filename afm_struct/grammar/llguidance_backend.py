@@ -33,7 +33,10 @@ DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
 
 # Stop reasons of a matcher that ran out of its budgets (llguidance's StopReason names).
 _OVER_LIMITS = frozenset({"LexerTooComplex", "ParserTooComplex"})
-_LIMIT_MESSAGE = re.compile(r"too many (expressions|states)|too complex|exceeds max_", re.IGNORECASE)
+# The messages of budget hits: the lexer's ("too many expressions constructed"), the parser's
+# Earley item budget ("Too many items (limit 50000; ff_tokens)", hit by a long run forced at
+# the parser level, which stops the matcher with no stop reason of its own).
+_LIMIT_MESSAGE = re.compile(r"too many (expressions|states|items)|too complex|exceeds max_", re.IGNORECASE)
 
 _LL_LOCK = threading.Lock()
 
