@@ -26,6 +26,7 @@ from .cache import LRUCache
 from .diagnostics import grammar_problem, regex_problem
 from .engine import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
+from .lark_budget import check_grammar_budgets
 from .literal_budget import REASON as FORCED_RUN_REASON
 from .literal_budget import check_forced_runs, longest_forced_run
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
@@ -307,6 +308,8 @@ class ConstraintCompiler:
 
     def _lark(self, request: LarkRequest, start: float) -> CompiledConstraint:
         # Lark is llguidance-only (outlines-core has no CFGs), whatever the configured backend.
+        # A run the engine cannot follow is refused before it fails at the first token.
+        check_grammar_budgets(request.grammar)
         try:
             grammar = run_with_timeout(lambda: self.llguidance.compile_lark(request.grammar),
                                        self.options.timeout_s)
