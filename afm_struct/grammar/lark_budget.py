@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import GrammarLimitError
 from .literal_budget import (
@@ -66,8 +67,7 @@ class _Unread(Exception):
     """Syntax this reader does not follow: the grammar is left to the engine."""
 
 
-@dataclass(frozen=True)
-class _Tok:
+class _Tok(NamedTuple):
     kind: str
     text: str
     at: int
@@ -168,10 +168,8 @@ def rule_depth(text: str) -> tuple[int, str] | None:
     """The deepest chain of rule references in the Lark grammar ``text`` (``a: "x" b``,
     ``b: "x" c``, ...: 3 from ``a``) and the rule it starts at; None when this reader cannot
     follow the grammar's syntax."""
-    try:
-        return _order(_rules(_tokens(text)))[1]
-    except (_Unread, IndexError, ValueError):
-        return None
+    measure = measure_grammar(text)
+    return None if measure is None else (measure.depth, measure.deepest)
 
 
 class _Reader:
@@ -268,37 +266,63 @@ class _Over(Exception):
         self.where = where
 
 
-def grammar_forced_run(text: str) -> tuple[int, str] | None:
-    """The longest run of bytes the Lark grammar ``text`` can force and the rule (or part)
-    forcing it; None when this reader cannot follow the grammar's syntax."""
+@dataclass(frozen=True)
+class GrammarMeasure:
+    """What a grammar asks of the engine's budgets: its deepest chain of rule references
+    (``depth``, from rule ``deepest``) and its longest forced run (``run`` bytes, in ``part``:
+    a rule's name or a ``%json`` schema; 0 and "" when nothing is forced or, over the depth
+    limit, the rules were not read)."""
+
+    depth: int
+    deepest: str
+    run: int
+    part: str
+
+
+def measure_grammar(text: str) -> GrammarMeasure | None:
+    """:class:`GrammarMeasure` of the Lark grammar ``text``; None when this reader cannot
+    follow its syntax (the engine then judges it alone)."""
     try:
         rules = _rules(_tokens(text))
-        order, _ = _order(rules)
-        reader = _Reader(rules)
+        order, (depth, deepest) = _order(rules)
+    except (_Unread, IndexError, ValueError):
+        return None
+    if depth > MAX_RULE_DEPTH:  # refused for that: the runs need not be read
+        return GrammarMeasure(depth, deepest, 0, "")
+    reader = _Reader(rules)
+    try:
         for name in order:
             reader.read(name)
     except _Over as over:
-        return over.length, over.where
+        return GrammarMeasure(depth, deepest, over.length, over.where)
     except (_Unread, RecursionError, IndexError, ValueError):
-        return None
-    return reader.worst
+        return None  # its depth is within the limit: the rest is the engine's to judge
+    return GrammarMeasure(depth, deepest, *reader.worst)
+
+
+def grammar_forced_run(text: str) -> tuple[int, str] | None:
+    """The longest run of bytes the Lark grammar ``text`` can force and the rule (or part)
+    forcing it; None when this reader cannot follow the grammar's syntax."""
+    measure = measure_grammar(text)
+    return None if measure is None else (measure.run, measure.part)
 
 
 def check_grammar_budgets(text: str, *, param: str = "grammar") -> None:
     """Raise :class:`GrammarLimitError` (``param``: where the grammar sits) when the Lark
     grammar ``text`` chains rules deeper than :data:`MAX_RULE_DEPTH` or forces a run over
     :data:`~.literal_budget.MAX_FORCED_RUN` bytes."""
-    depth = rule_depth(text)
-    if depth is not None and depth[0] > MAX_RULE_DEPTH:
-        raise GrammarLimitError(
-            f"the grammar at $.{param} chains {depth[0]:,} rules deep (from rule {depth[1]!r}, each "
-            f"referring to the next); the grammar engine allows at most {MAX_RULE_DEPTH:,}: write "
-            "the repetition as a repeat (x{n}, x*, x+) instead of one rule per step",
-            param=param)
-    found = grammar_forced_run(text)
-    if found is None or found[0] <= MAX_FORCED_RUN:
+    measure = measure_grammar(text)
+    if measure is None:
         return
-    length, where = found
+    if measure.depth > MAX_RULE_DEPTH:
+        raise GrammarLimitError(
+            f"the grammar at $.{param} chains {measure.depth:,} rules deep (from rule "
+            f"{measure.deepest!r}, each referring to the next); the grammar engine allows at most "
+            f"{MAX_RULE_DEPTH:,}: write the repetition as a repeat (x{{n}}, x*, x+) instead of one "
+            "rule per step", param=param)
+    if measure.run <= MAX_FORCED_RUN:
+        return
+    length, where = measure.run, measure.part
     part = where if where.startswith("%json") else f"rule {where!r}"
     raise GrammarLimitError(
         f"the grammar at $.{param} forces {length:,} characters in a row ({part}); constrained "
