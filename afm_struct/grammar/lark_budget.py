@@ -35,6 +35,7 @@ from .literal_budget import (
     _repeat,
     _Run,
     _sequence,
+    forced_run,
     longest_forced_run,
     regex_run,
 )
@@ -330,3 +331,15 @@ def check_grammar_budgets(text: str, *, param: str = "grammar") -> None:
         "budgets at the first token): shorten the literal or lower the repeat count, or repeat "
         "a choice (e.g. /[a-z]{1,n}/ or (\"a\" | \"b\"){n}) instead of one fixed string",
         param=param)
+
+
+def check_regex_budget(pattern: str, *, param: str) -> None:
+    """Raise :class:`GrammarLimitError` at ``param`` when the regex ``pattern`` (a grammar text
+    of its own, e.g. a custom tool's ``format.definition``) forces a run over the budget."""
+    length = forced_run(pattern)
+    if length > MAX_FORCED_RUN:
+        raise GrammarLimitError(
+            f"the pattern at $.{param} forces {length:,} characters in a row; constrained output "
+            f"allows at most {MAX_FORCED_RUN:,} (a longer run exhausts the grammar engine's lexer "
+            "budget): shorten it, or repeat a class ([a-z]{1,n}) instead of one character",
+            param=param)

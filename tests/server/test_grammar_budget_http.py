@@ -202,14 +202,16 @@ def test_a_long_repeat_of_a_choice_is_served(serve) -> None:
         assert set(r.json()["choices"][0]["message"]["content"]) <= {"a", "b"}
 
 
-def test_a_custom_tool_whose_grammar_forces_a_long_run_is_a_400_at_its_definition(serve) -> None:
+@pytest.mark.parametrize(("syntax", "definition"), [("lark", "start: /a{1000000}/"), ("regex", "a{1000000}")])
+def test_a_custom_tool_whose_grammar_forces_a_long_run_is_a_400(serve, syntax: str, definition: str) -> None:
     live = serve("aaaa")
     r = httpx.post(f"{live.url}/v1/responses", timeout=60, json={
         "input": "hi", "max_output_tokens": 16, "tools": [{"type": "custom", "name": "f", "format": {
-            "type": "grammar", "syntax": "lark", "definition": "start: /a{1000000}/"}}]})
+            "type": "grammar", "syntax": syntax, "definition": definition}}]})
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert (error["code"], error["param"]) == ("grammar_too_complex", "tools.0.format.definition")
+    assert "$.tools.0.format.definition" in error["message"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
