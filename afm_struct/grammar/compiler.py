@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AfmError, InvalidRequestError, SchemaError
+from ..errors import AfmError, GrammarLimitError, InvalidRequestError, SchemaError
 from .cache import LRUCache
 from .diagnostics import grammar_problem, regex_problem
 from .engine import CompiledGrammar, Matcher
@@ -57,6 +57,10 @@ if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
+
+# llguidance's size limits, hit while building a grammar ("grammar size (number of symbols) too
+# big", "initial lexer configuration (grammar) too big").
+_TOO_BIG = re.compile(r"\btoo big \(limit")
 
 
 @dataclass(frozen=True)
@@ -319,6 +323,12 @@ class ConstraintCompiler:
             reason = failure_reason(exc.message, None)
             if reason in ("regex_lookaround", "regex_backreference"):
                 return self._result(request, Rung.UNCONSTRAINED, None, reason, backend="llguidance")
+            if _TOO_BIG.search(exc.message.split("\n", 1)[0]):
+                raise GrammarLimitError(
+                    "the grammar at $.grammar is larger than the grammar engine allows (over "
+                    f"{self.llguidance.limits['max_grammar_size']:,} symbols, or a lexer too large to "
+                    "build): make it smaller, e.g. write a repeated item as x{n} instead of n copies",
+                    param="grammar") from exc
             raise SchemaError(f"invalid grammar: {grammar_problem(exc.message)}", path="$.grammar",
                               param="grammar") from exc
         return self._result(request, Rung.EXACT, grammar, None, backend="llguidance")

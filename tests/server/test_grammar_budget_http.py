@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from afm_struct.grammar import compiler as compiler_module
+from afm_struct.grammar import llguidance_backend
 from afm_struct.grammar.compiler import ConstraintCompiler
 from afm_struct.testing import Script
 
@@ -261,3 +262,19 @@ def test_groups_nested_too_deep_are_a_400_saying_so(serve) -> None:
     error = r.json()["error"]
     assert (error["code"], error["param"]) == ("invalid_schema", "structured_outputs.grammar")
     assert "nested too deeply" in error["message"] and "named rules" in error["message"]
+
+
+def test_a_grammar_over_the_engines_size_limit_is_a_400_saying_so(serve, monkeypatch) -> None:
+    """llguidance refuses a grammar over max_grammar_size symbols (500,000: a 6 MB grammar, 9 s
+    to build; lowered to 1,000 here to keep the test cheap) with "grammar size too big": that is
+    a grammar_too_complex naming the field and the limit, not "the grammar does not compile"."""
+    monkeypatch.setattr(llguidance_backend, "DEFAULT_LIMITS", {**llguidance_backend.DEFAULT_LIMITS,
+                                                               "max_grammar_size": 1_000})
+    live = serve("ab", compile_fn=lambda tokenizer, request: ConstraintCompiler(tokenizer).compile(request))
+    grammar = "start: " + " ".join(['("a" | "b")'] * 1_000)
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "guided_grammar": grammar})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("grammar_too_complex", "guided_grammar")
+    assert "$.guided_grammar" in error["message"] and "1,000 symbols" in error["message"]
