@@ -21,11 +21,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AfmError, InvalidRequestError, SchemaError
+from ..errors import AfmError, GrammarLimitError, InvalidRequestError, SchemaError
 from .cache import LRUCache
 from .diagnostics import grammar_problem, regex_problem
 from .engine import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
+from .lark_budget import check_grammar_budgets
 from .literal_budget import REASON as FORCED_RUN_REASON
 from .literal_budget import check_forced_runs, longest_forced_run
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
@@ -56,6 +57,10 @@ if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
+
+# llguidance's size limits, hit while building a grammar ("grammar size (number of symbols) too
+# big", "initial lexer configuration (grammar) too big").
+_TOO_BIG = re.compile(r"\btoo big \(limit")
 
 
 @dataclass(frozen=True)
@@ -307,6 +312,8 @@ class ConstraintCompiler:
 
     def _lark(self, request: LarkRequest, start: float) -> CompiledConstraint:
         # Lark is llguidance-only (outlines-core has no CFGs), whatever the configured backend.
+        # A run the engine cannot follow is refused before it fails at the first token.
+        check_grammar_budgets(request.grammar)
         try:
             grammar = run_with_timeout(lambda: self.llguidance.compile_lark(request.grammar),
                                        self.options.timeout_s)
@@ -316,6 +323,12 @@ class ConstraintCompiler:
             reason = failure_reason(exc.message, None)
             if reason in ("regex_lookaround", "regex_backreference"):
                 return self._result(request, Rung.UNCONSTRAINED, None, reason, backend="llguidance")
+            if _TOO_BIG.search(exc.message.split("\n", 1)[0]):
+                raise GrammarLimitError(
+                    "the grammar at $.grammar is larger than the grammar engine allows (over "
+                    f"{self.llguidance.limits['max_grammar_size']:,} symbols, or a lexer too large to "
+                    "build): make it smaller, e.g. write a repeated item as x{n} instead of n copies",
+                    param="grammar") from exc
             raise SchemaError(f"invalid grammar: {grammar_problem(exc.message)}", path="$.grammar",
                               param="grammar") from exc
         return self._result(request, Rung.EXACT, grammar, None, backend="llguidance")

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-_LOCATION = re.compile(r"^at (\d+)\((\d+)\): ")
+_LOCATION = re.compile(r"^(?:at )?(\d+)\((\d+)\): ")
 # A phrase safe to show: one line of words, no brackets/braces (which is how state dumps, reprs
 # and code excerpts look), at most 120 characters.
 _PHRASE = re.compile(r"^[A-Za-z][A-Za-z0-9 ,.:;'\"<=>_/-]{0,119}$")
@@ -47,6 +47,10 @@ def grammar_problem(message: str) -> str:
         first = first[m.end():]
     if m := _UNKNOWN_NAME.search(first):
         return f'{where}unknown rule or terminal name "{m.group(1)}"'
+    if "too deeply nested" in first:
+        # llguidance's Lark parser stops at about 28 levels of parentheses / brackets.
+        return (f"{where}groups nested too deeply for the grammar engine (at most about 28 levels of "
+                "parentheses or brackets): move inner groups into named rules")
     if "invalid regex" in first:
         return f"{where}invalid regex ({regex_problem(message)})"
     if first.startswith("failed to compile JSON schema"):

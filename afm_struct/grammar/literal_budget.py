@@ -154,17 +154,24 @@ def forced_run(pattern: str) -> int:
     with those parts read as "any character"; failing that, the largest repeat count (the copies it
     forces) stands in for the run.
     """
+    return regex_run(pattern).best
+
+
+def regex_run(pattern: str) -> _Run:
+    """The forced text of ``pattern`` (see :func:`forced_run`), as the run algebra's value (a
+    grammar's regex terminals join the runs around them)."""
     body = pattern[1:] if pattern.startswith("^") else pattern
     if body.endswith("$") and not body.endswith("\\$"):
         body = body[:-1]
     for attempt in (body, _UNICODE_CLASS.sub(".", body)):
         try:
-            return _analyse(interegular.parse_pattern(attempt)).best
+            return _analyse(interegular.parse_pattern(attempt))
         except RecursionError:
             break
         except Exception:  # interegular rejects syntax the engines take: try it plainer
             continue
-    return max((int(low) for low, _ in _QUANTIFIER.findall(pattern)), default=0)
+    n = max((int(low) for low, _ in _QUANTIFIER.findall(pattern)), default=0)
+    return _Run(False, n, n, n)
 
 
 def check_forced_runs(schema: Any, *, param: str, prefix: str = "$") -> None:

@@ -33,7 +33,12 @@ DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
 
 # Stop reasons of a matcher that ran out of its budgets (llguidance's StopReason names).
 _OVER_LIMITS = frozenset({"LexerTooComplex", "ParserTooComplex"})
-_LIMIT_MESSAGE = re.compile(r"too many (expressions|states)|too complex|exceeds max_", re.IGNORECASE)
+# The messages of budget hits: the lexer's ("too many expressions constructed"), the parser's:
+# the Earley item budget ("Too many items (limit 50000; ff_tokens)", hit by a long run forced at
+# the parser level, which stops the matcher with no stop reason of its own), and the lexer's fuel
+# ("fuel exhausted when checking relevance of lexemes", "... derivatives with total fuel ...").
+_LIMIT_MESSAGE = re.compile(r"too many (expressions|states|items)|too complex|exceeds max_|\bfuel\b",
+                            re.IGNORECASE)
 
 _LL_LOCK = threading.Lock()
 
@@ -197,14 +202,14 @@ class LLGuidanceBackend:
         self.vocab_size = int(tokenizer.vocab_size)
         self.words = mask_words(self.vocab_size)
         self.ll_tokenizer = ll_tokenizer_for(tokenizer)
-        self._limits = {**DEFAULT_LIMITS, **(limits or {})}
+        self.limits = {**DEFAULT_LIMITS, **(limits or {})}
         options = options or CompileOptions()
         # llguidance's JSON options per rung, built once: they also go into Lark ``%json{...}``.
         self.exact_json = json_options(options)
         self.relaxed_json = json_options(options, relaxed=True)
 
     def _build(self, grammar: str) -> LLGuidanceGrammar:
-        limits = llguidance.LLParserLimits(**self._limits)
+        limits = llguidance.LLParserLimits(**self.limits)
         matcher = llguidance.LLMatcher(self.ll_tokenizer, grammar, log_level=0, limits=limits)
         if matcher.is_error():
             raise BackendCompileError(matcher.get_error())

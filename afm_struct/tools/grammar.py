@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..downgrade import is_downgraded
-from ..errors import SchemaError
+from ..errors import GrammarLimitError, SchemaError
 from ..grammar.closed_objects import close_objects
 from ..grammar.compiler import CompiledConstraint, compile_constraint
 from ..grammar.ladder import generic_schema
@@ -259,7 +259,7 @@ def compile_tool_grammar(tokenizer: Tokenizer, fmt: ToolFormat, tools: tuple[Too
     answered = answer is not None and not required
     try:
         constraint = compile_lark(grammar)
-    except SchemaError as exc:
+    except (SchemaError, GrammarLimitError) as exc:  # custom tools' grammars are checked when read
         constraint, why = None, f"tool_grammar_error: {exc}"
     else:
         why = constraint.reason if constraint.grammar is None else None

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from afm_struct.errors import InvalidRequestError
+from afm_struct.grammar.lark_budget import check_grammar_budgets, check_regex_budget
 from afm_struct.grammar.spec import ToolDef
 from afm_struct.tools.definitions import Choice, ToolSpec, check_choice, check_tools
 from afm_struct.tools.lark_input import LarkInputError, json_string_rules
@@ -69,7 +70,9 @@ def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str, str]:
             except LarkInputError as exc:
                 raise InvalidRequestError(f"{where}.definition: " + exc.reason, param=f"{where}.definition",
                                           code="unsupported_value") from None
+            check_grammar_budgets(definition, param=f"{where}.definition")
             return schema_of(string), f"Its input must follow this Lark grammar:\n{definition}", definition
+        check_regex_budget(definition, param=f"{where}.definition")
         string["pattern"] = f"^(?:{definition})$"
         hint = f"Its input must match the regular expression {definition}"
     elif kind != "text":

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from afm_struct.grammar import compiler as compiler_module
+from afm_struct.grammar import llguidance_backend
 from afm_struct.grammar.compiler import ConstraintCompiler
 from afm_struct.testing import Script
 
@@ -160,3 +161,120 @@ def test_a_budget_hit_while_decoding_ends_only_that_request(serve, monkeypatch, 
     assert error["code"] == "grammar_too_complex"
     assert "too many" not in error["message"] and "<state>" not in error["message"]
     streams.finish()
+
+
+# Grammar texts that force a run over the budget, by field (issue 28's dialect fields): each
+# compiled in milliseconds and then failed at the first token (llguidance's parser: "Too many
+# items (limit 50000; ff_tokens)", reported as a 500 internal error; or its lexer: a 400
+# without the field).  Now each is a 400 grammar_too_complex naming the field.
+FORCED_GRAMMARS = [
+    ("grammar", 'root ::= "a"{1000000}', "grammar"),  # llama.cpp GBNF: the parser's budget
+    ("ebnf", 'root ::= ("a" "b"){300000}', "ebnf"),  # SGLang EBNF: a repeated group
+    ("guided_grammar", 'start: "x"? "a"{1000000}', "guided_grammar"),  # after a first token
+    ("structured_outputs", {"grammar": 'start: A\nA: "a"{1000000}'}, "structured_outputs.grammar"),
+    ("guided_grammar", "start: /a{1000000}/", "guided_grammar"),  # a regex terminal: the lexer's
+    ("guided_grammar", 'start: %json{"type": "string", "pattern": "^a{1000000}$"}', "guided_grammar"),
+    ("guided_choice", ["a" * 1_000_000, "b"], "guided_choice"),  # a long literal
+    ("grammar", {"type": "regex", "value": "a{1000000}"}, "grammar.value"),  # TGI (refused before too)
+]
+
+
+@pytest.mark.parametrize(("field", "value", "param"), FORCED_GRAMMARS,
+                         ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(FORCED_GRAMMARS)])
+def test_a_grammar_forcing_a_long_run_is_a_400_naming_its_field(serve, field: str, value: Any,
+                                                                param: str) -> None:
+    live = serve("aaaa")
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10, field: value})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("grammar_too_complex", param)
+    assert f"$.{param}" in error["message"] and "10,000" in error["message"]
+    assert "Too many items" not in error["message"] and "internal" not in error["message"]
+
+
+def test_a_long_repeat_of_a_choice_is_served(serve) -> None:
+    """Runs that leave a choice at each step cost microseconds, whatever their bound: not refused."""
+    live = serve("abba")
+    for grammar in ('start: x{1,1000000}\nx: "a" | "b"', 'root ::= [ab]{1,1000000}', 'start: "a"{0,1000000}'):
+        r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "guided_grammar": grammar})
+        assert r.status_code == 200, (grammar, r.text)
+        assert set(r.json()["choices"][0]["message"]["content"]) <= {"a", "b"}
+
+
+@pytest.mark.parametrize(("syntax", "definition"), [("lark", "start: /a{1000000}/"), ("regex", "a{1000000}")])
+def test_a_custom_tool_whose_grammar_forces_a_long_run_is_a_400(serve, syntax: str, definition: str) -> None:
+    live = serve("aaaa")
+    r = httpx.post(f"{live.url}/v1/responses", timeout=60, json={
+        "input": "hi", "max_output_tokens": 16, "tools": [{"type": "custom", "name": "f", "format": {
+            "type": "grammar", "syntax": syntax, "definition": definition}}]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("grammar_too_complex", "tools.0.format.definition")
+    assert "$.tools.0.format.definition" in error["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_parser_budget_hit_while_decoding_is_grammar_too_complex(serve, monkeypatch, stream: bool) -> None:
+    """The backstop for grammars: with the compile-time check bypassed, the parser's item budget
+    ("Too many items") hit at the first token is a grammar_too_complex error, not a 500."""
+    monkeypatch.setattr(compiler_module, "check_grammar_budgets", lambda grammar: None)
+    live = serve("aaaa", compile_fn=lambda tokenizer, request: ConstraintCompiler(tokenizer).compile(request))
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10,
+            "grammar": 'root ::= "a"{1000000}'}
+    if stream:
+        response, payloads = stream_raw(live.url, body)
+        assert response.status_code == 200
+        error = decode(payloads)[-1]["error"]
+    else:
+        r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json=body)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+    assert error["code"] == "grammar_too_complex"
+    assert "Too many items" not in error["message"] and "internal" not in error["message"]
+
+
+def _chain(rules: int) -> str:
+    return "\n".join(["start: r0", *(f'r{i}: ("a" r{i + 1})?' for i in range(rules)), f'r{rules}: "b"'])
+
+
+def test_a_grammar_chaining_rules_too_deep_is_a_400(serve) -> None:
+    """llguidance builds a grammar recursively on the compiling thread's stack: a chain of
+    2,000 such rules kills the server process (SIGSEGV).  Over 500 deep it is refused (600 here:
+    served before, and well short of the crash)."""
+    live = serve("ab")
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "guided_grammar": _chain(600)})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("grammar_too_complex", "guided_grammar")
+    assert "602 rules deep" in error["message"] and "500" in error["message"]
+
+
+def test_groups_nested_too_deep_are_a_400_saying_so(serve) -> None:
+    live = serve("ab")
+    grammar = "start: " + '("a" ' * 40 + '"b"' + ")" * 40
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "structured_outputs": {"grammar": grammar}})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_schema", "structured_outputs.grammar")
+    assert "nested too deeply" in error["message"] and "named rules" in error["message"]
+
+
+def test_a_grammar_over_the_engines_size_limit_is_a_400_saying_so(serve, monkeypatch) -> None:
+    """llguidance refuses a grammar over max_grammar_size symbols (500,000: a 6 MB grammar, 9 s
+    to build; lowered to 1,000 here to keep the test cheap) with "grammar size too big": that is
+    a grammar_too_complex naming the field and the limit, not "the grammar does not compile"."""
+    monkeypatch.setattr(llguidance_backend, "DEFAULT_LIMITS", {**llguidance_backend.DEFAULT_LIMITS,
+                                                               "max_grammar_size": 1_000})
+    live = serve("ab", compile_fn=lambda tokenizer, request: ConstraintCompiler(tokenizer).compile(request))
+    grammar = "start: " + " ".join(['("a" | "b")'] * 1_000)
+    r = httpx.post(f"{live.url}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "guided_grammar": grammar})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("grammar_too_complex", "guided_grammar")
+    assert "$.guided_grammar" in error["message"] and "1,000 symbols" in error["message"]
