@@ -11,10 +11,12 @@ import importlib
 from typing import Any
 
 from .models.blas_select import select_optimized_blas
+from .thread_stack import ensure_thread_stack
 
 __version__ = "0.1.0"
 
 select_optimized_blas()
+ensure_thread_stack()  # before any compile thread starts (see thread_stack.py)
 
 _EXPORTS = {
     "AfmError": "afm_struct.errors",

@@ -44,7 +44,8 @@ from .literal_budget import (
 # recursively on the compiling thread's stack, and a deep chain overflows it, killing the
 # process (measured on an 8 MB stack: ``r0: ("a" r1)?`` / ``r1: ("a" r2)?`` / ... crashes at
 # 2,000 rules and runs at 1,500; ``r0: "a" r1`` / ... crashes between 2,500 and 3,000).  Real
-# grammars chain a few dozen.
+# grammars chain a few dozen.  Every thread gets a stack of at least 16 MB
+# (afm_struct/thread_stack.py): macOS gives other threads 512 KB, where 450 rules crash.
 MAX_RULE_DEPTH = 500
 
 _TOKEN = re.compile(r"""

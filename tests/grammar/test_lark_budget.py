@@ -10,6 +10,9 @@ exactly and a matcher walks it.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,3 +110,28 @@ def test_a_chain_at_the_depth_limit_compiles_and_one_over_is_refused(compiler) -
     with pytest.raises(GrammarLimitError) as info:
         compiler.compile(LarkRequest(_chain(MAX_RULE_DEPTH - 1)))
     assert info.value.param == "grammar" and "rules deep" in info.value.message
+
+
+def test_a_chain_at_the_depth_limit_compiles_on_a_thread_even_where_threads_get_512_kb() -> None:
+    """macOS gives secondary threads 512 KB of stack; there a chain under MAX_RULE_DEPTH
+    crashed the process (SIGSEGV) until afm_struct raised every new thread's stack."""
+    code = f"""
+import threading
+threading.stack_size(512 * 1024)  # as macOS's default for threads other than the main one
+import afm_struct
+from afm_struct.grammar.compiler import ConstraintCompiler
+from afm_struct.grammar.spec import LarkRequest
+from afm_struct.models import load_tokenizer
+from tests.grammar.test_lark_budget import _chain
+compiler = ConstraintCompiler(load_tokenizer())
+modes = []
+grammar = LarkRequest(_chain({MAX_RULE_DEPTH - 2}))
+worker = threading.Thread(target=lambda: modes.append(compiler.compile(grammar).mode))
+worker.start()
+worker.join()
+print("compiled", modes[0].value)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "compiled" in done.stdout
