@@ -15,7 +15,7 @@ without loading the engine).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..decoding.outputs import FinishReason, TokenLogprob, Usage
@@ -114,6 +114,42 @@ class ProfileReport:
 
 EndEvent = Finish | Failed | UsageReport | ProfileReport
 Event = AnswerEvent | EndEvent
+
+
+@dataclass
+class RunEnding:
+    """How a run ended, gathered from its end events by an encoder that answers whole (not
+    streamed): the finish reason, the usage and the profile; a :class:`Failed` is raised."""
+
+    reason: FinishReason | None = None
+    usage: Usage = field(default_factory=Usage)
+    profile: ProfileReport | None = None
+
+    def take(self, event: Event) -> bool:
+        """Record ``event`` if it is an end event (True); False for an answer event.
+        :class:`Failed` raises its error (the status is not sent yet)."""
+        if isinstance(event, Failed):
+            raise event.error
+        if isinstance(event, Finish):
+            self.reason = event.reason
+        elif isinstance(event, UsageReport):
+            self.usage = event.usage
+        elif isinstance(event, ProfileReport):
+            self.profile = event
+        else:
+            return False
+        return True
+
+    def finished(self) -> FinishReason:
+        """The finish reason (after the run's :class:`Finish`)."""
+        assert self.reason is not None, "the run has not finished"
+        return self.reason
+
+    def add_profile(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with the profile report under its key, when one was asked for."""
+        if self.profile is not None:
+            body[self.profile.key] = self.profile.report
+        return body
 
 
 class AnswerRouter(Protocol):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.serving.events import (
     AnswerEvent,
     CallArguments,
@@ -24,6 +23,7 @@ from afm_struct.serving.events import (
     ProfileReport,
     Reasoning,
     ResponseIdentity,
+    RunEnding,
     Text,
     UsageReport,
 )
@@ -110,40 +110,28 @@ class ChatCompletion:
         self._reasoning: list[str] = []
         self._calls = ToolCallAssembler()
         self._entries: Entries = []
-        self._reason: FinishReason | None = None
-        self._usage = Usage()
-        self._profile: ProfileReport | None = None
+        self._end = RunEnding()
 
     def add(self, event: Event) -> None:
         """Take one event (:class:`Failed` raises its error)."""
-        if isinstance(event, Failed):
-            raise event.error
-        if isinstance(event, Finish):
-            self._reason = event.reason
-        elif isinstance(event, UsageReport):
-            self._usage = event.usage
-        elif isinstance(event, ProfileReport):
-            self._profile = event
+        if self._end.take(event):
+            return
+        self._entries.extend(_entries(event) or ())
+        if isinstance(event, Text):
+            self._content.append(event.text)
+        elif isinstance(event, Reasoning):
+            self._reasoning.append(event.text)
         else:
-            self._entries.extend(_entries(event) or ())
-            if isinstance(event, Text):
-                self._content.append(event.text)
-            elif isinstance(event, Reasoning):
-                self._reasoning.append(event.text)
-            else:
-                self._calls.add_delta(chat_delta(event) or {})
+            self._calls.add_delta(chat_delta(event) or {})
 
     def body(self) -> dict[str, Any]:
         """The ``chat.completion`` (after the run's :class:`Finish`)."""
-        assert self._reason is not None, "the run has not finished"
+        reason = self._end.finished()
         content = "".join(self._content)
-        body = completion_body(
+        return self._end.add_profile(completion_body(
             self.ident, content=content if content or not self._calls.calls else None,
             reasoning_content="".join(self._reasoning) or None,
             tool_calls=self._calls.to_list() or None,
-            finish_reason=self._reason, usage=self._usage,
-            logprobs=logprobs_object(self._entries) if self.logprobs else None)
-        if self._profile is not None:
-            body[self._profile.key] = self._profile.report
-        return body
+            finish_reason=reason, usage=self._end.usage,
+            logprobs=logprobs_object(self._entries) if self.logprobs else None))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from afm_struct.decoding.outputs import FinishReason, Usage
+from afm_struct.decoding.outputs import FinishReason
 from afm_struct.errors import AfmError
 from afm_struct.serving.events import (
     CallArguments,
@@ -25,6 +25,7 @@ from afm_struct.serving.events import (
     ProfileReport,
     Reasoning,
     ResponseIdentity,
+    RunEnding,
     Text,
     UsageReport,
 )
@@ -140,35 +141,23 @@ class TextCompletion:
         self.echo = echo or ""
         self._text: list[str] = []
         self._entries: Entries = []
-        self._reason: FinishReason | None = None
-        self._usage = Usage()
-        self._profile: ProfileReport | None = None
+        self._end = RunEnding()
 
     def add(self, event: Event) -> None:
         """Take one event (:class:`Failed` raises its error)."""
-        if isinstance(event, Failed):
-            raise event.error
-        if isinstance(event, Finish):
-            self._reason = event.reason
-        elif isinstance(event, UsageReport):
-            self._usage = event.usage
-        elif isinstance(event, ProfileReport):
-            self._profile = event
-        else:
-            piece = _text(event)
-            if piece is not None:
-                self._text.append(piece[0])
-                self._entries.extend(piece[1] or ())
+        if self._end.take(event):
+            return
+        piece = _text(event)
+        if piece is not None:
+            self._text.append(piece[0])
+            self._entries.extend(piece[1] or ())
 
     def body(self) -> dict[str, Any]:
         """The ``text_completion`` (after the run's :class:`Finish`)."""
-        assert self._reason is not None, "the run has not finished"
+        reason = self._end.finished()
         lp = legacy_logprobs(self._entries, len(self.echo)) if self.logprobs else None
-        body = {"id": self.ident.id, "object": OBJECT, "created": self.ident.created,
-                "model": self.ident.model,
-                "choices": [{"index": 0, "text": self.echo + "".join(self._text), "logprobs": lp,
-                             "finish_reason": self._reason}],
-                "usage": usage_dict(self._usage)}
-        if self._profile is not None:
-            body[self._profile.key] = self._profile.report
-        return body
+        return self._end.add_profile({
+            "id": self.ident.id, "object": OBJECT, "created": self.ident.created, "model": self.ident.model,
+            "choices": [{"index": 0, "text": self.echo + "".join(self._text), "logprobs": lp,
+                         "finish_reason": reason}],
+            "usage": usage_dict(self._end.usage)})
