@@ -109,13 +109,13 @@ def test_strict_calls_valid_streamed_and_not(live, choice) -> None:
     assert finish[-1] == "tool_calls"
 
 
+@pytest.mark.parametrize("live", ["harmony"], indirect=True)
 def test_harmony_max_tokens_in_analysis_closes(live) -> None:
     """max_tokens runs out inside Harmony's analysis channel (a random model never leaves it):
     the closer leaves the channel first, then writes the shortest valid call; the turn was
     cut, so it finishes with ``length``, its call whole and valid, streamed and not."""
     syntax, server = live
-    if syntax != "harmony":
-        pytest.skip("Harmony's analysis channel only")
+    assert syntax == "harmony"
     body = {"messages": USER, "tools": TOOLS, "tool_choice": "required", "max_tokens": 64,
             "temperature": 1.0, "seed": 3}
     r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
