@@ -108,7 +108,11 @@ def _log_tag(request: Request) -> str:
 
 async def _on_afm_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AfmError)
-    if exc.status >= 500:
+    if isinstance(exc, OverloadedError):
+        # Busy or draining is the replica working as designed (the client retries elsewhere):
+        # a warning, so that ERROR lines stay the ones an operator must act on.
+        log.warning("request refused (%s): %s", _log_tag(_request), exc.message)
+    elif exc.status >= 500:
         log.error("request failed (%s): %s", _log_tag(_request), exc.message)
     return error_response(exc, _request)
 

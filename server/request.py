@@ -20,13 +20,14 @@ def check_values(body: BaseModel) -> None:
     check_json_values(body.model_dump(by_alias=True, exclude_unset=True))
 
 
-def check_model(requested: str | None, served: tuple[str, ...]) -> str:
+def check_model(requested: str | None, served: tuple[str, ...], *, listing: str = "GET /v1/models") -> str:
     """The name to echo as ``model``: ``requested`` if it is one of ``served`` (the first when
-    omitted); 404 otherwise, naming what to send."""
+    omitted); 404 otherwise, naming what to send and where the protocol lists the names
+    (``listing``)."""
     if requested is None:
         return served[0]
     if requested not in served:
         names = " or ".join(repr(n) for n in served)
-        raise NotFoundError(f"model {requested!r} is not served here; send {names} (GET /v1/models)",
+        raise NotFoundError(f"model {requested!r} is not served here; send {names} ({listing})",
                             param="model", code="model_not_found")
     return requested

@@ -62,7 +62,7 @@ def ollama_model(requested: str, served: tuple[str, ...]) -> str:
         bare = requested[: -len(":latest")]
         if bare in served:
             return bare
-    return check_model(requested, served)
+    return check_model(requested, served, listing="GET /api/tags")
 
 
 def sampling_params(options: dict[str, Any] | None, *, default_max_tokens: int,

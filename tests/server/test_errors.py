@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 
 import httpx
@@ -176,7 +177,8 @@ def test_body_too_large_is_413(serve) -> None:
     assert err["code"] == "payload_too_large"
 
 
-def test_queue_full_is_503_with_retry_after(serve) -> None:
+def test_queue_full_is_503_with_retry_after(serve, caplog) -> None:
+    caplog.set_level(logging.INFO)
     live = serve(Script("tick " * 300, delay_s=0.02), max_active=1, max_queue=0, retry_after_s=2)
     with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=30,
                       json={"messages": USER, "stream": True}, headers={"X-Request-ID": "first"}) as first:
@@ -185,6 +187,9 @@ def test_queue_full_is_503_with_retry_after(serve) -> None:
         err = _envelope(r, 503)
         assert r.headers["retry-after"] == "2"
         assert err["type"] == "overloaded_error" and err["code"] == "queue_full"
+        # A busy replica works as designed: a warning, never an ERROR line for operators to chase.
+        refused = [r for r in caplog.records if "busy" in r.getMessage()]
+        assert refused and all(r.levelno == logging.WARNING for r in refused)
         assert httpx.post(f"{live.url}/v1/chat/completions/first/cancel").status_code == 200
         assert list(first.iter_lines())[-2] == "data: [DONE]"
 

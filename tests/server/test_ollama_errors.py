@@ -139,6 +139,7 @@ def test_an_unknown_model_is_an_ollama_404(serve, client, route) -> None:
     live = serve()
     err = _ollama_error(client(live), route, "no-such-model")
     assert err.status_code == 404 and isinstance(err.error, str) and "no-such-model" in err.error
+    assert "/api/tags" in err.error and "/v1/models" not in err.error  # Ollama's own listing
 
 
 @pytest.mark.parametrize("route", ROUTES)
