@@ -27,7 +27,6 @@ from .diagnostics import grammar_problem, regex_problem
 from .engine import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
 from .lark_budget import check_grammar_budgets
-from .literal_budget import REASON as FORCED_RUN_REASON
 from .literal_budget import check_forced_runs, longest_forced_run
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
 from .regex_classify import classify_pattern
@@ -247,7 +246,7 @@ class ConstraintCompiler:
             if run is not None:
                 if getattr(request, "strict", True):
                     raise run.error(param)
-                limits = FORCED_RUN_REASON
+                limits = run.reason
             result = climb(self.engine, schema, start, self.options.timeout_s, start_reason=limits,
                            generic_cache=self._generic)
             return self._result(request, result.rung, result.grammar, result.reason, schema=schema)
@@ -296,10 +295,11 @@ class ConstraintCompiler:
     def _regex(self, request: RegexRequest, start: float) -> CompiledConstraint:
         if not isinstance(request.pattern, str):
             raise SchemaError("the pattern must be a string", path="$.pattern", param="pattern")
+        # The budget first: an oversized pattern is refused before anything reads it.
+        check_forced_runs({"pattern": request.pattern}, param="")
         irregular = classify_pattern(request.pattern)
         if irregular:
             return self._result(request, Rung.UNCONSTRAINED, None, irregular, pattern=request.pattern)
-        check_forced_runs({"pattern": request.pattern}, param="")
         try:
             grammar = self.engine.regex(request.pattern, self.options.timeout_s)
         except WorkerLimitError as exc:

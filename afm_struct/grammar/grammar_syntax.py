@@ -15,6 +15,7 @@ from typing import Literal
 
 from ..errors import SchemaError
 from .diagnostics import safe_phrase
+from .lark_budget import check_grammar_size
 
 GrammarSyntax = Literal["gbnf", "lark"]
 
@@ -55,7 +56,9 @@ def gbnf_to_lark(text: str, *, param: str) -> str:
 
 
 def to_lark(text: str, *, param: str) -> tuple[str, GrammarSyntax]:
-    """``text`` as Lark, and the syntax it was read in (see :func:`grammar_syntax`)."""
+    """``text`` as Lark, and the syntax it was read in (see :func:`grammar_syntax`); an
+    oversized text is refused before it is read."""
+    check_grammar_size(text, param=param)
     syntax = grammar_syntax(text)
     return (gbnf_to_lark(text, param=param) if syntax == "gbnf" else text), syntax
 

@@ -32,6 +32,7 @@ from ..errors import GrammarLimitError
 from .literal_budget import (
     _CHOICE,
     MAX_FORCED_RUN,
+    MAX_PATTERN_CHARS,
     _repeat,
     _Run,
     _sequence,
@@ -47,6 +48,9 @@ from .literal_budget import (
 # grammars chain a few dozen.  Every thread gets a stack of at least 16 MB
 # (afm_struct/thread_stack.py): macOS gives other threads 512 KB, where 450 rules crash.
 MAX_RULE_DEPTH = 500
+# The longest grammar text read at all (the reader below is pure Python: a 1 MB grammar holds
+# the GIL every running stream needs for over a second; llama.cpp's grammars/ are under 4 KB).
+MAX_GRAMMAR_CHARS = 65_536
 
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\r]+|//[^\n]*|\#[^\n]*)
@@ -309,10 +313,22 @@ def grammar_forced_run(text: str) -> tuple[int, str] | None:
     return None if measure is None else (measure.run, measure.part)
 
 
+def check_grammar_size(text: str, *, param: str = "grammar") -> None:
+    """Raise :class:`GrammarLimitError` at ``param`` when a grammar text (Lark, GBNF, EBNF, a
+    choice list written as one) is longer than :data:`MAX_GRAMMAR_CHARS`: checked before any
+    conversion or reading."""
+    if len(text) > MAX_GRAMMAR_CHARS:
+        raise GrammarLimitError(
+            f"the grammar at $.{param} is {len(text):,} characters long; constrained output takes "
+            f"grammars of at most {MAX_GRAMMAR_CHARS:,} (a longer one costs seconds of compile "
+            "work shared with every running request): factor repeated parts into rules", param=param)
+
+
 def check_grammar_budgets(text: str, *, param: str = "grammar") -> None:
     """Raise :class:`GrammarLimitError` (``param``: where the grammar sits) when the Lark
     grammar ``text`` chains rules deeper than :data:`MAX_RULE_DEPTH` or forces a run over
-    :data:`~.literal_budget.MAX_FORCED_RUN` bytes."""
+    :data:`~.literal_budget.MAX_FORCED_RUN` bytes, or is longer than :data:`MAX_GRAMMAR_CHARS`."""
+    check_grammar_size(text, param=param)
     measure = measure_grammar(text)
     if measure is None:
         return
@@ -336,7 +352,13 @@ def check_grammar_budgets(text: str, *, param: str = "grammar") -> None:
 
 def check_regex_budget(pattern: str, *, param: str) -> None:
     """Raise :class:`GrammarLimitError` at ``param`` when the regex ``pattern`` (a grammar text
-    of its own, e.g. a custom tool's ``format.definition``) forces a run over the budget."""
+    of its own, e.g. a custom tool's ``format.definition``) forces a run over the budget, or is
+    longer than :data:`~.literal_budget.MAX_PATTERN_CHARS`."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise GrammarLimitError(
+            f"the pattern at $.{param} is {len(pattern):,} characters long; constrained output "
+            f"takes regular expressions of at most {MAX_PATTERN_CHARS:,} (a longer one costs "
+            "seconds of compile work shared with every running request): shorten it", param=param)
     length = forced_run(pattern)
     if length > MAX_FORCED_RUN:
         raise GrammarLimitError(

@@ -38,6 +38,12 @@ from .schema_paths import json_path
 # pattern or constant, and a step's lexer work stays within ~8 ms on a laptop CPU.
 MAX_FORCED_RUN = 10_000
 REASON = "forced_run_too_long"
+SIZE_REASON = "pattern_too_long"
+
+# The longest regex (``pattern``, a ``patternProperties`` name, a regex request) read at all: the
+# static checks and rewrites here are pure Python, and a 180,000-character alternation costs
+# seconds of CPU holding the GIL every running stream needs (the dev set's longest is 5,153).
+MAX_PATTERN_CHARS = 16_384
 
 # Names whose values are instances (not schemas): nothing in them is compiled.
 _INSTANCES = ("enum", "const", "default", "examples")
@@ -53,6 +59,13 @@ class ForcedRun:
     path: tuple[str | int, ...]  # where, in the schema
     length: int
     what: str  # "pattern", "const value", "enum value", "property name"
+    # True: the pattern's own text is over MAX_PATTERN_CHARS (its run was not measured).
+    oversized: bool = False
+
+    @property
+    def reason(self) -> str:
+        """The downgrade reason a non-strict request is served with."""
+        return SIZE_REASON if self.oversized else REASON
 
     def error(self, param: str, prefix: str = "$") -> GrammarLimitError:
         """The 400 for a strict request; ``param`` is where the schema sits in the request,
@@ -65,6 +78,13 @@ class ForcedRun:
         parts = [str(p) for p in self.path]
         if shown != self.path:
             parts = [str(p) for p in self.path[:next(i for i, p in enumerate(shown) if p != self.path[i])]]
+        if self.oversized:
+            return GrammarLimitError(
+                f"the {self.what} at {prefix}{json_path(shown)[1:]} is {self.length:,} characters "
+                f"long; constrained output takes regular expressions of at most "
+                f"{MAX_PATTERN_CHARS:,} (a longer one costs seconds of compile work shared with "
+                "every running request): shorten it, or list long alternatives as an enum",
+                param=".".join(p for p in (param, *parts) if p) or None)
         return GrammarLimitError(
             f"the {self.what} at {prefix}{json_path(shown)[1:]} forces {self.length:,} characters in a row; "
             f"constrained output allows at most {MAX_FORCED_RUN:,} (a longer run exhausts the "
@@ -182,6 +202,13 @@ def check_forced_runs(schema: Any, *, param: str, prefix: str = "$") -> None:
         raise run.error(param, prefix)
 
 
+def _pattern_run(path: tuple[str | int, ...], pattern: str) -> ForcedRun:
+    """The pattern at ``path``, measured, or marked oversized without reading it."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return ForcedRun(path, len(pattern), "pattern", oversized=True)
+    return ForcedRun(path, forced_run(pattern), "pattern")
+
+
 def _literal(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False).encode())
 
@@ -200,20 +227,22 @@ def longest_forced_run(schema: Any) -> ForcedRun | None:
             here = (*path, key)
             found: ForcedRun | None = None
             if key == "pattern" and isinstance(value, str):
-                found = ForcedRun(here, forced_run(value), "pattern")
+                found = _pattern_run(here, value)
             elif key == "const":
                 found = ForcedRun(here, _literal(value), "const value")
             elif key == "enum" and isinstance(value, list):
                 found = max((ForcedRun((*here, i), _literal(v), "enum value") for i, v in enumerate(value)),
                             key=lambda f: f.length, default=None)
-            if found is not None and found.length > MAX_FORCED_RUN:
+            if found is not None and (found.oversized or found.length > MAX_FORCED_RUN):
                 return found
             if key in ("properties", "patternProperties") and isinstance(value, dict):
                 for name, sub in value.items():
-                    n = forced_run(name) if key == "patternProperties" else _literal(name)
-                    if n > MAX_FORCED_RUN:
-                        what = "pattern" if key == "patternProperties" else "property name"
-                        return ForcedRun((*here, name), n, what)
+                    if key == "patternProperties":
+                        named = _pattern_run((*here, name), name)
+                    else:
+                        named = ForcedRun((*here, name), _literal(name), "property name")
+                    if named.oversized or named.length > MAX_FORCED_RUN:
+                        return named
                     stack.append((sub, (*here, name)))
             elif key in _NAMED and isinstance(value, dict):
                 stack.extend((sub, (*here, name)) for name, sub in value.items())

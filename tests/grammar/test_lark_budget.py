@@ -20,8 +20,8 @@ import pytest
 from afm_struct.errors import GrammarLimitError
 from afm_struct.grammar.compiler import ConstraintCompiler
 from afm_struct.grammar.engine import allocate_bitmask
-from afm_struct.grammar.grammar_syntax import gbnf_to_lark
-from afm_struct.grammar.lark_budget import MAX_RULE_DEPTH, grammar_forced_run, rule_depth
+from afm_struct.grammar.grammar_syntax import gbnf_to_lark, to_lark
+from afm_struct.grammar.lark_budget import MAX_GRAMMAR_CHARS, MAX_RULE_DEPTH, grammar_forced_run, rule_depth
 from afm_struct.grammar.literal_budget import MAX_FORCED_RUN
 from afm_struct.grammar.spec import LarkRequest, Mode
 
@@ -135,3 +135,22 @@ print("compiled", modes[0].value)
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "compiled" in done.stdout
+
+
+def test_an_oversized_grammar_text_is_refused_before_it_is_read(compiler) -> None:
+    """Lark, GBNF and choice lists over MAX_GRAMMAR_CHARS are a 400 at their field before any
+    conversion or measuring (pure Python work shared with every running stream); one at the
+    limit compiles."""
+    words = [f"w{i:06d}" for i in range(MAX_GRAMMAR_CHARS // 10 + 1)]
+    lark = "start: " + " | ".join(f'"{w}"' for w in words)
+    assert len(lark) > MAX_GRAMMAR_CHARS
+    with pytest.raises(GrammarLimitError) as info:
+        compiler.compile(LarkRequest(lark))
+    assert info.value.param == "grammar" and f"{MAX_GRAMMAR_CHARS:,}" in info.value.message
+    gbnf = "root ::= " + " | ".join(f'"{w}"' for w in words)
+    with pytest.raises(GrammarLimitError) as info:
+        to_lark(gbnf, param="grammar")
+    assert info.value.param == "grammar" and "characters long" in info.value.message
+    fits = "start: " + " | ".join(f'"{w}"' for w in words[: (MAX_GRAMMAR_CHARS - 7) // 12])
+    assert len(fits) <= MAX_GRAMMAR_CHARS
+    assert compiler.compile(LarkRequest(fits)).mode is Mode.ENFORCED

@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 from afm_struct.errors import GrammarLimitError
 from afm_struct.grammar.compiler import ConstraintCompiler
 from afm_struct.grammar.engine import allocate_bitmask
-from afm_struct.grammar.literal_budget import MAX_FORCED_RUN, forced_run, longest_forced_run
+from afm_struct.grammar.literal_budget import (
+    MAX_FORCED_RUN,
+    MAX_PATTERN_CHARS,
+    forced_run,
+    longest_forced_run,
+)
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, Mode, RegexRequest, Rung
 
 from ..decoding.randomized import examples
@@ -143,3 +148,39 @@ def test_no_dev_schema_is_over_the_budget() -> None:
         if longest_forced_run(schema) is not None:
             over.append(path.name)
     assert not over
+
+
+def _alternation(chars: int) -> str:
+    """``^(w1|w2|...)$`` of eight-letter words, ``chars`` long or just over (the shape of a
+    hostile 'allow-list as a regex' that costs seconds of pure-Python reading)."""
+    words, n = [], 3
+    while n < chars:
+        words.append(f"{len(words):08d}".translate(str.maketrans("0123456789", "abcdefghij")))
+        n += 9
+    return "^(" + "|".join(words) + ")$"
+
+
+def test_an_oversized_pattern_is_refused_before_it_is_read(tokenizer) -> None:
+    """A pattern over MAX_PATTERN_CHARS is a 400 at its path (strict), a downgrade with its own
+    reason (non-strict), and a 400 as a regex request, before any analysis reads it; one at
+    the limit is measured and compiled as before."""
+    big = _alternation(MAX_PATTERN_CHARS + 1)
+    assert len(big) > MAX_PATTERN_CHARS and forced_run(big) < MAX_FORCED_RUN  # not a run problem
+    compiler = ConstraintCompiler(tokenizer)
+    schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": big}}, "required": ["v"]}
+    with pytest.raises(GrammarLimitError) as info:
+        compiler.compile(JsonSchemaRequest(schema, strict=True))
+    err = info.value
+    assert (err.status, err.code) == (400, "grammar_too_complex")
+    assert err.param == "response_format.json_schema.schema.properties.v.pattern"
+    assert f"{len(big):,} characters long" in err.message and f"{MAX_PATTERN_CHARS:,}" in err.message
+    loose = compiler.compile(JsonSchemaRequest(schema, strict=False))
+    assert (loose.mode, loose.rung, loose.reason) == (Mode.DOWNGRADED, Rung.GENERIC_JSON, "pattern_too_long")
+    with pytest.raises(GrammarLimitError) as info:
+        compiler.compile(RegexRequest(big))
+    assert info.value.param == "pattern"
+    keyed = {"type": "object", "patternProperties": {big: {"type": "integer"}}}
+    found = longest_forced_run(keyed)
+    assert found is not None and found.oversized and found.path == ("patternProperties", big)
+    under = _alternation(MAX_PATTERN_CHARS - 20)
+    assert len(under) <= MAX_PATTERN_CHARS and longest_forced_run({"pattern": under}) is None
