@@ -9,10 +9,11 @@ back text the original grammar accepts.
 
 Supported: rules and terminals, string literals, ``/regex/`` literals (Python syntax: literals,
 classes, ``.``, ``\\d \\w \\s``, groups, alternation, repetition), ``|``, ``?``, ``*``, ``+``,
-``[...]``, ``( )``, ``~ n``, priorities.  Refused with the construct named (the caller's 400):
-``%`` directives (``%import``, ``%ignore``: an ignored terminal would apply to the whole tool
-grammar), case-insensitive strings, regex flags and anchors, ``..`` ranges, templates, special
-tokens and grammar references.
+``[...]``, ``( )``, repeats (``x{n}``, ``x{m,n}``, ``x{m,}``, ``x{,n}``, ``x ~ n``, ``x ~ m..n``),
+priorities.  Refused with the construct named (the caller's 400): ``%`` directives
+(``%import``, ``%ignore``: an ignored terminal would apply to the whole tool grammar),
+case-insensitive strings, regex flags and anchors, ``"a".."z"`` ranges, templates
+(``_sep{x, ","}``), special tokens and grammar references.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ _TOKEN = re.compile(r"""
   | (?P<regex>/(?!/)(?:[^/\\\n]|\\.)+/(?P<rflags>[a-z]*)) | (?P<name>[_a-zA-Z][_a-zA-Z0-9]*)
   | (?P<punct>->|\.\.|[:|()\[\]?*+~.,{}@<>%!=-]|[0-9]+)
 """, re.VERBOSE)
+# Repeats, written as the engine takes them and as OpenAI's Lark examples use them: x{n},
+# x{m,n}, x{m,}, x{,n}; x ~ n, x ~ m..n.  (A brace holding a name is a template: refused.)
+_REPEAT = re.compile(r"\{[ \t]*(?=[0-9,])([0-9]*)[ \t]*(?:(,)[ \t]*([0-9]*)[ \t]*)?\}"
+                     r"|~[ \t]*([0-9]+)(?:[ \t]*\.\.[ \t]*([0-9]+))?")
 
 
 class LarkInputError(ValueError):
@@ -53,6 +58,11 @@ def json_string_rules(definition: str, prefix: str) -> tuple[str, str]:
     line_start = True
     while pos < len(definition):
         m = _TOKEN.match(definition, pos)
+        repeat = _REPEAT.match(definition, pos)
+        if repeat is not None and repeat.group() != "{,}":
+            out.append(_repeat(repeat))
+            pos, line_start = repeat.end(), False
+            continue
         if m is None:
             raise LarkInputError(f"cannot read the grammar at {definition[pos:pos + 20]!r}")
         pos = m.end()
@@ -94,6 +104,14 @@ def json_string_rules(definition: str, prefix: str) -> tuple[str, str]:
     if "start" not in defined:
         raise LarkInputError("the grammar has no start rule")
     return prefix.lower() + "start", "".join(out)
+
+
+def _repeat(m: re.Match[str]) -> str:
+    """A repeat as the engine reads it (``{m,n}`` / ``~ m..n``), spaces dropped."""
+    low, comma, high, times, upto = m.groups()
+    if times is not None:
+        return f" ~ {times}" + (f"..{upto}" if upto is not None else "")
+    return "{" + low + ("," + high if comma else "") + "}"
 
 
 def input_grammar(definition: str) -> str:
