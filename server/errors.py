@@ -151,10 +151,24 @@ async def _on_http(_request: Request, exc: Exception) -> Response:
             f"{_request.method} is not allowed on {_request.url.path}; allowed: {allow}"), _request)
         response.headers["Allow"] = allow  # RFC 9110: a 405 carries Allow
         return response
+    elif exc.status_code == 400 and exc.__cause__ is not None:
+        err = body_parse_error(exc.__cause__)
     else:
         err = InvalidRequestError(str(exc.detail))
         err.status = exc.status_code
     return error_response(err, _request)
+
+
+def body_parse_error(cause: BaseException) -> InvalidRequestError:
+    """The 400 for a JSON body FastAPI could not parse for a reason other than its syntax
+    (its own text, "There was an error parsing the body", names neither the cause nor a fix)."""
+    if isinstance(cause, RecursionError):
+        why = "it nests arrays or objects deeper than the JSON parser follows (about 1,000 levels)"
+    elif isinstance(cause, UnicodeDecodeError):
+        why = f"it is not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
+    else:
+        why = f"{type(cause).__name__}"
+    return InvalidRequestError(f"the body could not be read as JSON: {why}", code="invalid_json")
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:

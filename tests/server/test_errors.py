@@ -36,6 +36,19 @@ def test_bad_json_is_400(serve) -> None:
     assert err["type"] == "invalid_request_error" and err["code"] == "invalid_json"
 
 
+@pytest.mark.parametrize(("content", "says"), [
+    (b'{"messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+     "nests arrays or objects deeper"),
+    (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "not UTF-8 (byte 0xff at offset 43)"),
+], ids=["too_deep", "not_utf8"])
+def test_a_body_json_cannot_read_names_why(serve, content: bytes, says: str) -> None:
+    """Bodies FastAPI's parser fails on other than by syntax (recursion, bad bytes) get the
+    cause and a code, not "There was an error parsing the body" with code null."""
+    live = serve()
+    err = _envelope(_post(live.url, content=content, headers={"Content-Type": "application/json"}), 400)
+    assert err["code"] == "invalid_json" and says in err["message"], err
+
+
 @pytest.mark.parametrize(("body", "param"), [
     ({}, "messages"),
     ({"messages": []}, "messages"),
