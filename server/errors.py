@@ -48,7 +48,10 @@ def validation_error(errors: Sequence[Any], body: Any = None) -> InvalidRequestE
     # A union reports one error per branch: the one that got deepest into the request is the
     # one about what the client meant ({"type": "function"} lacks "function", not a string).
     paths = [_path_of(e, body) for e in errors]
-    best = max(range(len(errors)), key=lambda i: len(paths[i]))
+    # Among branches equally deep, one whose type matched (a list too long) beats a type
+    # mismatch ("should be a valid string"): it is about the value the client sent.
+    best = max(range(len(errors)),
+               key=lambda i: (len(paths[i]), not str(errors[i].get("type")).endswith("_type")))
     chosen, param = errors[best], ".".join(str(p) for p in paths[best])
     missing = chosen.get("type") == "missing"
     msg = chosen.get("msg", "invalid")

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .limits import Messages, Parts, Tools
+
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
@@ -43,9 +45,9 @@ class ChatMessage(BaseModel):
     """A message of the conversation."""
 
     role: Role
-    content: str | list[ContentPart] | None = None
+    content: str | Annotated[list[ContentPart], Parts] | None = None
     name: str | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: Annotated[list[ToolCall], Parts] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
 
@@ -137,7 +139,7 @@ class ChatCompletionRequest(BaseModel):
     # Unknown fields are kept for server.constraint_fields (other servers' constraint fields).
     model_config = ConfigDict(allow_inf_nan=False, extra="allow")
 
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    messages: Annotated[list[ChatMessage], Field(min_length=1), Messages]
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -154,7 +156,7 @@ class ChatCompletionRequest(BaseModel):
     stop: str | list[str] | None = None
     n: Annotated[int, Field(ge=1)] | None = None
     response_format: ResponseFormat | None = None
-    tools: list[Tool] | None = None
+    tools: Annotated[list[Tool], Tools] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     # Token logprobs of content and tool-call arguments; top_logprobs (0-20) alternatives per

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..limits import Messages, Tools
+
 
 class OllamaFunctionCall(BaseModel):
     """``message.tool_calls[].function``: arguments are an object, not a JSON string."""
@@ -57,8 +59,8 @@ class OllamaBase(BaseModel):
 class OllamaChatRequest(OllamaBase):
     """``POST /api/chat``."""
 
-    messages: list[OllamaMessage] = []
-    tools: list[dict[str, Any]] | None = None
+    messages: Annotated[list[OllamaMessage], Messages] = []
+    tools: Annotated[list[dict[str, Any]], Tools] | None = None
 
 
 class OllamaGenerateRequest(OllamaBase):

@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..limits import Parts, Tools
+
 
 class ReasoningConfig(BaseModel):
     """``reasoning``: ``effort`` drives the model's thinking switch; summaries are not made."""
@@ -49,7 +51,7 @@ class ResponsesRequest(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False, extra="allow")
 
     model: str | None = None
-    input: str | list[Any] | None = None
+    input: str | Annotated[list[Any], Parts] | None = None
     instructions: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -61,7 +63,7 @@ class ResponsesRequest(BaseModel):
     include: list[str] | None = None
     metadata: dict[str, Any] | None = None
     text: TextConfig | None = None
-    tools: list[Any] | None = None
+    tools: Annotated[list[Any], Tools] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     reasoning: ReasoningConfig | None = None

@@ -23,6 +23,7 @@ import server.live
 from afm_struct.decoding.sampling import MAX_STOPS
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.models.prompt_encoder import PromptEncoder
+from server.limits import MAX_MESSAGES, MAX_PARTS, MAX_TOOLS
 
 from .conftest import USER, wait_until
 
@@ -139,7 +140,9 @@ def test_every_huge_field_in_the_prompt_is_refused_before_tokenizing_or_compilin
                          "name": "lookup", "arguments": json.dumps({"q": big})}}]},
                      {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
     elif where == "many_messages":
-        messages = [{"role": "user", "content": "a"}] * 40_000
+        # As many messages as allowed, the million characters spread over them.
+        share = len(big) // MAX_MESSAGES
+        messages = [{"role": "user", "content": big[i * share:(i + 1) * share]} for i in range(MAX_MESSAGES)]
     else:
         messages.insert(0, {"role": "system", "content": big})
     response = httpx.post(f"{live.url}/v1/chat/completions", timeout=120, json={
@@ -161,3 +164,36 @@ def test_more_stop_sequences_than_the_cap_are_refused(serve) -> None:
     error = response.json()["error"]
     assert (error["code"], error["param"]) == ("invalid_value", "stop")
     assert f"at most {MAX_STOPS}" in error["message"]
+
+
+def _many(n: int, item: Any) -> list[Any]:
+    return [item] * n
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/chat/completions", {"messages": _many(MAX_MESSAGES + 1, USER[0])}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": _many(
+        MAX_PARTS + 1, {"type": "text", "text": "a"})}]}, "messages.0.content"),
+    ("/v1/chat/completions", {"messages": [*USER, {"role": "assistant", "tool_calls": _many(
+        MAX_PARTS + 1, {"id": "c", "type": "function", "function": {"name": "lookup", "arguments": "{}"}})}]},
+     "messages.1.tool_calls"),
+    ("/v1/chat/completions", {"messages": USER, "tools": _many(MAX_TOOLS + 1, TOOL)}, "tools"),
+    ("/v1/responses", {"input": _many(MAX_PARTS + 1, {"role": "user", "content": "a"})}, "input"),
+    ("/v1/responses", {"input": "hi", "tools": _many(MAX_TOOLS + 1, {"type": "function", "name": "f",
+                                                                      "parameters": {"type": "object"}})},
+     "tools"),
+    ("/api/chat", {"model": "scripted", "messages": _many(MAX_MESSAGES + 1, USER[0])}, None),
+], ids=["messages", "content_parts", "tool_calls", "tools", "responses_input", "responses_tools",
+        "ollama_messages"])
+def test_lists_over_their_bound_are_refused_before_their_items_are_read(serve, path, body, param) -> None:
+    """200,000 one-word messages (5.8 MB) cost ~6 s of validation and value checks holding the
+    GIL every stream needs; each list has a bound (OpenAI's where it has one), refused by count
+    with ``param`` at the list.  At the bound the same lists are read (another 400 or a 200)."""
+    live = serve(context_length=CONTEXT)
+    r = httpx.post(f"{live.url}{path}", json=body, timeout=60)
+    assert r.status_code == 400, r.text[:300]
+    if param is None:  # Ollama's error shape: {"error": "..."}
+        assert "at most 2048" in r.json()["error"], r.text[:300]
+        return
+    error = r.json()["error"]
+    assert error["param"] == param and "at most" in error["message"], error
