@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .limits import Messages, Parts, Tools
+from .limits import Messages, Parts, Tools, check_conversation_items
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -140,6 +140,13 @@ class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False, extra="allow")
 
     messages: Annotated[list[ChatMessage], Field(min_length=1), Messages]
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        check_conversation_items(value)  # before any message is validated
+        return value
+
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..limits import Parts, Tools
+from ..limits import Parts, Tools, check_conversation_items
 
 
 class ReasoningConfig(BaseModel):
@@ -83,3 +83,9 @@ class ResponsesRequest(BaseModel):
     # mid-value; extra chat-template variables (they win over reasoning.effort's switch).
     afm_close_on_length: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        check_conversation_items(value, "input")  # items and their parts, before validation
+        return value

@@ -23,7 +23,7 @@ import server.live
 from afm_struct.decoding.sampling import MAX_STOPS
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.models.prompt_encoder import PromptEncoder
-from server.limits import MAX_MESSAGES, MAX_PARTS, MAX_TOOLS
+from server.limits import MAX_CONVERSATION_ITEMS, MAX_MESSAGES, MAX_PARTS, MAX_TOOLS
 
 from .conftest import USER, wait_until
 
@@ -197,3 +197,16 @@ def test_lists_over_their_bound_are_refused_before_their_items_are_read(serve, p
         return
     error = r.json()["error"]
     assert error["param"] == param and "at most" in error["message"], error
+
+
+@pytest.mark.parametrize(("path", "key"), [("/v1/chat/completions", "messages"), ("/v1/responses", "input")])
+def test_many_lists_each_under_its_bound_are_refused_by_their_total(serve, path, key) -> None:
+    """2,048 messages of 8 parts each pass every per-list bound; the conversation's total is
+    bounded too, before any message is validated."""
+    live = serve(context_length=CONTEXT)
+    message = {"role": "user", "content": _many(8, {"type": "text" if key == "messages" else "input_text",
+                                                   "text": "a"})}
+    r = httpx.post(f"{live.url}{path}", json={key: _many(MAX_MESSAGES, message)}, timeout=60)
+    assert r.status_code == 400, r.text[:300]
+    error = r.json()["error"]
+    assert error["param"] == key and f"at most {MAX_CONVERSATION_ITEMS:,}" in error["message"], error
