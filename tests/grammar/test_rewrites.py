@@ -14,6 +14,16 @@ from afm_struct.grammar.rewrites import rewrite_schema
 from afm_struct.grammar.spec import JsonSchemaRequest, Mode
 
 CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
+    ("finite_values",  # a negation with no positive form, inside a listed domain
+     {"allOf": [{"enum": ["1", 2, 2.5, None]}, {"not": {"type": "integer"}}]},
+     ["1", 2.5, None], [2, "2", 3.5]),
+    ("finite_values",  # const beside an existential over keys (no positive negation)
+     {"const": {"a1": "x"}, "not": {"patternProperties": {"a": {"not": {"type": "string"}}}}},
+     [{"a1": "x"}], [{"a1": 1}, {}]),
+    ("finite_values",  # an asserted format decides values too
+     {"$schema": "https://json-schema.org/draft/2020-12/schema",
+      "enum": ["2020-01-01", "nope", 3], "format": "date", "not": {"type": "integer"}},
+     ["2020-01-01"], [3, "x"]),  # "nope": valid only where formats do not assert
     ("oneof_disjoint",
      {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
      ["a", 3, None], [1.5, True, [], {}]),
