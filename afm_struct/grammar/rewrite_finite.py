@@ -29,6 +29,8 @@ def finite_values(node: dict[str, Any], original: dict[str, Any], ctx: Any) -> A
         return None
     if ctx.path and any(r == ctx.path or r.startswith(ctx.path + "/") for r in ctx.refs):
         return None  # a reference elsewhere points into this node: it must stay
+    if ctx.path != "" and _sets_base(ctx.root):
+        return None  # checked alone, the node's references could resolve against another base
     kept: list[Any] = []
     for value in values:
         verdict = ctx.accepts(value, original)
@@ -71,4 +73,18 @@ def _engine_lacks(schema: Any) -> bool:
                     return True
                 if key not in _DATA:
                     stack.append(value)
+    return False
+
+
+def _sets_base(root: Any) -> bool:
+    """True when a subschema of ``root`` (not the root itself) sets a base URI."""
+    stack: list[Any] = [v for k, v in root.items() if k not in _DATA] if isinstance(root, dict) else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if any(isinstance(node.get(k), str) and not node[k].startswith("#") for k in ("$id", "id")):
+                return True
+            stack.extend(v for k, v in node.items() if k not in _DATA)
     return False

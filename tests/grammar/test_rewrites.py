@@ -167,3 +167,14 @@ def test_rewrite_agrees_on_random_instances(name: str, schema: dict[str, Any], i
     rewritten = rewrite_schema(schema).schema
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     assert cls(schema).is_valid(instance) == cls(rewritten).is_valid(instance), (instance, rewritten)
+
+
+def test_finite_values_leaves_a_node_another_reference_points_into() -> None:
+    # `#/properties/a/allOf/0` is referenced from elsewhere: replacing node `a` by its listed
+    # values would leave that pointer dangling, so `a` keeps its keywords.
+    schema = {"properties": {"a": {"allOf": [{"enum": [1, "x"]}, {"not": {"type": "integer"}}]},
+                             "b": {"$ref": "#/properties/a/allOf/0"}}}
+    result = rewrite_schema(schema)
+    assert result.schema["properties"]["a"]["allOf"][0] == {"enum": [1, "x"]}
+    root = rewrite_schema({"allOf": [{"enum": [1, "x"]}, {"not": {"type": "integer"}}]})
+    assert root.schema == {"enum": ["x"]} and "finite_values" in root.applied
