@@ -14,6 +14,9 @@ from afm_struct.grammar.rewrites import rewrite_schema
 from afm_struct.grammar.spec import JsonSchemaRequest, Mode
 
 CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
+    ("unique_items",  # five values: 326 unique arrays
+     {"type": "array", "uniqueItems": True, "items": {"enum": ["a", "b", "c", "d", "e"]}},
+     [[], ["a", "e", "c"], ["e", "d", "c", "b", "a"]], [["a", "a"], ["f"], ["a", "b", "a"]]),
     ("finite_values",  # a negation with no positive form, inside a listed domain
      {"allOf": [{"enum": ["1", 2, 2.5, None]}, {"not": {"type": "integer"}}]},
      ["1", 2.5, None], [2, "2", 3.5]),
