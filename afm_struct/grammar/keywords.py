@@ -45,8 +45,8 @@ _OBJ = ("object",)
 
 TABLE: dict[str, Keyword] = {k.name: k for k in (
     Keyword("type", (), "native", True),
-    Keyword("enum", (), "native", True),
-    Keyword("const", (), "native", True),
+    Keyword("enum", (), "native", True, ("finite_values",)),
+    Keyword("const", (), "native", True, ("finite_values",)),
     Keyword("multipleOf", _NUM, "native", False),
     Keyword("maximum", _NUM, "native", False),
     Keyword("exclusiveMaximum", _NUM, "native", False),
@@ -82,7 +82,7 @@ TABLE: dict[str, Keyword] = {k.name: k for k in (
     Keyword("propertyNames", _OBJ, "none", False, ("property_names",)),
     Keyword("unevaluatedProperties", _OBJ, "none", False),
     Keyword("unevaluatedItems", _ARR, "none", False),
-    Keyword("allOf", (), "native", True),
+    Keyword("allOf", (), "native", True, ("finite_values",)),
     Keyword("anyOf", (), "native", True),
     Keyword("oneOf", (), "partial", False, ("oneof_disjoint", "oneof_exclusive"),
             engine_says="oneOf constraints are not supported"),

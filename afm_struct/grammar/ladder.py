@@ -122,16 +122,30 @@ class LLGuidanceLadder(LadderEngine):
         """The exact grammar, on the calling thread: objects in any order when so configured."""
         schema = guard_patterns(schema)
         if self.any_order:
-            # Conjunctions merged into rules first; if a merged part leaves the engine a leaf it
-            # refuses, the same translation without merging, then the JSON Schema itself.
-            for merge in (True, False):
-                grammar = any_order_grammar(schema, self.backend.exact_json, merge=merge)
-                if grammar is not None:
-                    try:
-                        return self.backend.compile_lark(grammar)
-                    except BackendCompileError:
-                        pass  # the JSON Schema's own error names the unsupported part
-        return self.backend.compile_json_schema(schema)
+            found = self._any_order(schema)
+            return found if found is not None else self.backend.compile_json_schema(schema)
+        try:
+            return self.backend.compile_json_schema(schema)
+        except BackendCompileError:
+            # Schema order, refused by the JSON compiler (contains, a recursive intersection):
+            # the any-order grammar is exact too (it only also takes other key orders).
+            found = self._any_order(schema)
+            if found is None:
+                raise
+            return found
+
+    def _any_order(self, schema: Any) -> CompiledGrammar | None:
+        """The any-order grammar: conjunctions merged into rules first; if a merged part leaves
+        the engine a leaf it refuses, the same translation without merging; None when neither
+        compiles (the JSON Schema's own error then names the unsupported part)."""
+        for merge in (True, False):
+            grammar = any_order_grammar(schema, self.backend.exact_json, merge=merge)
+            if grammar is not None:
+                try:
+                    return self.backend.compile_lark(grammar)
+                except BackendCompileError:
+                    pass
+        return None
 
     def start_exact(self, schema: Any) -> cf.Future[CompiledGrammar]:
         """llguidance builds its matcher without the GIL, so a Python check can run meanwhile."""

@@ -24,7 +24,7 @@ _TYPED_UNSUPPORTED = {
     "additionalItems": "array", "propertyNames": "object", "minProperties": "object",
     "maxProperties": "object", "patternProperties": "object", "dependentRequired": "object",
     "dependentSchemas": "object", "dependencies": "object"}
-_MAX_TUPLES = 64
+_MAX_TUPLES = 400
 
 
 def noop(node: dict[str, Any], original: dict[str, Any], ctx: Any) -> dict[str, Any] | None:

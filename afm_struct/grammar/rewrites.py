@@ -5,6 +5,8 @@ llguidance enforces, or leaves it alone when it cannot (the ladder then downgrad
 Which rewrites a node gets is decided by its keywords through the one table in
 :mod:`.keywords`; they run in :data:`REGISTRY` order, children before parents:
 
+* ``finite_values``      ``enum``/``const`` next to keywords llguidance lacks → the listed values
+  jsonschema accepts against the whole node (:mod:`.rewrite_finite`)
 * ``ref_siblings``       keywords next to ``$ref`` in drafts 3–7 (ignored there) → dropped
 * ``noop_keyword``       keywords that constrain nothing here (``uniqueItems: false``, lone ``if``,
   ``minContains`` without ``contains``, array keywords under ``type: string``...)
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import regular, rewrite_logic, rewrite_objects, rewrite_values
+from . import regular, rewrite_finite, rewrite_logic, rewrite_objects, rewrite_values
 from .drafts import draft_of, validator_class
 from .keywords import TABLE, TRIGGERS, rewrites_for
 from .negation import ATOMS, Negator
@@ -130,6 +132,18 @@ class RewriteContext:
         except Exception:  # an odd regex or keyword value
             return True
 
+    def accepts(self, value: Any, schema: Any) -> bool | None:
+        """jsonschema's format-asserting verdict on ``value`` against a subschema of the
+        original document (its references resolved there), or None when it cannot judge."""
+        check = self.validator()
+        if check is None:
+            return None
+        try:
+            return bool(check.evolve(schema=schema, format_checker=type(check).FORMAT_CHECKER)
+                        .is_valid(value))
+        except Exception:  # an odd regex or keyword value
+            return None
+
     def name_valid(self, names: Any, key: str) -> bool | None:
         """Whether ``key`` passes the ``propertyNames`` schema ``names`` (None: cannot tell)."""
         check = self.validator()
@@ -159,6 +173,7 @@ Rewrite = Callable[[dict[str, Any], dict[str, Any], RewriteContext], "dict[str, 
 
 # name -> (function(node, original, ctx), keywords it removes: a $ref into one blocks it).
 REGISTRY: dict[str, tuple[Rewrite, tuple[str, ...]]] = {
+    "finite_values": (rewrite_finite.finite_values, ()),  # checks references into the node itself
     "ref_siblings": (rewrite_objects.ref_siblings, ()),
     "noop_keyword": (rewrite_values.noop, ("if", "then", "else", "additionalItems", "contains")),
     "unknown_format": (rewrite_values.unknown_format, ()),

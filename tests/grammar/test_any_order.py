@@ -153,3 +153,17 @@ def test_nothing_to_reorder_compiles_the_json_schema_itself() -> None:
     # a $ref that leaves the document cannot be carried into an embedded leaf
     assert any_order_grammar({"type": "object", "properties": {"a": {"$ref": "other.json#/x"}, "b": {}}},
                              options) is None
+
+
+def test_schema_order_falls_back_to_the_exact_any_order_grammar(tokenizer, compiler) -> None:  # type: ignore[no-untyped-def]
+    # llguidance's JSON compiler has no `contains`: in schema order the exact rung now takes the
+    # any-order grammar (exact as well) instead of downgrading to the relaxed rung, which
+    # accepted arrays without the item.
+    schema = {"type": "object", "required": ["xs"],
+              "properties": {"xs": {"type": "array", "items": {"type": "integer"}, "contains": {"const": 3}}}}
+    constraint = compiler.compile(JsonSchemaRequest(schema))
+    assert constraint.mode is Mode.ENFORCED, constraint.reason
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for instance in ({"xs": [3]}, {"xs": [1, 3, 2]}, {"xs": []}, {"xs": [1, 2]}, {"xs": [3, "a"]}, {}):
+        text = json.dumps(instance)
+        assert _accepts(constraint, tokenizer, text) == validator.is_valid(instance), text

@@ -156,6 +156,17 @@ def _noop(draw: Any) -> Any:
 
 
 @st.composite
+def _finite(draw: Any) -> Any:
+    listed = draw(st.sampled_from([
+        {"enum": draw(st.lists(INSTANCES, min_size=1, max_size=6, unique_by=json.dumps))},
+        {"const": draw(INSTANCES)}]))
+    other = {"not": draw(leaf())}
+    if draw(st.booleans()):
+        return with_type(draw, {**other, **listed})
+    return {"allOf": [listed, other]}
+
+
+@st.composite
 def _formats(draw: Any) -> Any:
     return {"type": "string", "format": draw(st.sampled_from(["made-up", "date", "uuid", "email"]))}
 
@@ -165,7 +176,8 @@ STRATEGIES: dict[str, Any] = {
     "exact_format": _formats(), "regular_pattern": _regular_pattern(), "dependencies": _dependencies(),
     "pattern_properties": _pattern_properties(), "property_names": _property_names(),
     "min_max_properties": _min_max_properties(), "unique_items": _unique(), "contains": _contains(),
-    "not_positive": _not(), "if_then_else": _if(), "oneof_disjoint": _one_of_disjoint(),
+    "not_positive": _not(), "finite_values": _finite(), "if_then_else": _if(),
+    "oneof_disjoint": _one_of_disjoint(),
     "oneof_exclusive": _one_of(),
 }
 

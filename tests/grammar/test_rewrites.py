@@ -14,6 +14,19 @@ from afm_struct.grammar.rewrites import rewrite_schema
 from afm_struct.grammar.spec import JsonSchemaRequest, Mode
 
 CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
+    ("unique_items",  # five values: 326 unique arrays
+     {"type": "array", "uniqueItems": True, "items": {"enum": ["a", "b", "c", "d", "e"]}},
+     [[], ["a", "e", "c"], ["e", "d", "c", "b", "a"]], [["a", "a"], ["f"], ["a", "b", "a"]]),
+    ("finite_values",  # a negation with no positive form, inside a listed domain
+     {"allOf": [{"enum": ["1", 2, 2.5, None]}, {"not": {"type": "integer"}}]},
+     ["1", 2.5, None], [2, "2", 3.5]),
+    ("finite_values",  # const beside an existential over keys (no positive negation)
+     {"const": {"a1": "x"}, "not": {"patternProperties": {"a": {"not": {"type": "string"}}}}},
+     [{"a1": "x"}], [{"a1": 1}, {}]),
+    ("finite_values",  # an asserted format decides values too
+     {"$schema": "https://json-schema.org/draft/2020-12/schema",
+      "enum": ["2020-01-01", "nope", 3], "format": "date", "not": {"type": "integer"}},
+     ["2020-01-01"], [3, "x"]),  # "nope": valid only where formats do not assert
     ("oneof_disjoint",
      {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
      ["a", 3, None], [1.5, True, [], {}]),
@@ -157,3 +170,14 @@ def test_rewrite_agrees_on_random_instances(name: str, schema: dict[str, Any], i
     rewritten = rewrite_schema(schema).schema
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     assert cls(schema).is_valid(instance) == cls(rewritten).is_valid(instance), (instance, rewritten)
+
+
+def test_finite_values_leaves_a_node_another_reference_points_into() -> None:
+    # `#/properties/a/allOf/0` is referenced from elsewhere: replacing node `a` by its listed
+    # values would leave that pointer dangling, so `a` keeps its keywords.
+    schema = {"properties": {"a": {"allOf": [{"enum": [1, "x"]}, {"not": {"type": "integer"}}]},
+                             "b": {"$ref": "#/properties/a/allOf/0"}}}
+    result = rewrite_schema(schema)
+    assert result.schema["properties"]["a"]["allOf"][0] == {"enum": [1, "x"]}
+    root = rewrite_schema({"allOf": [{"enum": [1, "x"]}, {"not": {"type": "integer"}}]})
+    assert root.schema == {"enum": ["x"]} and "finite_values" in root.applied
