@@ -8,9 +8,9 @@ Server wiring (one request; ``server/admission.py`` and ``server/run.py``)::
     prompt_ids = plan.encode_prompt(tokenizer)           # plan.messages / template_tools
     plan = plan.constrained(tokenizer)                   # the tool grammar, once the prompt fits
     GenerationRequest(prompt_ids, params, constraint=plan.constraint, reasoning=...)
-    router = plan.make_router(reasoning_tags=..., id_factory=...)
-    # router.feed / finish / finish_reason as any AnswerRouter: Text, Reasoning, CallOpened,
-    # CallArguments, CallClosed events (afm_struct.serving.events)
+    turn = plan.make_router(reasoning_tags=..., id_factory=...)   # the request's Turn
+    # turn.feed / finish / finish_reason / phase (afm_struct.serving.turn): Text, Reasoning,
+    # CallOpened, CallArguments, CallClosed events (afm_struct.serving.events)
     if plan.downgraded: headers["X-Grammar-Constraints"] = "downgraded"
 """
 
