@@ -66,6 +66,9 @@ class Turn:
         self.text = TurnText(reasoning, start_in_reasoning=start_in_reasoning)
         self.call_layer = calls
         self._ended = False  # a stop string or the end of generation ended the turn
+        # Text the generator holds back because it may begin a stop string: not emitted (no
+        # events yet), but the model wrote it, so the phase reads it ahead (see :attr:`phase`).
+        self._held = ""
 
     @property
     def syntax(self) -> ReasoningTags | None:
@@ -74,11 +77,17 @@ class Turn:
 
     @property
     def phase(self) -> str:
-        """``think`` / ``content`` / ``call`` / ``done``: where the text emitted so far left the
-        model."""
-        if self._ended or self.text.phase == DONE:
+        """``think`` / ``content`` / ``call`` / ``done``: where the text read so far left the
+        model.  Text held for a possible stop string (:meth:`hold`) is read ahead on a copy of
+        the reasoning layer: it goes out unless the stop completes, and then the turn is over
+        anyway, so the generator's mask never lags the model by the held text."""
+        text = self.text
+        if self._held and not self._ended:
+            text = text.fork()
+            text.feed(self._held)
+        if self._ended or text.phase == DONE:
             return DONE
-        if self.text.phase == THINK:
+        if text.phase == THINK:
             return THINK
         if self.call_layer is not None and self.call_layer.in_call:
             return CALL
@@ -100,9 +109,31 @@ class Turn:
         self._ended = True
         return out
 
+    @property
+    def held(self) -> str:
+        """The text held back for a possible stop string (read ahead by :attr:`phase`)."""
+        return self._held
+
+    def hold(self, held: str) -> None:
+        """The text now held back for a possible stop string (see :attr:`phase`)."""
+        self._held = held
+
+    def unseen(self, text: str) -> None:
+        """A token whose text is never shown was generated (a hidden special token): the
+        reasoning layer reads an end text there (:meth:`TurnText.unseen`)."""
+        self.text.unseen(text)
+
+    def fork_text(self) -> TurnText:
+        """A copy of the reasoning layer, held text read: for a search that tries tokens ahead
+        (the budget closer's forks of the gate read their own tokens)."""
+        twin = self.text.fork()
+        if self._held:
+            twin.feed(self._held)
+        return twin
+
     def stop(self) -> None:
         """A stop string ended the turn: ``done`` (the text after it is never emitted)."""
-        self._ended = True
+        self._ended, self._held = True, ""
 
     def finish_reason(self, reason: FinishReason, *, whole: bool = False) -> FinishReason:
         """The wire finish reason for the generator's ``reason``: ``tool_calls`` when the call
