@@ -23,9 +23,11 @@ from afm_struct.errors import InvalidRequestError
 from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.serving.events import ResponseIdentity
 from afm_struct.serving.plan import ENGINE_CONVERSATION, Conversation, GenerationPlan
+from afm_struct.serving.turn import Turn
 from afm_struct.text.reasoning import SYNTAXES, for_prompt, syntax_of
 from afm_struct.tools import ToolPlan, plan_tools
 
+from .channels import make_router
 from .constraint_mode import mode_headers
 from .profile import TokenCounter
 from .run import Run
@@ -109,7 +111,8 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
                                    stops_cut_grammar=tool_plan is None,
                                    fit_to_context=fit,
                                    # the mask governs the answer, after any thinking block
-                                   reasoning=reasoning)
+                                   reasoning=reasoning,
+                                   turn=request_turn(state, reasoning, tool_plan))
     if close and constraint is not None:
         # No output can be valid when the budget is below the shortest one the grammar allows:
         # refused now (a 400 naming both numbers) rather than closed to text that cannot parse.
@@ -119,6 +122,16 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
                              model=plan.model)
     return Prepared(plan=plan, ident=ident, generation=generation, structured=structured,
                     counter=counter, started=started, reasoning=reasoning, tools=tool_plan)
+
+
+def request_turn(state: ServerState, reasoning: ReasoningTags | None, tool_plan: ToolPlan | None) -> Turn:
+    """The request's one :class:`~afm_struct.serving.turn.Turn`: the generator feeds it and
+    its gate reads it; its events go to the response (``server/run.py``)."""
+    opened = bool(reasoning and reasoning.opened_in_prompt)
+    if tool_plan is not None:
+        return tool_plan.make_router(reasoning_tags=reasoning, start_in_reasoning=opened,
+                                     id_factory=lambda: state.ids.new_id("call_"))
+    return make_router(reasoning_tags=reasoning, start_in_reasoning=opened)
 
 
 def hidden_tokens(tokenizer: Tokenizer, plan: GenerationPlan, reasoning: ReasoningTags | None,

@@ -1,8 +1,9 @@
 """An admitted generation, as typed events: what every protocol's response is written from.
 
-:class:`Run` turns the scheduler's text deltas into answer events (through the request's
-router; logprob entries ride the events that show their tokens; best-effort JSON is held back
-and sanitized at the end), then the end events (:class:`Finish` or :class:`Failed`, usage, the
+:class:`Run` yields the answer events that ride the scheduler's text deltas (the request's
+:class:`~afm_struct.serving.turn.Turn` made them on the scheduler thread; logprob entries ride
+the events that show their tokens; best-effort JSON is held back and sanitized at the end),
+then the end events (:class:`Finish` or :class:`Failed`, usage, the
 profile).  :func:`sse_body` writes a run through a protocol's stream encoder, :func:`collect`
 through its body encoder: the encoders are pure, the I/O is here.
 """
@@ -19,7 +20,6 @@ from afm_struct.decoding.scheduler import Handle
 from afm_struct.errors import AfmError, GenerationError, internal_error
 from afm_struct.serving.events import (
     AnswerEvent,
-    AnswerRouter,
     CallArguments,
     CallOpened,
     EndEvent,
@@ -33,7 +33,6 @@ from afm_struct.serving.events import (
 )
 
 from .cancel import Inflight
-from .channels import make_router
 from .logprobs import LogprobRouting, within
 from .profile import PROFILE_EXTENDED, ProfileSampler, build_extended, build_profile, read_energy_uj
 from .state import ServerState
@@ -87,13 +86,9 @@ class Run:
         for; afterwards the outcome is known (:meth:`ending`)."""
         prepared = self.prepared
         structured = prepared.structured
-        tags = prepared.reasoning
-        opened = bool(tags and tags.opened_in_prompt)
-        tool_plan = prepared.tools
-        router: AnswerRouter = (
-            tool_plan.make_router(reasoning_tags=tags, start_in_reasoning=opened,
-                                  id_factory=lambda: self.state.ids.new_id("call_"))
-            if tool_plan is not None else make_router(reasoning_tags=tags, start_in_reasoning=opened))
+        # The request's turn: the scheduler thread feeds it the text it emits and its events
+        # ride the deltas; read here once the generator is done with it (its finish reason).
+        turn = prepared.generation.turn
         deferred: list[str] = []
         deferred_entries: Entries = []
         routing = LogprobRouting() if prepared.plan.logprobs is not None else None
@@ -114,11 +109,11 @@ class Run:
 
         async for event in self.handle.events():
             if isinstance(event, TextDelta):
-                for item in route(event.text, router.feed(event.text), event.logprobs):
+                for item in route(event.text, event.events or [], event.logprobs):
                     yield item
                 continue
             assert isinstance(event, Finished)
-            for item in route("", router.finish(), None):
+            for item in route("", event.events or [], None):
                 yield item
             cancelled = self.state.registry.complete(self.entry)
             if event.reason == FinishReason.ERROR:
@@ -131,7 +126,7 @@ class Run:
                 if text:
                     yield Text(text, within(deferred_entries, raw, text) if routing else None)
             reason = (FinishReason.CANCELLED if cancelled
-                      else router.finish_reason(event.reason, whole=event.whole))
+                      else turn.finish_reason(event.reason, whole=event.whole))
             self._outcome = (reason, event, None)
         if self._outcome is None:  # defensive: the event stream ended without a Finished
             self.fail(GenerationError("the server is shutting down"))

@@ -34,6 +34,10 @@ class StreamingDetokenizer:
         self._pending.clear()
         return text
 
+    def hidden_text(self, token: int) -> str:
+        """The text of a hidden token, never shown (what it means is read: an end of turn)."""
+        return self._tokenizer.decode([token])
+
     def flush(self) -> str:
         """Whatever is pending, replacement characters included (end of generation)."""
         text = self._tokenizer.decode(self._pending) if self._pending else ""

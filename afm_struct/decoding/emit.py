@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from ..errors import AfmError
 from .failures import request_error
@@ -20,31 +21,60 @@ from .sequence import SequenceState
 log = logging.getLogger("afm_struct")
 
 
-def emit_run(seq: SequenceState, run: list[int]) -> None:
-    """Emit the text of a sampled token and its forced run; finish the row if it ended."""
+def read_token(seq: SequenceState, token: int, *, forced: bool) -> None:
+    """Read one decided token's text, right after its matcher took it: the detokenizer, the
+    stop strings, then the request's turn, whose events wait in ``seq.outbox`` with the text
+    for :func:`emit_run`.  ``forced``: not the sampled token (a forced or closing run)."""
+    if seq.stops.stopped:
+        return  # the text after a stop string is never read
+    if token in seq.request.hidden_token_ids and seq.turn is not None:
+        # No text is shown for it, but the turn still reads an end of turn there (<|return|>).
+        seq.turn.unseen(seq.detok.hidden_text(token))
+    text = seq.detok.add(token)
+    if seq.track is not None:
+        seq.track.text(text)
     # Without stops_cut_grammar, stop sequences end free text only: the first constrained
     # token (sampled under a mask that is not free text, or forced, or closing) begins a
     # tool call, and from there nothing is cut (inside a JSON string the mask is free
     # again, so the state is kept rather than judged per token).
-    exempt = not seq.request.stops_cut_grammar and seq.matcher is not None
-    for i, t in enumerate(run):
-        text = seq.detok.add(t)
-        if seq.track is not None:
-            seq.track.text(text)
-        if exempt and (i > 0 or not seq.mask_free):
-            seq.stops_off = True
-        if seq.stops_off:
-            held = seq.stops.flush()
-            if seq.stops.stopped:  # a stop the held free text still held (overlapping stops)
-                emit_text(seq, held)
-                finish(seq, FinishReason.STOP)
-                return
-            emit_text(seq, held + text)  # held text first, in order
-            continue
-        emit_text(seq, seq.stops.feed(text))
+    if not seq.request.stops_cut_grammar and seq.matcher is not None and (forced or not seq.mask_free):
+        seq.stops_off = True
+    if seq.stops_off:
+        held = seq.stops.flush()
+        # A stop the held free text still held (overlapping stops) ends it; else held text
+        # goes first, in order.
+        _out(seq, held if seq.stops.stopped else held + text)
+        return
+    _out(seq, seq.stops.feed(text))
+
+
+def _out(seq: SequenceState, text: str, *, last: bool = False) -> None:
+    """``text`` read: through the turn, onto the outbox; a stop string ends the turn."""
+    turn = seq.turn
+    events = None
+    if turn is not None:
+        events = turn.feed(text) if text else []
         if seq.stops.stopped:
-            finish(seq, FinishReason.STOP)
-            return
+            turn.stop()
+        else:
+            turn.hold(seq.stops.held)
+    if text:
+        seq.outbox.append((text, events, last or seq.stops.stopped))
+
+
+def send_outbox(seq: SequenceState) -> None:
+    """Send the text read so far, in order, as deltas with their events."""
+    box, seq.outbox = seq.outbox, []
+    for text, events, last in box:
+        emit_text(seq, text, events=events, last=last)
+
+
+def emit_run(seq: SequenceState, run: list[int]) -> None:
+    """Emit the text read for a sampled token and its forced run; finish the row if it ended."""
+    send_outbox(seq)
+    if seq.stops.stopped:
+        finish(seq, FinishReason.STOP)
+        return
     if seq.closer is not None and seq.closer.closed:
         # Closed early by the budget: still a cut.  An empty completion (nothing fed) means the
         # model's text was already whole and the token it chose began an item that could not
@@ -54,7 +84,7 @@ def emit_run(seq: SequenceState, run: list[int]) -> None:
         finish(seq, FinishReason.STOP, grammar_complete=True)
     elif seq.matcher is not None and seq.matcher.is_finished():
         finish(seq, FinishReason.STOP, grammar_complete=True)
-    elif seq.turn is not None and seq.turn.is_finished():  # the text ended the turn (<|call|>)
+    elif seq.watcher is not None and seq.watcher.is_finished():  # the text ended the turn (<|call|>)
         finish(seq, FinishReason.STOP)
     elif len(seq.tokens) >= seq.max_tokens:
         finish(seq, FinishReason.LENGTH, whole=_accepting(seq))
@@ -64,16 +94,17 @@ def _accepting(seq: SequenceState) -> bool:
     return seq.matcher is not None and seq.matcher.is_accepting()
 
 
-def emit_text(seq: SequenceState, text: str, *, last: bool = False) -> None:
-    """Send ``text`` (if any) as a delta, with the logprob entries it shows when asked."""
+def emit_text(seq: SequenceState, text: str, *, events: list[Any] | None = None,
+              last: bool = False) -> None:
+    """Send ``text`` (if any) as a delta, with the logprob entries it shows when asked and the
+    turn's events for it.  ``last``: the last text (a stop string cut it, or the end)."""
     if not text:
         return
     if seq.track is None:
-        seq.sink(TextDelta(text))
+        seq.sink(TextDelta(text, events=events))
     else:
         # The tokens whose text this shows (all the rest, once a stop string cut the text).
-        final = last or seq.stops.stopped
-        seq.sink(TextDelta(text, seq.track.emitted(len(text), final=final)))
+        seq.sink(TextDelta(text, seq.track.emitted(len(text), final=last), events))
     seq.text.append(text)  # what the consumer took: Finished.text is exactly its deltas
 
 
@@ -84,17 +115,23 @@ def finish(seq: SequenceState, reason: FinishReason, *, error: AfmError | None =
     if seq.done:
         return
     seq.done = True
+    events: list[Any] | None = None  # what the turn held until the end
     try:
         # An end other than an error flushes the held text (a partial stop-string match, a
         # split character): it is output the client should see.
         flushes = reason in (FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED)
+        if flushes:
+            send_outbox(seq)
         if flushes and not seq.stops.stopped:
             tail = seq.detok.flush()
             if seq.track is not None:
                 seq.track.tail(tail)
-            emit_text(seq, seq.stops.feed(tail))
+            _out(seq, seq.stops.feed(tail))
             if not seq.stops.stopped:
-                emit_text(seq, seq.stops.flush(), last=True)
+                _out(seq, seq.stops.flush(), last=True)
+            send_outbox(seq)
+        if seq.turn is not None:  # an error's too: what the turn held went out before it
+            events = seq.turn.finish()
         if seq.matcher is not None and grammar_complete is None and reason != FinishReason.ERROR:
             grammar_complete = seq.matcher.is_accepting()
     except Exception as exc:
@@ -108,7 +145,7 @@ def finish(seq: SequenceState, reason: FinishReason, *, error: AfmError | None =
     try:
         seq.sink(Finished(reason=reason, usage=seq.usage, timings=seq.timings, text="".join(seq.text),
                           error=error, grammar_complete=grammar_complete,
-                          whole=whole and reason != FinishReason.ERROR))
+                          whole=whole and reason != FinishReason.ERROR, events=events))
     except Exception:  # the consumer cannot take its end: nothing else to tell it
         log.exception("could not deliver the end of request %s", seq.request.request_id or "-")
 

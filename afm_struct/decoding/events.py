@@ -53,6 +53,10 @@ class GenerationRequest:
     # call, whose arguments would otherwise be cut into invalid JSON (OpenAI's channels).
     stops_cut_grammar: bool = True
     reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
+    # The request's turn (afm_struct.serving.turn.Turn): the generator feeds it the text it
+    # emits, its reasoning gate reads its phase, and the events it yields ride the TextDeltas.
+    # None: the generator makes a plain one when ``reasoning`` is set.  One per generation.
+    turn: Any = None
     # Token logprobs: None (off, free) or how many alternatives per token (0-20); the
     # TextDelta events then carry the entries of the tokens whose text they show.
     logprobs: int | None = None

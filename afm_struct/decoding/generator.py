@@ -37,11 +37,12 @@ import mlx.core as mx
 from ..errors import ContextOverflowError
 from ..grammar.closing import closing_vocab_for
 from ..grammar.engine import matcher_failure
+from ..serving.turn import Turn
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
 from .closing import BudgetCloser
 from .decode_batch import DecodeBatch
 from .detokenizer import StreamingDetokenizer
-from .emit import emit_run, fail, finish
+from .emit import emit_run, fail, finish, read_token
 from .events import (
     Constraint,
     Event,
@@ -54,7 +55,7 @@ from .events import (
     Usage,
 )
 from .forward import calibrate_fixed_cost, split_head
-from .logprobs import TokenTrack, token_table
+from .logprobs import RowStats, TokenTrack, token_table
 from .next_mask import MaskFiller
 from .packed import enable_packing
 from .prefill import PREFILL_CHUNK, Prefiller, mark_prefilled
@@ -146,11 +147,15 @@ class Generator:
         params = request.params
         matcher = request.constraint.new_matcher() if request.constraint is not None else None
         tags = request.reasoning
-        turn = None  # watches an unconstrained turn: a reasoning budget, an end text
+        # The request's one turn: its text is read here, its gate reads its phase.
+        turn = request.turn
+        if turn is None and tags is not None:
+            turn = Turn(tags, start_in_reasoning=tags.opened_in_prompt)
+        watcher = None  # watches an unconstrained turn: a reasoning budget, an end text
         if matcher is not None and tags is not None:
-            matcher = ReasoningGate(matcher, self.tokenizer, tags)
+            matcher = ReasoningGate(matcher, self.tokenizer, tags, turn)
         elif tags is not None and (tags.budget is not None or tags.ends):
-            turn = ReasoningGate(None, self.tokenizer, tags)
+            watcher = ReasoningGate(None, self.tokenizer, tags, turn)
         seq = SequenceState(
             request=request, sink=sink, cancel=cancel or threading.Event(), cache=self.make_cache(),
             sampler=make_sampler(params),
@@ -158,7 +163,7 @@ class Generator:
                         *([make_loop_breaker()] if matcher is not None and request.loop_guard else [])],
             matcher=matcher, detok=StreamingDetokenizer(self.tokenizer, request.hidden_token_ids),
             stops=StopMatcher(params.stop),
-            max_tokens=max_tokens, started=time.perf_counter(), turn=turn)
+            max_tokens=max_tokens, started=time.perf_counter(), watcher=watcher, turn=turn)
         if matcher is not None and request.close_on_length:
             table = token_table(self.tokenizer)
             seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,
@@ -258,10 +263,8 @@ class Generator:
                 if seq.done:
                     continue
                 try:
-                    run = self._advance(seq, token)
+                    run = self._advance(seq, token, st)
                     seq.pending = list(run)
-                    if seq.track is not None:
-                        seq.track.decided(run, token, st)
                 except Exception as exc:
                     fail(seq, exc)
                     continue
@@ -281,17 +284,23 @@ class Generator:
             self.batch.leave(group, alive)
         return left
 
-    def _advance(self, seq: SequenceState, token: int) -> list[int]:
-        """Feed the sampled token to the matcher; return it plus the forced run."""
+    def _advance(self, seq: SequenceState, token: int, stats: RowStats | None = None) -> list[int]:
+        """Feed the sampled token to the matcher; return it plus the forced run.  Each token's
+        text is read (:func:`read_token`: the request's turn reads it) as soon as the matcher
+        took it, so the gate's next decision (the forced run, the next mask) reads the turn
+        after it."""
         closer = seq.closer
         if closer is not None and (closer.closing is not None or token not in self.eos_ids):
             assert seq.matcher is not None
             instead = closer.review(seq.matcher, seq.tokens, token, seq.max_tokens)
             if instead is not None:  # the budget is spent on the grammar's shortest completion
-                for t in instead:
+                if seq.track is not None:
+                    seq.track.decided(instead, token, stats)
+                for i, t in enumerate(instead):
                     if not seq.matcher.advance(t):
                         raise matcher_failure(seq.matcher, "the grammar rejected its own completion token",
                                               f"token {t}")
+                    read_token(seq, t, forced=i > 0)
                 seq.tokens.extend(instead)
                 seq.usage.completion_tokens = len(seq.tokens)
                 return list(instead)
@@ -299,32 +308,32 @@ class Generator:
             seq.eos = True
             return []
         run = [token]
-        if seq.matcher is not None:
-            if not seq.matcher.advance(token):
+        if seq.track is not None:
+            seq.track.decided(run, token, stats)
+        gate = seq.matcher if seq.matcher is not None else seq.watcher
+        if gate is None:
+            read_token(seq, token, forced=False)
+        else:
+            if not gate.advance(token):
                 # The engine's error is its parser state: for the log, not for the client.
-                raise matcher_failure(seq.matcher, "the grammar rejected a token it allowed",
-                                      f"token {token}")
-            if seq.request.fast_forward:
+                raise matcher_failure(gate, "the grammar rejected a token it allowed", f"token {token}")
+            read_token(seq, token, forced=False)
+            if seq.request.fast_forward or seq.matcher is None:
                 budget = seq.max_tokens - len(seq.tokens) - 1
-                forced = seq.matcher.forced_tokens()[:max(budget, 0)]
-                if seq.matcher.error() is not None:  # computing the forced run failed
-                    raise matcher_failure(seq.matcher, "the grammar failed to compute its forced tokens")
+                forced = gate.forced_tokens()[:max(budget, 0)]
+                if gate.error() is not None:  # computing the forced run failed
+                    raise matcher_failure(gate, "the grammar failed to compute its forced tokens")
+                if seq.track is not None:
+                    seq.track.decided(forced, token, None)
                 for f in forced:
-                    if not seq.matcher.advance(f):
-                        raise matcher_failure(seq.matcher, "the grammar rejected its own forced token",
+                    if not gate.advance(f):
+                        raise matcher_failure(gate, "the grammar rejected its own forced token",
                                               f"token {f}")
+                    read_token(seq, f, forced=True)
                 run.extend(forced)
                 seq.usage.forced_tokens += len(forced)
             if closer is not None:
                 closer.advanced(run)
-        elif seq.turn is not None:
-            # No grammar: the turn's watcher reads the token and may force the block's end.
-            seq.turn.advance(token)
-            forced = seq.turn.forced_tokens()[:max(seq.max_tokens - len(seq.tokens) - 1, 0)]
-            for f in forced:
-                seq.turn.advance(f)
-            run.extend(forced)
-            seq.usage.forced_tokens += len(forced)
         seq.tokens.extend(run)
         seq.usage.completion_tokens = len(seq.tokens)
         return run
@@ -335,7 +344,7 @@ class Generator:
         try:
             if seq.matcher is not None and seq.matcher.is_finished():
                 return False
-            if seq.turn is not None and seq.turn.is_finished():
+            if seq.watcher is not None and seq.watcher.is_finished():
                 return False
         except Exception as exc:  # this row's grammar: it alone ends
             fail(seq, exc)

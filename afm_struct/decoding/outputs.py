@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import AfmError
 
@@ -99,10 +100,13 @@ class TextDelta:
 
     With ``GenerationRequest.logprobs`` set, ``logprobs`` holds the entries of the tokens whose
     last visible character is in ``text`` (see :mod:`.logprobs`); otherwise it is None.
+    ``events``: the answer events the request's turn read in ``text``
+    (:class:`afm_struct.serving.turn.Turn`: text, reasoning, tool calls), when it has one.
     """
 
     text: str
     logprobs: list[TokenLogprob] | None = None
+    events: list[Any] | None = None
 
 
 @dataclass
@@ -119,6 +123,8 @@ class Finished:
     # the grammar (it accepts there, and nothing was completed for it): after a tool call whose
     # successor could not fit, say.  A tool router ends such a turn with tool_calls.
     whole: bool = False
+    # The answer events the request's turn held until the end (a partial tag, a call cut short).
+    events: list[Any] | None = None
 
 
 Event = TextDelta | Finished

@@ -1,7 +1,12 @@
 """The generator's side of the turn's state machine: masks, the reasoning budget, the turn's end.
 
-:class:`ReasoningGate` follows the turn with the same :class:`~afm_struct.text.reasoning.TurnText`
-the routers read (so the two cannot disagree about where the model is) and is a
+:class:`ReasoningGate` reads the phase of the request's :class:`~afm_struct.serving.turn.Turn`,
+the one object whose events the response is written from (the generator feeds it each token's
+emitted text as soon as the token is taken: ``decoding/emit.py``), so the two cannot disagree
+about where the model is; it moves on from what the turn read before each decision
+(:meth:`ReasoningGate._sync`).  A gate without a shared turn (a gate used on its own, the
+budget closer's forks, which try tokens ahead of the text) reads its own tokens' text into a
+:class:`~afm_struct.text.reasoning.TurnText`.  It is a
 :class:`~afm_struct.grammar.engine.Matcher` itself, wrapping the request's matcher if it has
 one, so the loop does not change.  It works in one of two modes:
 
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..grammar.engine import BatchFill, Matcher
+from ..serving.turn import Turn
 from ..text.reasoning import (
     SYNTAXES,
     THINK,
@@ -49,11 +55,20 @@ __all__ = ["SYNTAXES", "THINK_TAGS", "ReasoningGate", "ReasoningTags", "detect_r
 class ReasoningGate:
     """Wraps ``inner`` (or nothing) with the turn's reasoning rules; see the module docstring."""
 
-    def __init__(self, inner: Matcher | None, tokenizer: Tokenizer, tags: ReasoningTags) -> None:
+    def __init__(self, inner: Matcher | None, tokenizer: Tokenizer, tags: ReasoningTags,
+                 turn: Turn | None = None) -> None:
         self.inner = inner
         self.tokenizer = tokenizer
         self.tags = tags
-        self.turn = TurnText(tags, start_in_reasoning=tags.opened_in_prompt)
+        # The request's turn, which the generator feeds the text it emits (so the gate and the
+        # answer's events read one object); without one (a gate on its own, a closer's fork)
+        # the gate reads its own tokens' text.
+        self.turn: Turn | TurnText = (turn if turn is not None
+                                      else TurnText(tags, start_in_reasoning=tags.opened_in_prompt))
+        self._reads = turn is None
+        # Watch mode: was the last token inside the block (the phase before its text was read)?
+        # Counted once its text is read: then the phase says whether it closed the block.
+        self._unread: bool | None = None
         self.gating = tags.gated and inner is not None
         self.open_ids = tokenizer.encode(tags.open)
         self.state = "start" if self.gating else "watch"
@@ -71,6 +86,7 @@ class ReasoningGate:
 
     def fill_mask(self, row: np.ndarray) -> None:
         """The inner mask, widened or replaced according to the state."""
+        self._sync()
         if self.state == "thinking" or (self.inner is None and self.state != "closing"):
             row[:] = -1
             if self.gating:
@@ -92,6 +108,7 @@ class ReasoningGate:
     def batch_fill(self) -> BatchFill | None:
         """The inner matcher's batch fill where its mask is used as is (answering, watching);
         None otherwise, and the row is filled on its own."""
+        self._sync()
         inner = getattr(self.inner, "batch_fill", None)
         return inner() if self.state in ("answer", "watch") and inner is not None else None
 
@@ -105,11 +122,36 @@ class ReasoningGate:
         return bool((int(self._scratch[word]) >> bit) & 1)
 
     def _see(self, token: int) -> None:
-        """The turn reads the token's text."""
-        self.turn.feed(self.tokenizer.decode([token]))
+        """A gate without a shared turn reads the token's text itself (the generator feeds the
+        shared one the text it emits, right after the token is advanced)."""
+        if self._reads:
+            self.turn.feed(self.tokenizer.decode([token]))
+
+    def _sync(self) -> None:
+        """Move on from what the turn read since the last token: the block closed by the
+        model, or its budget spent.  Runs before every decision, so each reads the turn
+        after the last token's text (a shared turn is fed between the gate's calls)."""
+        phase = self.turn.phase
+        if self.state == "thinking":
+            if phase != THINK:
+                self.state = "answer_start"
+            elif self.tags.budget is not None and self._spent >= self.tags.budget:
+                self._closing_at, self.state = 0, "closing"  # the budget is spent: close now
+        elif self._unread is not None:
+            inside, self._unread = self._unread, None
+            if self.state == "watch" and phase == THINK:
+                self._spent += inside  # the open tag's own tokens are not thinking
+                self._budget_check()
 
     def advance(self, token: int) -> bool:
         """Route the token by state; the block's end is found in the text, by the turn."""
+        self._sync()
+        ok = self._advance(token)
+        if self._reads:
+            self._sync()
+        return ok
+
+    def _advance(self, token: int) -> bool:
         if not self.gating:
             return self._watch(token)
         if self.state == "start":
@@ -133,11 +175,7 @@ class ReasoningGate:
             return True
         if self.state == "thinking":
             self._see(token)
-            self._spent += 1
-            if self.turn.phase != THINK:
-                self.state = "answer_start"
-            elif self.tags.budget is not None and self._spent >= self.tags.budget:
-                self._closing_at, self.state = 0, "closing"  # the budget is spent: close now
+            self._spent += 1  # the block's end or its budget: _sync, once the text is read
             return True
         if self.state == "closing":
             if token != self._close_ids[self._closing_at]:
@@ -164,11 +202,8 @@ class ReasoningGate:
                 self.state = "watch"
         if self.inner is not None and not self.inner.advance(token):
             return False
-        inside = self.turn.phase == THINK
+        self._unread = self.turn.phase == THINK
         self._see(token)
-        if self.state == "watch" and self.turn.phase == THINK:
-            self._spent += inside  # the open tag's own tokens are not thinking
-            self._budget_check()
         return True
 
     def _budget_check(self) -> None:
@@ -187,6 +222,7 @@ class ReasoningGate:
     def forced_tokens(self) -> list[int]:
         """The rest of the open tag while opening, of the close once the budget is spent;
         the inner grammar's once answering (or watching)."""
+        self._sync()
         if self.state == "opening":
             return list(self.open_ids[self._opening_at:])
         if self.state == "closing":
@@ -197,12 +233,14 @@ class ReasoningGate:
 
     def is_accepting(self) -> bool:
         """Only a complete answer may end the turn."""
+        self._sync()
         if self.inner is None:
             return self.state != "closing"
         return self.state in ("answer", "answer_start", "start", "watch") and self.inner.is_accepting()
 
     def is_finished(self) -> bool:
         """True once the answer is complete (without a grammar: once the text ended the turn)."""
+        self._sync()
         if self.inner is None:
             return self.turn.phase == "done"
         return self.state in ("answer", "watch") and self.inner.is_finished()
@@ -224,9 +262,13 @@ class ReasoningGate:
             inner = fork_inner() if fork_inner is not None else None
             if inner is None:
                 return None
+        self._sync()
         twin = copy.copy(self)
         twin.inner = inner
-        twin.turn = self.turn.fork()
+        # A fork tries tokens ahead of the text: it reads them itself, on a copy.
+        turn = self.turn
+        twin.turn = turn.fork_text() if isinstance(turn, Turn) else turn.fork()
+        twin._reads = True
         twin._scratch = None
         return twin
 
@@ -234,6 +276,7 @@ class ReasoningGate:
         """The tokens that end the block from here, so that the answer may start: the rest of
         the open tag and the close inside it; nothing where the answer's grammar governs.
         (Closing on length ends a thinking block the budget cannot hold.)"""
+        self._sync()
         if self.state == "opening":
             return list(self.open_ids[self._opening_at:]) + list(self.tokenizer.encode(self.tags.close))
         if self.state == "closing":
@@ -246,6 +289,7 @@ class ReasoningGate:
         """A copy to search the answer's completion from: in the answer state (a completion
         neither opens a block nor writes the gap before the answer), None inside the block
         (end it first: :meth:`closing_prefix`)."""
+        self._sync()
         if self.state == "watch":
             return self.fork() if self.turn.phase != THINK else None
         if self.state not in ("start", "answer_start", "answer"):

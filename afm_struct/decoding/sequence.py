@@ -11,6 +11,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..grammar.engine import Matcher
+from ..serving.turn import Turn
 from .closing import BudgetCloser
 from .detokenizer import StreamingDetokenizer
 from .events import Event, GenerationRequest, Timings, Usage
@@ -56,7 +57,12 @@ class SequenceState:
     track: TokenTrack | None = None  # logprobs asked: pairs token entries with emitted text
     # Without a grammar: the turn's reasoning watcher (a ReasoningGate over no matcher), when
     # the request has a reasoning budget or the syntax ends turns by text.
-    turn: ReasoningGate | None = None
+    watcher: ReasoningGate | None = None
+    # The request's turn (afm_struct.serving.turn.Turn): reads each token's emitted text as the
+    # token is decided; its gate (``matcher`` or ``watcher``) reads its phase.
+    turn: Turn | None = None
+    # Text read this step, not sent yet: (text, the turn's events, last of the logprob spans).
+    outbox: list[tuple[str, list[Any] | None, bool]] = field(default_factory=list)
 
 
 @dataclass

@@ -19,6 +19,11 @@ class StopMatcher:
         self._scan = MarkerScanner(self.stops)
         self.stopped = False
 
+    @property
+    def held(self) -> str:
+        """The text held back because it may still begin a stop sequence."""
+        return self._scan.held
+
     def feed(self, text: str) -> str:
         """Add generated text; return what is safe to emit.  Sets :attr:`stopped` on a match."""
         if not self.stops:

@@ -1,8 +1,9 @@
 """What a run yields, in order: the answer's parts, then how it ended.
 
-The answer events come from a router (:class:`AnswerRouter`: the plain one in
-``server/channels.py``, the tool-call one in :mod:`afm_struct.tools.stream`), one event per
-channel piece a generation step produced: consecutive text of one channel in a step is one
+The answer events come from the request's turn (:class:`~afm_struct.serving.turn.Turn`, an
+:class:`AnswerRouter`; with tools, with the call layer of :mod:`afm_struct.tools.stream`), fed
+by the generator; they ride its text deltas.  One event per channel piece a generation step
+produced: consecutive text of one channel in a step is one
 event.  Logprob entries ride the event whose text they show (``None`` when the request did not
 ask for them; a list, possibly empty, when it did).  Then the end: :class:`Finish` or
 :class:`Failed`, a :class:`UsageReport` and, when asked for, a :class:`ProfileReport`.

@@ -5,10 +5,10 @@ family): the block's open and close tags, the text that leaves the block when it
 spent, the framing between messages that is never content (Harmony's ``<|start|>assistant``),
 and the texts that end the turn (Harmony's ``<|call|>``).  :class:`TurnText` follows generated
 text through it, over the :class:`~afm_struct.text.markers.MarkerScanner`, in the phases
-``think`` / ``content`` / ``done``, and cuts it into ``(channel, text)`` pieces.  The generator
-reads the phase (its reasoning gate: the mask, the budget's forced close, the end of the turn;
-``afm_struct/decoding/reasoning.py``) and the routers read the pieces (``server/channels.py``,
-``afm_struct/tools/stream.py``), from the same rules:
+``think`` / ``content`` / ``done``, and cuts it into ``(channel, text)`` pieces.  It is the
+reasoning layer of the request's :class:`afm_struct.serving.turn.Turn`, whose phase the
+generator's reasoning gate reads (the mask, the budget's forced close, the end of the turn;
+``afm_struct/decoding/reasoning.py``) and whose events are made from these pieces; the rules:
 
 * text between the open and close tags is reasoning; the tags are removed; whitespace right
   after a closed block is the template's, not the answer's, and is dropped;
@@ -186,6 +186,13 @@ class TurnText:
                 self._put(out, held)
         return out
 
+    def unseen(self, text: str) -> None:
+        """A token whose text is never shown (a hidden special token) was generated: only an end
+        text means something here (Harmony's ``<|return|>``: the turn is over)."""
+        syntax = self.syntax
+        if syntax is not None and text in syntax.ends and self.phase != THINK:
+            self.phase = DONE
+
     def _looking_for(self) -> tuple[str, ...]:
         syntax = self.syntax
         if syntax is None:
@@ -204,5 +211,5 @@ class TurnText:
             out.append((REASONING if self.phase == THINK else ANSWER, text))
 
 
-# The name the routers have used for it.
+# The name the reasoning split has had.
 ReasoningSplitter = TurnText

@@ -7,10 +7,11 @@ Server wiring (one request; ``server/admission.py`` and ``server/run.py``)::
     plan = plan_tools(tokenizer, tools, choice, parallel, messages=messages, compile_grammar=False)
     prompt_ids = plan.encode_prompt(tokenizer)           # plan.messages / template_tools
     plan = plan.constrained(tokenizer)                   # the tool grammar, once the prompt fits
-    GenerationRequest(prompt_ids, params, constraint=plan.constraint, reasoning=...)
-    router = plan.make_router(reasoning_tags=..., id_factory=...)
-    # router.feed / finish / finish_reason as any AnswerRouter: Text, Reasoning, CallOpened,
-    # CallArguments, CallClosed events (afm_struct.serving.events)
+    turn = plan.make_router(reasoning_tags=..., id_factory=...)   # the request's one Turn
+    GenerationRequest(prompt_ids, params, constraint=plan.constraint, reasoning=..., turn=turn)
+    # the generator feeds the turn and its gate reads turn.phase (think/content/call/done); its
+    # Text, Reasoning, CallOpened, CallArguments, CallClosed events (afm_struct.serving.events)
+    # ride the TextDeltas (Finished.events at the end); turn.finish_reason gives tool_calls
     if plan.downgraded: headers["X-Grammar-Constraints"] = "downgraded"
 """
 

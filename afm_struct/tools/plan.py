@@ -2,7 +2,8 @@
 
 The plan says what to render (messages and template ``tools``), which constraint the generator
 applies (``None``: free text, calls parsed afterwards), whether a strict tool runs best-effort
-(``X-Grammar-Constraints: downgraded``) and builds the per-request :class:`ToolCallRouter`.
+(``X-Grammar-Constraints: downgraded``) and builds the request's turn with its call layer
+(:class:`ToolCallRouter`, an :class:`~afm_struct.serving.turn.Turn`).
 
 Which requests are constrained:
 
@@ -83,8 +84,8 @@ class ToolPlan:
     def make_router(self, *, reasoning_tags: ReasoningTags | tuple[str, str] | None = None,
                     start_in_reasoning: bool = False,
                     id_factory: Callable[[], str] = new_call_id) -> ToolCallRouter:
-        """A fresh router for this request's output (one per generation); ``id_factory``
-        names its calls."""
+        """This request's turn (:class:`~afm_struct.serving.turn.Turn` with the format's call
+        layer; one per generation); ``id_factory`` names its calls."""
         return ToolCallRouter(self.format, detect_calls=self.choice.kind != "none",
                               max_calls=None if self.parallel else 1, reasoning_tags=reasoning_tags,
                               start_in_reasoning=start_in_reasoning, id_factory=id_factory,

@@ -1,9 +1,10 @@
-"""Generated text → answer events with tool calls: the tool-call router of the core.
+"""The call layer of a request's turn: answer text → tool-call events, markup stripped.
 
-:class:`ToolCallRouter` is an :class:`~afm_struct.serving.events.AnswerRouter` (``feed`` /
-``finish`` / ``finish_reason``).  It first splits a thinking block off (:class:`Reasoning`; the
-block may have been opened by the prompt), then runs the answer through the format's
-:class:`~afm_struct.tools.parser.CallParser`.  Each call gets an ``index`` and an id
+The request's :class:`~afm_struct.serving.turn.Turn` splits a thinking block off (the block may
+have been opened by the prompt) and gives the answer text to a :class:`CallRouting`, which runs
+it through the format's :class:`~afm_struct.tools.parser.CallParser` and is the turn's ``call``
+phase (between a call's start and its end).  :class:`ToolCallRouter` is that turn built from a
+format.  Each call gets an ``index`` and an id
 ``call_<hex>``; :class:`CallOpened` carries the whole name, :class:`CallArguments` the
 arguments as they are generated, :class:`CallClosed` says they are complete.  A turn with calls
 finishes with ``tool_calls``.  Tool markup never reaches the client as content: the format's tags that
@@ -18,9 +19,10 @@ import secrets
 from collections.abc import Callable
 
 from ..decoding.outputs import FinishReason
-from ..serving.events import AnswerEvent, CallArguments, CallClosed, CallOpened, Reasoning, Text, add_text
+from ..serving.events import AnswerEvent, CallArguments, CallClosed, CallOpened, Text, add_text
+from ..serving.turn import Turn
 from ..text.markers import Marker, MarkerScanner
-from ..text.reasoning import ReasoningTags, TurnText, syntax_of
+from ..text.reasoning import ReasoningTags, syntax_of
 from ..tool_calls import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
@@ -33,43 +35,46 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-class ToolCallRouter:
-    """``AnswerRouter`` for requests with tools: text, reasoning and streamed tool calls.
+class CallRouting:
+    """The call layer of a :class:`~afm_struct.serving.turn.Turn` with tools: answer text through
+    the format's parser to call events, markup stripped from the content, calls assembled.
 
     ``detect_calls=False`` (``tool_choice: none``) passes the answer through as content;
     ``max_calls=1`` (``parallel_tool_calls: false``) keeps only the first call.
     """
 
     def __init__(self, fmt: ToolFormat, *, detect_calls: bool = True, max_calls: int | None = None,
-                 reasoning_tags: ReasoningTags | tuple[str, str] | None = None,
-                 start_in_reasoning: bool = False,
                  id_factory: Callable[[], str] = new_call_id, tools: tuple[ToolDef, ...] = ()) -> None:
         self.format = fmt
         # The format's writing picks the parser; ``tools`` types the values of non-JSON writings.
         self.parser: CallParser = make_call_parser(fmt, tools=tools, detect_calls=detect_calls,
                                                    max_calls=max_calls)
-        # A format with its own reasoning channel (Harmony's analysis) splits it off itself.
-        self.splitter = TurnText(reasoning_tags or syntax_of(fmt.reasoning),
-                                 start_in_reasoning=start_in_reasoning)
         self.markup = MarkupStripper(fmt.markup)
         self._call_last = False  # the last thing routed was a whole call (no text after it)
+        self._open: int | None = None  # the index of the call being written (the turn's ``call``)
         self.id_factory = id_factory
-        # The calls so far, assembled from the fragments this router streams (the same
+        # The calls so far, assembled from the fragments this layer streams (the same
         # assembler the server's non-streaming body and the client use).
         self.assembled = ToolCallAssembler()
+
+    @property
+    def in_call(self) -> bool:
+        """True between a call's start (its name is known) and its end."""
+        return self._open is not None
 
     @property
     def calls(self) -> list[ToolCall]:
         """The calls made so far, whole (index order)."""
         return self.assembled.calls
 
-    def feed(self, text: str) -> list[AnswerEvent]:
-        """Events made available by ``text``."""
-        return self._route(self.splitter.feed(text), final=False)
+    def route(self, out: list[AnswerEvent], text: str) -> None:
+        """Append the events of answer text ``text``."""
+        self._events(out, self.parser.feed(text))
 
-    def finish(self) -> list[AnswerEvent]:
-        """Events held back until the end (partial markers, a call cut short)."""
-        return self._route(self.splitter.feed("", final=True), final=True)
+    def finish(self, out: list[AnswerEvent]) -> None:
+        """Append the events held back until the end (partial markers, a call cut short)."""
+        self._events(out, self.parser.finish())
+        self._content(out, self.markup.end(calls=bool(self.calls)))
 
     def finish_reason(self, reason: FinishReason, *, whole: bool = False) -> FinishReason:
         """``tool_calls`` when the turn made calls and stopped normally, or when the budget
@@ -84,25 +89,13 @@ class ToolCallRouter:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _route(self, pieces: list[tuple[str, str]], *, final: bool) -> list[AnswerEvent]:
-        out: list[AnswerEvent] = []
-        for channel, text in pieces:
-            if channel == "reasoning":
-                add_text(out, Reasoning, text)
-            else:
-                self._events(out, self.parser.feed(text))
-        if final:
-            self._events(out, self.parser.finish())
-            self._content(out, self.markup.end(calls=bool(self.calls)))
-        return out
-
     def _events(self, out: list[AnswerEvent], events: list[Event]) -> None:
         for ev in events:
             if isinstance(ev, TextEvent):
                 self._content(out, self.markup.feed(ev.text))
             elif isinstance(ev, CallStart):
                 self._content(out, self.markup.feed("", final=True))  # held text first, in order
-                self._call_last = False
+                self._call_last, self._open = False, ev.index
                 opened = CallOpened(index=ev.index, id=self.id_factory(), name=ev.name)
                 self.assembled.add({"index": ev.index, "id": opened.id, "type": "function",
                                     "function": {"name": ev.name, "arguments": ""}})
@@ -117,13 +110,33 @@ class ToolCallRouter:
                 else:
                     out.append(CallArguments(index=ev.index, text=ev.text))
             elif isinstance(ev, CallEnd):
-                self._call_last = True  # the client parses arguments when the turn finishes
+                self._call_last, self._open = True, None  # the client parses arguments at the end
                 out.append(CallClosed(ev.index))
 
     def _content(self, out: list[AnswerEvent], text: str) -> None:
         add_text(out, Text, text)
         if text.strip():
             self._call_last = False
+
+
+class ToolCallRouter(Turn):
+    """The :class:`~afm_struct.serving.turn.Turn` of a request with tools, built from its format
+    (the name the tool code and its tests use): text, reasoning and streamed tool calls.  A
+    format with its own reasoning channel (Harmony's analysis) splits it off itself."""
+
+    def __init__(self, fmt: ToolFormat, *, detect_calls: bool = True, max_calls: int | None = None,
+                 reasoning_tags: ReasoningTags | tuple[str, str] | None = None,
+                 start_in_reasoning: bool = False,
+                 id_factory: Callable[[], str] = new_call_id, tools: tuple[ToolDef, ...] = ()) -> None:
+        super().__init__(reasoning_tags or syntax_of(fmt.reasoning), start_in_reasoning=start_in_reasoning,
+                         calls=CallRouting(fmt, detect_calls=detect_calls, max_calls=max_calls,
+                                           id_factory=id_factory, tools=tools))
+
+    @property
+    def parser(self) -> CallParser:
+        """The format's call parser."""
+        assert isinstance(self.call_layer, CallRouting)
+        return self.call_layer.parser
 
 
 class MarkupStripper:

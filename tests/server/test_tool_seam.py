@@ -1,6 +1,7 @@
 """The tool-call seam: an AnswerRouter that emits tool-call events flows through both paths.
 
-This plugs a toy router into the run's ``make_router`` to pin down the wire shape the chat
+This plugs a toy turn into admission's ``make_router`` (the request's turn, which the generator
+feeds and whose events ride its deltas) to pin down the wire shape the chat
 encoder produces for its events (deltas by index, ``finish_reason: "tool_calls"``, merged calls
 in non-streaming responses) and that the client assembles it.
 """
@@ -12,7 +13,7 @@ import pytest
 
 from afm_struct.client import Client
 from afm_struct.serving.events import CallArguments, CallClosed, CallOpened
-from server import run
+from server import admission
 
 from .conftest import USER, decode, stream_raw
 
@@ -45,6 +46,16 @@ class ToyToolRouter:
     def finish_reason(self, reason: str, *, whole: bool = False) -> str:
         return "tool_calls" if self.index >= 0 and reason == "stop" else reason
 
+    # What the generator tells a turn besides its text (held stop text, hidden tokens, a stop).
+    def hold(self, held: str) -> None:
+        pass
+
+    def unseen(self, text: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
 
 SCRIPT = 'read_file|{"pa;|th": "a.md"};ls|{};|'
 EXPECTED = [
@@ -54,7 +65,7 @@ EXPECTED = [
 
 @pytest.fixture
 def tool_server(serve, monkeypatch):
-    monkeypatch.setattr(run, "make_router", ToyToolRouter)
+    monkeypatch.setattr(admission, "make_router", ToyToolRouter)
     return serve(SCRIPT)
 
 
