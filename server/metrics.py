@@ -62,6 +62,8 @@ class ServerMetrics:
         self.forced_tokens = counter("forced_tokens", "Completion tokens the grammar forced (fast-forwarded, "
                                      "not sampled); their share is forced / completion")
         self.cached_tokens = counter("cached_prompt_tokens", "Prompt tokens served from the prefix cache")
+        self.reasoning_tokens = counter("reasoning_tokens", "Completion tokens of thinking blocks (tags "
+                                        "included), as the generator's turn read them", ("tenant",))
         self.compile_time = histogram("grammar_compile_seconds", "Constraint compile time (cache misses)",
                                       ("kind",), COMPILE_BUCKETS)
         self.compile_cache = counter("grammar_compile_cache", "Constraint compile-cache lookups", ("result",))
@@ -102,6 +104,7 @@ class ServerMetrics:
         self.completion_tokens.labels(rec.tenant).inc(rec.completion_tokens)
         self.forced_tokens.inc(rec.forced_tokens)
         self.cached_tokens.inc(rec.cached_tokens)
+        self.reasoning_tokens.labels(rec.tenant).inc(rec.reasoning_tokens)
         if rec.ttft_s is not None:
             self.ttft.labels(mode).observe(rec.ttft_s)
             if rec.completion_tokens > 1:

@@ -62,6 +62,7 @@ class RequestRecord:
     completion_tokens: int = 0
     forced_tokens: int = 0
     cached_tokens: int = 0
+    reasoning_tokens: int = 0
     ttft_s: float | None = None
     error_type: str | None = None
     compiles: list[tuple[str, float, bool]] = field(default_factory=list)
@@ -175,6 +176,7 @@ def fill_from_handler(rec: RequestRecord, state: dict[str, Any], started: float,
     usage = finished.usage
     rec.prompt_tokens, rec.completion_tokens = usage.prompt_tokens, usage.completion_tokens
     rec.forced_tokens, rec.cached_tokens = usage.forced_tokens, usage.cached_tokens
+    rec.reasoning_tokens = usage.reasoning_tokens
     timings = finished.timings
     if timings.first_token_s is not None:
         rec.ttft_s = (run.handle.submitted - started) + timings.queued_s + timings.first_token_s

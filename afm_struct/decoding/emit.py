@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from ..errors import AfmError
+from ..text.reasoning import THINK
 from .failures import request_error
 from .outputs import Finished, FinishReason, TextDelta
 from .sequence import SequenceState
@@ -24,9 +25,22 @@ log = logging.getLogger("afm_struct")
 def read_token(seq: SequenceState, token: int, *, forced: bool) -> None:
     """Read one decided token's text, right after its matcher took it: the detokenizer, the
     stop strings, then the request's turn, whose events wait in ``seq.outbox`` with the text
-    for :func:`emit_run`.  ``forced``: not the sampled token (a forced or closing run)."""
+    for :func:`emit_run`.  ``forced``: not the sampled token (a forced or closing run).
+
+    A token read while the turn is thinking, or that leaves it thinking, counts as a
+    reasoning token: from the token that completes the open tag (its earlier tokens were read
+    before the turn knew it was a tag) through the one that completes the close tag.  The
+    turn's phase, not a re-tokenized text."""
     if seq.stops.stopped:
         return  # the text after a stop string is never read
+    turn = seq.turn
+    thinking = turn is not None and turn.phase == THINK
+    _read(seq, token, forced=forced)
+    if thinking or (turn is not None and turn.phase == THINK):
+        seq.usage.reasoning_tokens += 1
+
+
+def _read(seq: SequenceState, token: int, *, forced: bool) -> None:
     if token in seq.request.hidden_token_ids and seq.turn is not None:
         # No text is shown for it, but the turn still reads an end of turn there (<|return|>).
         seq.turn.unseen(seq.detok.hidden_text(token))

@@ -70,6 +70,9 @@ class Usage:
     completion_tokens: int = 0
     forced_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV state came from the prefix cache
+    # Completion tokens of the thinking block, from the one completing its open tag through
+    # its close tag (counted as the turn reads them: decoding/emit.py read_token).
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -78,17 +78,15 @@ class ResponsesStream:
     """A response's events, as payloads (:meth:`events`) or SSE bytes (:meth:`encode`).
 
     ``echo``: the settings the response object repeats; ``custom_tools``: names whose calls are
-    custom tool calls; ``new_id(prefix)`` makes item ids; ``count_tokens`` counts reasoning
-    tokens for usage (None: 0)."""
+    custom tool calls; ``new_id(prefix)`` makes item ids.  Reasoning tokens in usage are the
+    generator's count (the turn's thinking phase, token by token)."""
 
     def __init__(self, ident: ResponseIdentity, echo: dict[str, Any], *, custom_tools: frozenset[str],
-                 new_id: Callable[[str], str], count_tokens: Callable[[str], int] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 new_id: Callable[[str], str], clock: Callable[[], float] = time.time) -> None:
         self.ident = ident
         self.echo = echo
         self.custom_tools = custom_tools
         self.new_id = new_id
-        self.count_tokens = count_tokens
         self.clock = clock
         self.output: list[Payload] = []
         self._seq = 0
@@ -196,11 +194,8 @@ class ResponsesStream:
     def final(self) -> Payload:
         """The whole response object, as the run ended."""
         status = self.status()
-        reasoning = 0
-        if self.count_tokens is not None and self._reasoning:
-            reasoning = self.count_tokens("".join(self._reasoning))
         body = self.response(
-            status, output=list(self.output), usage=usage_dict(self._usage, reasoning),
+            status, output=list(self.output), usage=usage_dict(self._usage, self._usage.reasoning_tokens),
             error=error_object(self._error) if self._error is not None else None,
             incomplete_reason="max_output_tokens" if status == "incomplete" else None,
             completed_at=int(self.clock()) if status == "completed" else None)

@@ -85,9 +85,8 @@ async def create_response(body: ResponsesRequest, request: Request) -> Streaming
                                       profile_key=parse_profile_header(request.headers.get("x-afm-profile")),
                                       history=history, store=keeping)
     prepared = await prepare(state, plan, started=started)
-    tokenizer = state.loaded.tokenizer
     stream = ResponsesStream(prepared.ident, echo.fields, custom_tools=echo.custom_tools,
-                             new_id=state.ids.new_id, count_tokens=lambda text: len(tokenizer.encode(text)))
+                             new_id=state.ids.new_id)
     keep: Keep | None = None
     if keeping and store is not None:
         inputs = input_items(body.input)

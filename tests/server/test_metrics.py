@@ -192,3 +192,20 @@ def test_new_protocols_are_labelled_by_their_route_refused_or_not(serve) -> None
     m = samples(live.url, auth)
     assert total(m, "afm_requests_total", endpoint="/v1/completions", status="200") == 1
     assert total(m, "afm_requests_total", endpoint="/api/chat", status="401") == 1
+
+
+def test_reasoning_tokens_are_the_thinking_blocks_tokens(serve, tokenizer) -> None:
+    """The generator counts the tokens it reads while the request's turn is thinking: from the
+    token that completes the open tag through the one that completes the close tag (the open
+    tag's earlier tokens are read before the turn knows it is a tag), per tenant; an answer
+    without a block adds none."""
+    block, answer = "<think>hmm, let me see</think>", "Hello there!"
+    live = serve(block + answer, reasoning="think")
+    assert post(live.url, {"messages": USER, "max_tokens": 60}).status_code == 200
+    m = samples(live.url)
+    opening = len(tokenizer.encode("<think>")) - 1
+    counted = total(m, "afm_reasoning_tokens_total", tenant="anonymous")
+    assert counted == len(tokenizer.encode(block)) - opening
+    plain = serve(answer)
+    assert post(plain.url, {"messages": USER, "max_tokens": 60}).status_code == 200
+    assert total(samples(plain.url), "afm_reasoning_tokens_total") == 0

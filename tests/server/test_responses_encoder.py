@@ -68,7 +68,7 @@ def test_custom_input_of_a_cut_call_is_what_was_decoded() -> None:
 def stream(custom: frozenset[str] = frozenset()) -> ResponsesStream:
     counter = iter(range(1000))
     return ResponsesStream(IDENT, ECHO, custom_tools=custom, new_id=lambda p: f"{p}{next(counter)}",
-                           count_tokens=len, clock=lambda: 1_700_000_001)
+                           clock=lambda: 1_700_000_001)
 
 
 def run(encoder: ResponsesStream, events: list[Any]) -> list[dict[str, Any]]:
@@ -123,7 +123,8 @@ def test_any_event_sequence_encodes_to_a_valid_stream(parts: list[Any], reason: 
 
 def test_reasoning_tokens_are_counted_and_usage_is_openais() -> None:
     out = run(stream(), [Reasoning("abc"), Text("x"), Finish(FinishReason.STOP),
-                         UsageReport(Usage(prompt_tokens=4, completion_tokens=6, cached_tokens=2))])
+                         UsageReport(Usage(prompt_tokens=4, completion_tokens=6, cached_tokens=2,
+                                                           reasoning_tokens=3))])
     usage = out[-1]["response"]["usage"]
     assert usage == {"input_tokens": 4, "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 0},
                      "output_tokens": 6, "output_tokens_details": {"reasoning_tokens": 3},
