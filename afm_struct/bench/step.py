@@ -25,9 +25,11 @@ Reported per vocabulary and batch size: the step's p50 (ms) and its ratio to the
 the mask fill per row and token (µs, p50 of a step's fill / rows), the rows/batch fill ratio,
 and the single masks' p50/p99 (µs, row by row).  Wall times on a shared, loaded machine
 measure the queue for a core as much as the work, so the CPU times are reported too (all the
-process's threads: the fill's, and what follows the pass: apply, sample, advance), with the
-step they imply on an idle host: ``max(forward, fill CPU / cores the fill uses) + after-pass
-CPU`` (one core one by one, at most two together), against ``forward + after-pass CPU`` free.
+process's threads: the fill's, and what follows the pass: apply, sample, advance; and the
+calling thread's alone during the fill), with the fill and the step they imply on an idle
+host: the fill one by one on one core, together as :func:`idle_batch_fill` says from the
+engine's thread count; the step ``max(forward, idle fill) + after-pass CPU``, against
+``forward + after-pass CPU`` free.
 """
 
 from __future__ import annotations
@@ -53,6 +55,29 @@ FREE_REQUEST = SimpleNamespace(logprobs=None, stops_cut_grammar=False)
 
 MODES = ("free", "rows", "batch")
 SERIES = ("step_ms", "fill_us", "mask_us", "fill_cpu_ms", "fill_main_cpu_ms", "post_cpu_ms")
+
+
+def engine_threads() -> int:
+    """The threads of llguidance's executor in this build (before ``mask_threads``: llguidance's
+    default, 80 % of the CPUs, at least one)."""
+    from afm_struct.grammar import llguidance_backend
+
+    threads = getattr(llguidance_backend, "mask_threads", None)
+    return threads() if threads is not None else max(1, (os.cpu_count() or 1) * 4 // 5)
+
+
+def idle_batch_fill(cpu_ms: float, main_ms: float, threads: int, chunked: bool) -> float:
+    """The batch fill's time on an idle host, from its CPU times (all threads; the calling
+    thread's alone): with one engine thread, everything one after the other; with more, the
+    engine's part spread over the cores (at most 2 here), then the calling thread's part
+    (``chunked``: overlapping the engine's, so at best the larger of it and all the CPU spread
+    over the cores).  A lower bound where the overlap is imperfect."""
+    cores = min(2, threads + 1, os.cpu_count() or 1)
+    if threads <= 1:
+        return cpu_ms
+    if chunked:
+        return max(main_ms, cpu_ms / cores)
+    return (cpu_ms - main_ms) / min(cores, threads) + main_ms
 
 
 def where_apply(logits: Any, bitmask: np.ndarray) -> Any:
@@ -238,19 +263,15 @@ def bench_vocab(name: str, args: argparse.Namespace) -> dict[str, Any]:
             post = {m: float(np.median(times[m]["post_cpu_ms"])) for m in MODES}
             fill_cpu = {m: float(np.median(times[m]["fill_cpu_ms"])) for m in ("rows", "batch")}
             fill_main = {m: float(np.median(times[m]["fill_main_cpu_ms"])) for m in ("rows", "batch")}
-            # The fill on an idle host, from CPU times: one by one, all of it on one core;
-            # together, the engine's threads and the calling thread (the rows' own part,
-            # overlapping the engine's next chunk) on at most two cores, and never less than
-            # the calling thread's own share.
-            cores = min(2, os.cpu_count() or 1)
+            engine_n, chunked = engine_threads(), batch >= 2 * getattr(filler, "chunk_rows", 1 << 30)
             idle_fill = {"rows": fill_cpu["rows"],
-                         "batch": max(fill_main["batch"], fill_cpu["batch"] / cores)}
+                         "batch": idle_batch_fill(fill_cpu["batch"], fill_main["batch"], engine_n, chunked)}
             fwd = args.forward_ms
             # The step on an idle host, from CPU times: the fill overlaps the device's pass (one
             # core one by one, both cores together), the rest follows it.
             idle = {"free": fwd + post["free"],
                     "rows": max(fwd, fill_cpu["rows"]) + post["rows"],
-                    "batch": max(fwd, fill_cpu["batch"] / min(2, os.cpu_count() or 1)) + post["batch"]}
+                    "batch": max(fwd, idle_fill["batch"]) + post["batch"]}
             fill = {m: float(np.median(times[m]["fill_us"])) for m in ("rows", "batch")}
             # The fastest step's fill: the one least queued behind other processes for a core.
             fill_min = {m: float(np.min(times[m]["fill_us"])) for m in ("rows", "batch")}
@@ -265,6 +286,7 @@ def bench_vocab(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 "fill_cpu_ms_p50": {m: round(v, 3) for m, v in fill_cpu.items()},
                 "fill_main_cpu_ms_p50": {m: round(v, 3) for m, v in fill_main.items()},
                 "idle_fill_rows_over_batch": round(idle_fill["rows"] / idle_fill["batch"], 2),
+                "engine_threads": engine_n, "chunked": chunked,
                 "post_cpu_ms_p50": {m: round(v, 3) for m, v in post.items()},
                 "idle_step_ms_estimate": {m: round(v, 3) for m, v in idle.items()},
                 "idle_ratio_to_free": {m: round(idle[m] / idle["free"], 3) for m in ("rows", "batch")},
