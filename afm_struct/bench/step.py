@@ -25,9 +25,11 @@ Reported per vocabulary and batch size: the step's p50 (ms) and its ratio to the
 the mask fill per row and token (µs, p50 of a step's fill / rows), the rows/batch fill ratio,
 and the single masks' p50/p99 (µs, row by row).  Wall times on a shared, loaded machine
 measure the queue for a core as much as the work, so the CPU times are reported too (all the
-process's threads: the fill's, and what follows the pass: apply, sample, advance), with the
-step they imply on an idle host: ``max(forward, fill CPU / cores the fill uses) + after-pass
-CPU`` (one core one by one, at most two together), against ``forward + after-pass CPU`` free.
+process's threads: the fill's, and what follows the pass: apply, sample, advance; and the
+calling thread's alone during the fill), with the fill and the step they imply on an idle
+host: the fill one by one on one core, together as :func:`idle_batch_fill` says from the
+engine's thread count; the step ``max(forward, idle fill) + after-pass CPU``, against
+``forward + after-pass CPU`` free.
 """
 
 from __future__ import annotations
@@ -52,7 +54,30 @@ if TYPE_CHECKING:
 FREE_REQUEST = SimpleNamespace(logprobs=None, stops_cut_grammar=False)
 
 MODES = ("free", "rows", "batch")
-SERIES = ("step_ms", "fill_us", "mask_us", "fill_cpu_ms", "post_cpu_ms")
+SERIES = ("step_ms", "fill_us", "mask_us", "fill_cpu_ms", "fill_main_cpu_ms", "post_cpu_ms")
+
+
+def engine_threads() -> int:
+    """The threads of llguidance's executor in this build (before ``mask_threads``: llguidance's
+    default, 80 % of the CPUs, at least one)."""
+    from afm_struct.grammar import llguidance_backend
+
+    threads = getattr(llguidance_backend, "mask_threads", None)
+    return threads() if threads is not None else max(1, (os.cpu_count() or 1) * 4 // 5)
+
+
+def idle_batch_fill(cpu_ms: float, main_ms: float, threads: int, chunked: bool) -> float:
+    """The batch fill's time on an idle host, from its CPU times (all threads; the calling
+    thread's alone): with one engine thread, everything one after the other; with more, the
+    engine's part spread over the cores (at most 2 here), then the calling thread's part
+    (``chunked``: overlapping the engine's, so at best the larger of it and all the CPU spread
+    over the cores).  A lower bound where the overlap is imperfect."""
+    cores = min(2, threads + 1, os.cpu_count() or 1)
+    if threads <= 1:
+        return cpu_ms
+    if chunked:
+        return max(main_ms, cpu_ms / cores)
+    return (cpu_ms - main_ms) / min(cores, threads) + main_ms
 
 
 def where_apply(logits: Any, bitmask: np.ndarray) -> Any:
@@ -167,6 +192,7 @@ def run_steps(mode: str, rows: Rows, filler: Any, free: list[Any], forward_s: fl
         if mode != "free":
             before = [r.timings.mask_s for r in rows.rows]
             f0, c0 = time.perf_counter(), time.process_time()  # CPU of every thread (llguidance's too)
+            m0 = time.thread_time()  # the calling thread's alone (the rows' own part, hand-offs)
             if hasattr(filler, "fill_rows"):  # into the batch's bitmask, reused (as a group's)
                 rows.bitmask = filler.fill_rows(rows.rows, _raise, rows.bitmask)
             else:  # a build before issue 31 (the "before" run): a mask per row, stacked to sample
@@ -174,6 +200,7 @@ def run_steps(mode: str, rows: Rows, filler: Any, free: list[Any], forward_s: fl
                     filler(r)
             out["fill_us"].append((time.perf_counter() - f0) / len(rows.rows) * 1e6)
             out["fill_cpu_ms"].append((time.process_time() - c0) * 1e3)
+            out["fill_main_cpu_ms"].append((time.thread_time() - m0) * 1e3)
             if mode == "rows":
                 spent = zip(rows.rows, before, strict=True)
                 out["mask_us"].extend((r.timings.mask_s - b) * 1e6 for r, b in spent)
@@ -235,12 +262,16 @@ def bench_vocab(name: str, args: argparse.Namespace) -> dict[str, Any]:
             med = {m: float(np.median(times[m]["step_ms"])) for m in MODES}
             post = {m: float(np.median(times[m]["post_cpu_ms"])) for m in MODES}
             fill_cpu = {m: float(np.median(times[m]["fill_cpu_ms"])) for m in ("rows", "batch")}
+            fill_main = {m: float(np.median(times[m]["fill_main_cpu_ms"])) for m in ("rows", "batch")}
+            engine_n, chunked = engine_threads(), batch >= 2 * getattr(filler, "chunk_rows", 1 << 30)
+            idle_fill = {"rows": fill_cpu["rows"],
+                         "batch": idle_batch_fill(fill_cpu["batch"], fill_main["batch"], engine_n, chunked)}
             fwd = args.forward_ms
             # The step on an idle host, from CPU times: the fill overlaps the device's pass (one
             # core one by one, both cores together), the rest follows it.
             idle = {"free": fwd + post["free"],
                     "rows": max(fwd, fill_cpu["rows"]) + post["rows"],
-                    "batch": max(fwd, fill_cpu["batch"] / min(2, os.cpu_count() or 1)) + post["batch"]}
+                    "batch": max(fwd, idle_fill["batch"]) + post["batch"]}
             fill = {m: float(np.median(times[m]["fill_us"])) for m in ("rows", "batch")}
             # The fastest step's fill: the one least queued behind other processes for a core.
             fill_min = {m: float(np.min(times[m]["fill_us"])) for m in ("rows", "batch")}
@@ -253,6 +284,9 @@ def bench_vocab(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 "fill_us_per_row_min": {m: round(v, 2) for m, v in fill_min.items()},
                 "fill_min_rows_over_batch": round(fill_min["rows"] / fill_min["batch"], 2),
                 "fill_cpu_ms_p50": {m: round(v, 3) for m, v in fill_cpu.items()},
+                "fill_main_cpu_ms_p50": {m: round(v, 3) for m, v in fill_main.items()},
+                "idle_fill_rows_over_batch": round(idle_fill["rows"] / idle_fill["batch"], 2),
+                "engine_threads": engine_n, "chunked": chunked,
                 "post_cpu_ms_p50": {m: round(v, 3) for m, v in post.items()},
                 "idle_step_ms_estimate": {m: round(v, 3) for m, v in idle.items()},
                 "idle_ratio_to_free": {m: round(idle[m] / idle["free"], 3) for m in ("rows", "batch")},
@@ -271,9 +305,10 @@ def markdown_table(report: dict[str, Any]) -> str:
              f"load average {report['load_average']}, {report['cpus']} CPUs.", "",
              "| vocabulary | batch | free step (ms) | rows step (ms) / ratio | batch step (ms) / ratio | "
              "fill µs/row p50: rows / batch (x) | fill µs/row min: rows / batch (x) "
-             "| mask p50 / p99 (µs) | fill CPU ms: rows / batch "
+             "| mask p50 / p99 (µs) | fill CPU ms: rows / batch (batch's calling thread) "
+             "| idle fill estimate rows / batch "
              "| after-pass CPU ms: free / rows / batch | idle estimate ratio: rows / batch |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for v in report["vocabularies"]:
         for batch, r in v["batches"].items():
             s, q, f = r["step_ms_p50"], r["ratio_to_free"], r["fill_us_per_row_p50"]
@@ -284,7 +319,9 @@ def markdown_table(report: dict[str, Any]) -> str:
                          f"{r['fill_us_per_row_min']['rows']:.1f} / {r['fill_us_per_row_min']['batch']:.1f} "
                          f"({r['fill_min_rows_over_batch']:.2f}x) | "
                          f"{r['mask_us']['p50']:.1f} / {r['mask_us']['p99']:.1f} | "
-                         f"{r['fill_cpu_ms_p50']['rows']:.2f} / {r['fill_cpu_ms_p50']['batch']:.2f} | "
+                         f"{r['fill_cpu_ms_p50']['rows']:.2f} / {r['fill_cpu_ms_p50']['batch']:.2f} "
+                         f"({r.get('fill_main_cpu_ms_p50', {}).get('batch', float('nan')):.2f}) | "
+                         f"{r.get('idle_fill_rows_over_batch', float('nan')):.2f}x | "
                          f"{r['post_cpu_ms_p50']['free']:.2f} / {r['post_cpu_ms_p50']['rows']:.2f} / "
                          f"{r['post_cpu_ms_p50']['batch']:.2f} | {r['idle_ratio_to_free']['rows']:.3f} / "
                          f"{r['idle_ratio_to_free']['batch']:.3f} |")

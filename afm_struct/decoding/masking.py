@@ -27,17 +27,34 @@ def allows_most(row: np.ndarray, vocab_size: int) -> bool:
     return allowed_count(row) * 2 > vocab_size
 
 
+def _halves(row: np.ndarray) -> tuple[np.ndarray, int]:
+    """``row``'s words as uint64 pairs (a 2x shorter pass for numpy) and the odd last word
+    (0 if none); a strided row as its uint32 words (nothing left over)."""
+    if not row.flags.c_contiguous:
+        return np.ascontiguousarray(row).view(np.uint32), 0
+    even = row.shape[0] & ~1
+    return row[:even].view(np.uint64), int(row[even]) & 0xFFFFFFFF if even < row.shape[0] else 0
+
+
 def allowed_count(row: np.ndarray) -> int:
     """How many bits of one bitmask row are set."""
     # A popcount of the words: unpacking the bits first cost ~10x (~0.3 ms a row at 128k).
-    return int(np.bitwise_count(row.view(np.uint32)).sum())
+    pairs, last = _halves(row)
+    return int(np.bitwise_count(pairs).sum()) + last.bit_count()
 
 
 def allowed_tokens(row: np.ndarray) -> np.ndarray:
     """The token ids whose bits are set in one bitmask row, ascending (int64)."""
-    words = np.flatnonzero(row)  # a structural mask: a few nonzero words, unpacked alone
-    bits = np.unpackbits(row[words].view(np.uint8), bitorder="little").reshape(len(words), 32)
-    return (words[:, None] * 32 + np.arange(32))[bits.view(np.bool_)]
+    pairs, last = _halves(row)
+    width = pairs.dtype.itemsize * 8
+    words = np.flatnonzero(pairs)  # a structural mask: a few nonzero words, unpacked alone
+    bits = np.flatnonzero(np.unpackbits(pairs[words].view(np.uint8), bitorder="little"))
+    tokens = words[bits // width] * width + bits % width
+    if last:
+        base = (row.shape[0] - 1) * 32
+        tail = [base + b for b in range(32) if last >> b & 1]
+        tokens = np.concatenate([tokens, np.asarray(tail, dtype=np.int64)])
+    return tokens
 
 
 def allows_token(row: np.ndarray, token: int) -> bool:

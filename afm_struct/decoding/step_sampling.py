@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
-from ..grammar.engine import mask_words
+from ..grammar.engine import buffer_address, mask_words
 from .logprobs import RowStats, logprob_arrays, read_stats
 from .masking import allows_token, apply_bitmask
 from .sampling import processors_idle
@@ -36,9 +36,10 @@ def _filled_together(rows: Sequence[SequenceState], bitmask: np.ndarray | None,
     masks as :meth:`MaskFiller.fill_rows` left them): applied as is, with no copy."""
     if bitmask is None or bitmask.shape[0] < len(rows) or bitmask.shape[1] != words:
         return None
-    start, stride = bitmask.ctypes.data, bitmask.strides[0]
+    # (buffer_address: ``ndarray.ctypes.data`` cost ~1.5 µs a row, ~50 µs a step at 32 rows.)
+    start, stride = buffer_address(bitmask), bitmask.strides[0]
     for i, r in enumerate(rows):
-        if r.matcher is None or r.mask is None or r.mask.ctypes.data != start + i * stride:
+        if r.matcher is None or r.mask is None or buffer_address(r.mask) != start + i * stride:
             return None
     return bitmask[:len(rows)]
 

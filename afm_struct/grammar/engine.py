@@ -11,6 +11,7 @@ allowed (llguidance's layout).
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -67,6 +68,19 @@ def matcher_failure(matcher: Matcher, what: str, context: str = "") -> MatcherEr
 def mask_words(vocab_size: int) -> int:
     """Number of int32 words per bitmask row for ``vocab_size`` tokens."""
     return (vocab_size + 31) // 32
+
+
+def buffer_address(array: np.ndarray) -> int:
+    """The address of ``array``'s first byte, where an engine writes a mask.
+
+    Through ctypes' ``from_buffer`` (~0.3 µs) where the array is writable and C-contiguous:
+    ``ndarray.ctypes.data`` builds a ctypes object each time (~1.5 µs, a sixth of a 10 µs
+    mask at 128k tokens).  Other arrays (read-only, strided, empty) through ``ctypes.data``.
+    """
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError, BufferError):
+        return int(array.ctypes.data)
 
 
 def allocate_bitmask(batch: int, vocab_size: int) -> np.ndarray:

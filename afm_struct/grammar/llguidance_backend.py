@@ -9,17 +9,17 @@ immutable grammar string already checked against the tokenizer; every request ge
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import llguidance
-import llguidance.numpy
 import numpy as np
 
 from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
-from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, mask_words
+from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, buffer_address, mask_words
 from .spec import CompileOptions
 
 if TYPE_CHECKING:
@@ -52,6 +52,15 @@ def ll_tokenizer_for(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
 _EXECUTOR: llguidance.LLExecutor | None = None
 
 
+def mask_threads(cpus: int | None = None) -> int:
+    """The executor's threads: llguidance's default (80 % of the CPUs, at most 32), but at
+    least 2 where there are 2 CPUs.  The default gives a 2-core host ONE thread: the batch
+    fill then ran every row on it one after the other, no faster than row by row (the
+    calling thread waits in the call, the GIL released, so two threads use both cores)."""
+    cpus = cpus or os.cpu_count() or 1
+    return max(min(cpus, 2), min(32, cpus * 4 // 5))
+
+
 def fill_masks_together(pairs: Sequence[tuple[llguidance.LLMatcher, int]], bitmask: np.ndarray) -> None:
     """For each ``(matcher, row)``: that row of ``bitmask`` := the matcher's next-token mask,
     all in one call.
@@ -64,9 +73,12 @@ def fill_masks_together(pairs: Sequence[tuple[llguidance.LLMatcher, int]], bitma
     if _EXECUTOR is None:
         with _LL_LOCK:
             if _EXECUTOR is None:
-                _EXECUTOR = llguidance.LLExecutor()
-    llguidance.numpy.fill_next_token_bitmask_par(
-        _EXECUTOR, list(pairs), bitmask)
+                _EXECUTOR = llguidance.LLExecutor(num_threads=mask_threads())
+    # llguidance.numpy.fill_next_token_bitmask_par's checks, and the cheap address.
+    if bitmask.dtype != np.int32 or bitmask.ndim != 2 or not bitmask.flags.c_contiguous:
+        raise ValueError("the bitmask must be a C-contiguous 2-D int32 array")
+    batch, words = bitmask.shape
+    _EXECUTOR.unsafe_compute_mask_ptr(list(pairs), buffer_address(bitmask), words * 4, batch)
 
 
 class BackendCompileError(Exception):
@@ -112,12 +124,12 @@ class LLGuidanceMatcher:
         # a 2-D view, ~1 µs of a ~10 µs mask at 128k), else a scratch row.
         if row.dtype != np.int32 or not row.flags.c_contiguous or row.shape[0] < self._words:
             scratch = np.zeros(self._words, dtype=np.int32)
-            self._m.unsafe_compute_mask_ptr(scratch.ctypes.data, self._words * 4)
+            self._m.unsafe_compute_mask_ptr(buffer_address(scratch), self._words * 4)
             n = min(row.shape[0], self._words)  # a model vocabulary narrower than the tokenizer's
             row[:n] = scratch[:n]
             row[n:] = 0
             return
-        self._m.unsafe_compute_mask_ptr(row.ctypes.data, self._words * 4)
+        self._m.unsafe_compute_mask_ptr(buffer_address(row), self._words * 4)
         if row.shape[0] > self._words:
             row[self._words:] = 0
 

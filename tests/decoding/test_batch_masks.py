@@ -70,7 +70,7 @@ def _rows(tokenizer: Any, grammars: list[Any], plan: list[tuple[int, int, str]])
         matcher = grammars[which].new_matcher()
         if wrap == "gate":  # thinking closed in the prompt: the gate is answering
             matcher = ReasoningGate(matcher, tokenizer, ReasoningTags(opened_in_prompt=False))
-        for t in ids[:depth % len(ids)]:
+        for t in ids if wrap == "whole" else ids[:depth % len(ids)]:
             assert matcher.advance(t)
         rows.append(_row(Alone(matcher) if wrap == "alone" else matcher))
     return rows
@@ -187,3 +187,156 @@ def test_a_row_narrower_than_the_grammar_gets_its_prefix_and_nothing_past_it(
     grammars[2].new_matcher().fill_mask(buffer[:words - narrow])
     assert np.array_equal(buffer[:words - narrow], full[0, :words - narrow])
     assert (buffer[words - narrow:] == 0x5A5A5A5A).all()
+
+
+def _same_masks(together: list[Any], alone: list[Any]) -> None:
+    for a, b in zip(together, alone, strict=True):
+        assert np.array_equal(a.mask, b.mask)
+        assert (a.mask_all, a.mask_free) == (b.mask_all, b.mask_free)
+        if b.mask_tokens is None:
+            assert a.mask_tokens is None
+        else:
+            assert np.array_equal(a.mask_tokens, b.mask_tokens)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(plan=st.lists(st.tuples(st.integers(0, len(SCHEMAS) - 1), st.integers(0, 40),
+                               st.sampled_from(["plain", "plain", "plain", "whole", "gate", "alone"])),
+                     min_size=2, max_size=12),
+       chunks=st.integers(2, 5), extra_eos=st.lists(st.integers(0, 49151), max_size=3))
+def test_chunked_fill_equals_one_by_one(tokenizer: Any, grammars: list[Any], plan: list[Any],
+                                        chunks: int, extra_eos: list[int]) -> None:
+    """A group filled in chunks on the helper thread (the rows' counts and token lists made
+    there, their own part done meanwhile on the calling thread): every row's mask, flags and
+    token list as filled one by one, with end-of-turn ids set (a whole instance: accepting)
+    or cleared (ids the grammar allows) after the count."""
+    eos = set(tokenizer.eos_token_ids) | set(extra_eos)
+    filler = MaskFiller(tokenizer.vocab_size, eos)
+    filler.chunk_rows, filler.chunks = 1, chunks
+    together = _rows(tokenizer, grammars, plan)
+    used = np.full((len(plan) + 1, (tokenizer.vocab_size + 31) // 32), 0x5A5A5A5A, dtype=np.int32)
+    assert _fill(filler, together, used) == {}
+    filler.together = False
+    alone = _rows(tokenizer, grammars, plan)
+    assert _fill(filler, alone) == {}
+    _same_masks(together, alone)
+    assert all(np.shares_memory(r.mask, used) for r in together)
+
+
+def test_a_chunk_whose_call_refuses_is_filled_row_by_row(tokenizer: Any, grammars: list[Any],
+                                                         monkeypatch: Any) -> None:
+    """The engine call of one chunk raises: its rows are filled on their own, the other
+    chunks' rows stay filled together, and no row fails."""
+    from afm_struct.grammar import llguidance_backend
+
+    real = llguidance_backend.fill_masks_together
+    calls: list[list[int]] = []
+
+    def second_refuses(pairs: Any, bitmask: Any) -> None:
+        calls.append([i for _, i in pairs])
+        if len(calls) == 2:
+            raise ValueError("refused")
+        real(pairs, bitmask)
+
+    monkeypatch.setattr(llguidance_backend, "fill_masks_together", second_refuses)
+    plan = [(k % len(SCHEMAS), 3 + k, "plain") for k in range(7)]
+    filler = MaskFiller(tokenizer.vocab_size, tokenizer.eos_token_ids)
+    filler.chunk_rows, filler.chunks = 2, 4
+    together = _rows(tokenizer, grammars, plan)
+    assert _fill(filler, together) == {}
+    assert calls == [[0, 1], [2, 3], [4, 5], [6]]
+    filler.together = False
+    alone = _rows(tokenizer, grammars, plan)
+    assert _fill(filler, alone) == {}
+    _same_masks(together, alone)
+
+
+def test_a_failing_row_in_a_chunk_ends_alone_and_no_write_follows(tokenizer: Any, grammars: list[Any],
+                                                                   monkeypatch: Any) -> None:
+    """A row of the first chunk fails and ``on_error`` raises: ``fill_rows`` raises only after
+    the helper thread's last call is written (the caller may reuse the bitmask at once)."""
+    import time
+
+    from afm_struct.grammar import llguidance_backend
+
+    real = llguidance_backend.fill_masks_together
+    ended: list[float] = []
+
+    def slow_after_first(pairs: Any, bitmask: Any) -> None:
+        if ended:
+            time.sleep(0.05)  # later chunks still running when the first row's error is raised
+        real(pairs, bitmask)
+        ended.append(time.perf_counter())
+
+    monkeypatch.setattr(llguidance_backend, "fill_masks_together", slow_after_first)
+    plan = [(0, 2, "plain"), (1, 3, "plain"), (2, 4, "plain"), (0, 5, "plain"), (1, 1, "plain")]
+    rows = _rows(tokenizer, grammars, plan)
+    ids = tokenizer.encode(json.dumps(INSTANCES[0]))
+    assert not rows[0].matcher.advance(ids[0] if ids[0] != tokenizer.encode("[")[0] else ids[1])
+    filler = MaskFiller(tokenizer.vocab_size, tokenizer.eos_token_ids)
+    filler.chunk_rows, filler.chunks = 1, 5
+    with pytest.raises(MatcherError):
+        filler.fill_rows(rows, lambda seq, exc: (_ for _ in ()).throw(exc))
+    raised = time.perf_counter()
+    assert len(ended) == len(plan) and max(ended) <= raised
+    # The same batch with an on_error that records: only the broken row fails.
+    rows = _rows(tokenizer, grammars, plan)
+    assert not rows[0].matcher.advance(ids[0] if ids[0] != tokenizer.encode("[")[0] else ids[1])
+    errors = _fill(filler, rows)
+    assert list(errors) == [0]
+    alone = _rows(tokenizer, grammars, plan[1:])
+    filler.together = False
+    assert _fill(filler, alone) == {}
+    _same_masks(rows[1:], alone)
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 2), (3, 2), (4, 3), (10, 8), (64, 32)])
+def test_the_executor_uses_both_cores_of_a_two_core_host(cpus: int, threads: int) -> None:
+    """llguidance's default (80 % of the CPUs) is one thread on 2 cores: the batch fill was
+    then no faster than row by row."""
+    from afm_struct.grammar.llguidance_backend import mask_threads
+
+    assert mask_threads(cpus) == threads
+
+
+class _Fixed:
+    """A matcher whose mask is written already (by a batch call) and that is or is not accepting."""
+
+    def __init__(self, accepting: bool) -> None:
+        self.accepting = accepting
+
+    def error(self) -> None:
+        return None
+
+    def is_accepting(self) -> bool:
+        return self.accepting
+
+
+@pytest.mark.parametrize("accepting", [True, False])
+@pytest.mark.parametrize("edge", [-1, 0, 1])
+def test_the_helpers_count_is_corrected_for_the_eos_bits(accepting: bool, edge: int) -> None:
+    """A row counted by the helper thread before the EOS rule: its count and token list,
+    corrected for the end-of-turn bits set (accepting) or cleared, decide the listing bound
+    exactly as a count of the final row does."""
+    from afm_struct.decoding.next_mask import count_rows
+
+    vocab, eos = 20_000, {7, 9_000, 19_999}
+    words = (vocab + 31) // 32
+    base = np.zeros(words, dtype=np.int32)
+    # LIST_ALLOWED_MAX + edge tokens, the EOS ids among them when not accepting (they get cleared).
+    plain = [t for t in range(100, vocab, 3) if t not in eos]
+    allowed = plain[:LIST_ALLOWED_MAX + edge - (0 if accepting else 3)]
+    allowed += [] if accepting else sorted(eos)
+    for t in allowed:
+        base[t >> 5] |= np.int32(np.uint32(1 << (t & 31)).view(np.int32))
+    results = []
+    for counted in (None, "helper"):
+        bitmask = base[None].copy()
+        seq = _row(_Fixed(accepting))
+        seq.mask_tokens = None
+        hint = count_rows(bitmask, [0], LIST_ALLOWED_MAX + len(eos))[0] if counted else None
+        MaskFiller(vocab, eos)._finish_row(seq, bitmask[0], filled=True, counted=hint)
+        results.append((seq.mask_free, None if seq.mask_tokens is None else seq.mask_tokens.tolist()))
+    assert results[0] == results[1]
+    final = len(allowed) + (3 if accepting else -3)
+    assert (results[0][1] is not None) == (final <= LIST_ALLOWED_MAX)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from afm_struct.decoding.masking import (
+    allowed_count,
     allowed_tokens,
     allows_most,
     allows_token,
@@ -112,3 +113,38 @@ def test_set_tokens_and_allows_most_against_a_reference(vocab, seed, edits):
     assert np.array_equal(allowed_tokens(row), np.flatnonzero(bits))
     for token in {0, vocab - 1, vocab + 40, *(t for t, _ in edits)}:
         assert allows_token(row, token) == (token < bits.shape[0] and bool(bits[token]))
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(words=st.integers(1, 70), seed=st.integers(0, 2**32 - 1),
+       density=st.sampled_from([0.0, 0.01, 0.2, 1.0]),
+       layout=st.sampled_from(["alone", "row 0", "row 1", "strided"]))
+def test_allowed_count_and_tokens_against_a_reference(words, seed, density, layout):
+    """Counted and listed over uint64 pairs of words (the odd last word apart): the same as
+    unpacking every bit, for rows of any width, at any offset in a bitmask (an odd row of an
+    odd width is not 8-byte aligned), and strided."""
+    rng = np.random.default_rng(seed)
+    bits = rng.random(words * 32) < density
+    packed = np.packbits(bits, bitorder="little").view(np.int32)
+    if layout == "alone":
+        row = packed.copy()
+    elif layout == "strided":
+        row = np.stack([packed, ~packed], axis=1)[:, 0]
+    else:
+        bitmask = np.full((3, words), 0x5A5A5A5A, dtype=np.int32)
+        bitmask[int(layout[-1])] = packed
+        row = bitmask[int(layout[-1])]
+    tokens = allowed_tokens(row)
+    assert tokens.dtype == np.int64
+    assert np.array_equal(tokens, np.flatnonzero(bits))
+    assert allowed_count(row) == int(bits.sum())
+
+
+def test_buffer_address_is_the_arrays_data_pointer():
+    from afm_struct.grammar.engine import buffer_address
+
+    bitmask = np.zeros((3, 7), dtype=np.int32)
+    frozen = bitmask[2]
+    frozen.flags.writeable = False
+    for array in (bitmask, bitmask[1], bitmask[1:2], bitmask[:, 3], frozen, np.zeros(0, np.int32)):
+        assert buffer_address(array) == array.ctypes.data
