@@ -46,6 +46,10 @@ class ToyToolRouter:
     def finish_reason(self, reason: str, *, whole: bool = False) -> str:
         return "tool_calls" if self.index >= 0 and reason == "stop" else reason
 
+    # What the generator reads of a turn besides its events: where the model is (this format
+    # has no thinking block; the generator counts reasoning tokens and gates masks by it).
+    phase = "content"
+
     # What the generator tells a turn besides its text (held stop text, hidden tokens, a stop).
     def hold(self, held: str) -> None:
         pass
