@@ -155,4 +155,10 @@ class Turn:
                 calls.route(out, text)
         if final and calls is not None:
             calls.finish(out)
+        syntax = self.text.syntax
+        if syntax is not None and syntax.tokens:  # a stray special token no layer read: structure
+            for event in out:
+                if isinstance(event, (Text, Reasoning)):
+                    event.text = syntax.drop_tokens(event.text)
+            out = [e for e in out if not isinstance(e, (Text, Reasoning)) or e.text]
         return out

@@ -194,3 +194,35 @@ def test_strict_output_cut_deep_in_open_objects_still_validates(family_servers: 
     # the output ended unclosed, mid-string at 270 and after '",' at 295.
     assert _violations(family_servers, "mistral", {**CUT_DEEP, "max_completion_tokens": budget},
                        "strict") == []
+
+
+HARMONY_STRAY_CHANNEL = {
+    "temperature": 1.0,
+    "seed": 583836,
+    "max_tokens": 190,
+    "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "weather Paris value"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'},
+        {"role": "user", "content": "And now?"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "tool_choice": "none",
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_harmony_channel_tag_that_starts_no_channel_never_reaches_content(
+    family_servers: FamilyServers, stream: bool
+) -> None:
+    # gpt-oss's <|channel|> is kept for the reasoning splitter (it starts the analysis channel
+    # and the framing it drops); sampled before text that names no channel, the splitter gave
+    # it back as text, and content held '<|channel|>' (3 of 60 gpt_oss responses).
+    body = {**HARMONY_STRAY_CHANNEL, "stream": stream}
+    assert _violations(family_servers, "gpt_oss", body, "markup") == []
+
