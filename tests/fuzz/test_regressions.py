@@ -226,3 +226,24 @@ def test_a_harmony_channel_tag_that_starts_no_channel_never_reaches_content(
     body = {**HARMONY_STRAY_CHANNEL, "stream": stream}
     assert _violations(family_servers, "gpt_oss", body, "markup") == []
 
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_required_call_cut_at_its_first_character_gives_no_content(
+    family_servers: FamilyServers, stream: bool
+) -> None:
+    # Harmony on Llama's vocabulary writes its tags as text; with closing off, one token of a
+    # required call is '<', which the reasoning splitter and the markup stripper each give out
+    # as text at the end (a lone '<' is as likely text): content was '<'.  Required or named,
+    # the grammar allows no text outside the calls.
+    body = {
+        "temperature": 0.0,
+        "max_tokens": 1,
+        "afm_close_on_length": False,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "name note"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": "required",
+    }
+    assert _violations(family_servers, "llama_harmony", body, "tools") == []
+    named = {**body, "tool_choice": {"type": "function", "function": {"name": "f"}}}
+    assert _violations(family_servers, "llama_harmony", named, "tools") == []
