@@ -53,6 +53,9 @@ class CallRouting:
         self.parser: CallParser = make_call_parser(fmt, tools=tools, detect_calls=detect_calls,
                                                    max_calls=max_calls)
         self.markup = MarkupStripper(fmt.markup)
+        # The format's tags are kept tokens (this router reads them); inside the thinking block
+        # nothing reads them, so they are removed there too.
+        self.reasoning_markup = MarkupStripper(fmt.markup)
         self.calls_only = calls_only
         self._call_last = False  # the last thing routed was a whole call (no text after it)
         self._open: int | None = None  # the index of the call being written (the turn's ``call``)
@@ -74,6 +77,11 @@ class CallRouting:
     def route(self, out: list[AnswerEvent], text: str) -> None:
         """Append the events of answer text ``text``."""
         self._events(out, self.parser.feed(text))
+
+    def reasoning(self, text: str, *, end: bool = False) -> str:
+        """Thinking text with the format's tags removed (``end``: the block ended, a tag it
+        held cut short is dropped)."""
+        return self.reasoning_markup.end(calls=False) if end else self.reasoning_markup.feed(text)
 
     def finish(self, out: list[AnswerEvent]) -> None:
         """Append the events held back until the end (partial markers, a call cut short)."""

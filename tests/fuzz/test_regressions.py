@@ -247,3 +247,34 @@ def test_a_required_call_cut_at_its_first_character_gives_no_content(
     assert _violations(family_servers, "llama_harmony", body, "tools") == []
     named = {**body, "tool_choice": {"type": "function", "function": {"name": "f"}}}
     assert _violations(family_servers, "llama_harmony", named, "tools") == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_markup_tokens_never_reach_reasoning_content(family_servers: FamilyServers, stream: bool) -> None:
+    # GLM's tool tags are control tokens, kept for the call router (it reads and strips them in
+    # the answer); sampled inside the thinking block, nothing removed them: reasoning_content
+    # held '</arg_key>' (3 of 80 glm4_moe responses).
+    body = {
+        "temperature": 1.0,
+        "seed": 0,
+        "max_completion_tokens": 16,
+        "afm_close_on_length": False,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "value name Paris"}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "strict": False,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"city": {"type": "array", "items": {"type": "string"}, "maxItems": 2}},
+                    },
+                },
+            },
+            {"type": "function", "function": {"name": "get_weather", "strict": True}},
+        ],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+    }
+    assert _violations(family_servers, "glm4_moe", body, "markup") == []
