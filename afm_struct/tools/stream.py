@@ -123,7 +123,7 @@ class CallRouting:
                     out.append(CallArguments(index=ev.index, text=ev.text))
             elif isinstance(ev, CallEnd):
                 self._call_last, self._open = True, None  # the client parses arguments at the end
-                out.append(CallClosed(ev.index))
+                out.append(CallClosed(ev.index, cut=ev.cut))
 
     def _content(self, out: list[AnswerEvent], text: str) -> None:
         if self.calls_only:
