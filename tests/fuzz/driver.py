@@ -6,7 +6,9 @@ serve --model tiny.gguf`` does and serves it over real HTTP on an ephemeral port
 Between them the families write every tool syntax the project supports: Hermes (qwen2, qwen3),
 Llama JSON (llama), Mistral's two (mistral, mistral_args), Qwen3-Coder XML (qwen3_moe), GLM's
 key/value tags (glm4_moe), Harmony channels (gpt_oss) and pythonic calls (llama_pythonic: Llama's
-vocabulary under a template that writes ``[fn(a=1)]``).  :func:`send` posts a :class:`FuzzCase` (streamed or not, cancelled by its
+vocabulary under a template that writes ``[fn(a=1)]``; llama_harmony: Harmony's tags as text).
+
+:func:`send` posts a :class:`FuzzCase` (streamed or not, cancelled by its
 ``X-Request-ID`` after some events when the case says so) and returns the contract's verdict.
 """
 

@@ -172,7 +172,8 @@ def test_completion_invariants() -> None:
 
 def test_a_marker_cut_at_the_end_is_caught() -> None:
     def ends(delta: dict[str, Any], body: dict[str, Any] | None = None) -> set[str]:
-        return invariants(body or {}, [chunk({"role": "assistant", **delta}), chunk(finish="length"), "[DONE]"])
+        payloads = [chunk({"role": "assistant", **delta}), chunk(finish="length"), "[DONE]"]
+        return invariants(body or {}, payloads)
 
     assert ends({"content": "text <|"}) == {"partial_markup"}
     assert ends({"content": "text <tool_"}) == {"partial_markup"}
