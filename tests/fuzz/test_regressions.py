@@ -6,6 +6,7 @@ same tiny random-weight model; the assertion is the contract's invariant it brok
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -206,7 +207,9 @@ HARMONY_STRAY_CHANNEL = {
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'},
         {"role": "user", "content": "And now?"},
@@ -250,7 +253,9 @@ def test_a_required_call_cut_at_its_first_character_gives_no_content(
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_tool_markup_tokens_never_reach_reasoning_content(family_servers: FamilyServers, stream: bool) -> None:
+def test_tool_markup_tokens_never_reach_reasoning_content(
+    family_servers: FamilyServers, stream: bool
+) -> None:
     # GLM's tool tags are control tokens, kept for the call router (it reads and strips them in
     # the answer); sampled inside the thinking block, nothing removed them: reasoning_content
     # held '</arg_key>' (3 of 80 glm4_moe responses).
@@ -278,3 +283,46 @@ def test_tool_markup_tokens_never_reach_reasoning_content(family_servers: Family
         "tool_choice": {"type": "function", "function": {"name": "f"}},
     }
     assert _violations(family_servers, "glm4_moe", body, "markup") == []
+
+
+
+def test_a_raw_string_value_cut_by_the_budget_is_closed_at_its_end_tag(family_servers: FamilyServers) -> None:
+    # Qwen3-Coder writes a string parameter as raw text up to '\n</parameter>\n' (text, not a
+    # token, in its vocabulary).  The closing search took the commas and brackets allowed in
+    # raw text for JSON structure and never tried the end tag: with closing on the value ran to
+    # the budget as with closing off (a strict value under minLength came out too short).
+    import httpx
+
+    family = family_servers.get("qwen3_moe")
+
+    def body(budget: int, closing: bool, min_length: int) -> dict[str, Any]:
+        parameters = {
+            "type": "object",
+            "properties": {"a": {"type": "string", "minLength": min_length}},
+            "required": ["a"],
+            "additionalProperties": False,
+        }
+        return {
+            "temperature": 1.0,
+            "seed": budget,
+            "max_tokens": budget,
+            "afm_close_on_length": closing,
+            "messages": [{"role": "user", "content": "name note"}],
+            "tools": [
+                {"type": "function", "function": {"name": "f", "strict": True, "parameters": parameters}}
+            ],
+            "tool_choice": "required",
+        }
+
+    def value(budget: int, closing: bool) -> str:
+        r = httpx.post(f"{family.url}/v1/chat/completions", json=body(budget, closing, 0), timeout=120)
+        (call,) = r.json()["choices"][0]["message"]["tool_calls"]
+        return str(json.loads(call["function"]["arguments"])["a"])
+
+    for budget in (49, 54, 61):
+        cut, closed = value(budget, closing=False), value(budget, closing=True)
+        # The closer ends the value where the end tags still fit (about 12 tokens here).
+        assert cut.startswith(closed) and len(closed) < len(cut), (budget, cut, closed)
+    for budget in (49, 61):
+        outcome = send(family, FuzzCase(body(budget, True, 12)))
+        assert outcome.status in (200, 400) and not outcome.violations, outcome.report()
