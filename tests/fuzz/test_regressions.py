@@ -326,3 +326,46 @@ def test_a_raw_string_value_cut_by_the_budget_is_closed_at_its_end_tag(family_se
     for budget in (49, 61):
         outcome = send(family, FuzzCase(body(budget, True, 12)))
         assert outcome.status in (200, 400) and not outcome.violations, outcome.report()
+
+
+ROOT_REF = {
+    "$ref": "#/definitions/element",
+    "definitions": {
+        "element": {
+            "type": "object",
+            "properties": {"type": {"type": "string"}, "child": {"$ref": "#/definitions/element"}},
+            "required": ["type"],
+            "additionalProperties": False,
+        }
+    },
+    "type": "object",
+}
+
+
+@pytest.mark.parametrize(
+    ("syntax", "stray", "whole"),
+    [
+        ("glm45", "<tool_call>f\n<arg_key>zz", "<tool_call>f\n<arg_key>type</arg_key>\n<arg_value>div"),
+        ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=z",
+         "<tool_call>\n<function=f>\n<parameter=type"),
+        ("pythonic", "[f(zz", '[f(type="div")]'),
+    ],
+)
+def test_a_strict_tool_whose_parameters_are_a_root_ref_takes_only_its_parameters(
+    tokenizer: Any, syntax: str, stray: str, whole: str
+) -> None:
+    # A dev-set schema whose root is '$ref: #/definitions/...': the syntaxes that write
+    # parameters one by one read the root's 'properties', found none, and took any name
+    # (glm4_moe: strict arguments {"iinKh7Ucn4RE5WhD": ...}, 4 of 154 responses).
+    from afm_struct.tools import plan_tools
+
+    tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": ROOT_REF}}
+    plan = plan_tools(tokenizer, [tool], "required", False, format_name=syntax,
+                      messages=[{"role": "user", "content": "hi"}])
+
+    def takes(text: str) -> bool:
+        matcher = plan.constraint.new_matcher()
+        return all(matcher.advance(t) for t in tokenizer.encode(text))
+
+    assert takes(whole), whole
+    assert not takes(stray), stray
