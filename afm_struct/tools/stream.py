@@ -53,9 +53,6 @@ class CallRouting:
         self.parser: CallParser = make_call_parser(fmt, tools=tools, detect_calls=detect_calls,
                                                    max_calls=max_calls)
         self.markup = MarkupStripper(fmt.markup)
-        # The format's tags are kept tokens (this router reads them); inside the thinking block
-        # nothing reads them, so they are removed there too.
-        self.reasoning_markup = MarkupStripper(fmt.markup)
         self.calls_only = calls_only
         self._call_last = False  # the last thing routed was a whole call (no text after it)
         self._open: int | None = None  # the index of the call being written (the turn's ``call``)
@@ -79,9 +76,12 @@ class CallRouting:
         self._events(out, self.parser.feed(text))
 
     def reasoning(self, text: str, *, end: bool = False) -> str:
-        """Thinking text with the format's tags removed (``end``: the block ended, a tag it
-        held cut short is dropped)."""
-        return self.reasoning_markup.end(calls=False) if end else self.reasoning_markup.feed(text)
+        """Thinking text with the format's tags removed: kept tokens (this layer reads them in
+        the answer), each a whole piece of text; nothing is held, so reasoning goes out in the
+        step that wrote it (``end`` has nothing to give)."""
+        for tag in self.format.markup:
+            text = text.replace(tag, "")
+        return "" if end else text
 
     def finish(self, out: list[AnswerEvent]) -> None:
         """Append the events held back until the end (partial markers, a call cut short)."""
