@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..grammar.closing_hints import NO_HINTS, ClosingHints
 from ..grammar.engine import BatchFill, Matcher
 from ..serving.turn import Turn
 from ..text.reasoning import (
@@ -248,6 +249,12 @@ class ReasoningGate:
     def error(self) -> str | None:
         """The inner matcher's error, or the gate's own."""
         return self.inner.error() if self.inner is not None else None
+
+    @property
+    def closing_hints(self) -> ClosingHints:
+        """The answer grammar's closing hints (its patterns, raw text's end tags): a closing
+        search on the gate searches the answer's grammar."""
+        return getattr(self.inner, "closing_hints", NO_HINTS)
 
     def over_limits(self) -> bool:
         """The inner matcher's verdict: did its engine stop on its budgets?"""

@@ -161,6 +161,9 @@ def _best_first(root: Matcher, trail: Trail, search: Search, refinements: int) -
             else:
                 ends = search.escape(node, tr, row.copy(), path)
                 moves = [(0, run, after, child) for run, after, child in ends]
+            if search.hints.terminators:  # raw text's end tag: greedy, as the mask cannot show it
+                ends = search.terminator_moves(node, tr)
+                moves = [(0, run, after, child) for run, after, child in ends] + moves
         for rank, run, after, child in moves:
             if child is None:
                 child = fork_of(node)

@@ -10,7 +10,11 @@ reads the patterns (and formats) the grammar text mentions:
   tried first where a whole class of characters (digits, letters) is allowed;
 * :meth:`ClosingHints.completions`: for a string written so far, the shortest way to finish it
   under each pattern, from the pattern's own automaton (``interegular``).  The search keeps a
-  completion only if the matcher takes it (so an inapplicable pattern costs nothing but a probe).
+  completion only if the matcher takes it (so an inapplicable pattern costs nothing but a probe);
+* :attr:`ClosingHints.terminators`: the literal texts that end a lazy free-text lexeme
+  (Qwen3-Coder's raw string value runs to ``\n</parameter>\n``): in raw text every character is
+  allowed, so the mask never shows that the tag ends the value; the search tries each where
+  the matcher takes it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ _KEYWORD = re.compile(r'"(pattern|format)"\s*:\s*("(?:[^"\\]|\\.)*")')
 # A Lark ``/regex/`` terminal, on a rule line (not inside an inline ``%json`` schema or a quoted
 # literal, where a slash is just a character of a URL).
 _LARK_REGEX = re.compile(r'(?m)^[^"%\n]*?/((?:[^/\\\n]|\\.)+)/')
+# A lazy free-text lexeme ending at a literal (afm_struct.tools.lark_text.text_until): the literal.
+_LAZY_END = re.compile(r'(?m)^\w+\[lazy\]:\s*/\(\.\|\\n\)(?:\*|\{\d*,\d*\})((?:[^/\\\n]|\\.)+)/')
 # Patterns longer than this are not turned into automata (interegular is pure Python).
 MAX_PATTERN = 400
 MAX_PATTERNS = 32
@@ -233,8 +239,10 @@ def _automaton(pattern: str) -> _Automaton | None:
 class ClosingHints:
     """The patterns a grammar mentions and their characters (see the module docstring)."""
 
-    def __init__(self, format_chars: frozenset[str] = frozenset(), patterns: tuple[str, ...] = ()) -> None:
+    def __init__(self, format_chars: frozenset[str] = frozenset(), patterns: tuple[str, ...] = (),
+                 terminators: tuple[str, ...] = ()) -> None:
         self.patterns = patterns
+        self.terminators = terminators
         self._format_chars = format_chars
         self._chars: frozenset[str] | None = None
 
@@ -283,6 +291,7 @@ def grammar_hints(grammar: str) -> ClosingHints:
             pass
     chars: set[str] = set()
     patterns: list[str] = []  # JSON Schema patterns, then Lark terminals (as anchored patterns)
+    terminators: list[str] = []
     for text in texts:
         for key, literal in _KEYWORD.findall(text):
             try:
@@ -298,4 +307,13 @@ def grammar_hints(grammar: str) -> ClosingHints:
         for regex in _LARK_REGEX.findall(text):
             if regex not in patterns:
                 patterns.append("^" + regex + "$")
-    return ClosingHints(frozenset(chars), tuple(patterns[:MAX_PATTERNS]))
+        for literal in _LAZY_END.findall(text):
+            end = _unescape(literal)
+            if end not in terminators:
+                terminators.append(end)
+    return ClosingHints(frozenset(chars), tuple(patterns[:MAX_PATTERNS]), tuple(terminators))
+
+
+def _unescape(literal: str) -> str:
+    """The text a regex literal body matches (``re.escape``'s output, ``\\n`` a line break)."""
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), literal)

@@ -138,6 +138,19 @@ class Search:
             return [int(t) for t in self.vocab.tokens[ok]]
         return allowed_ids(row, self.vocab_size, TOP_UP)
 
+    def terminator_moves(self, node: Matcher, trail: Trail) -> list[_Node]:
+        """The grammar's lazy-lexeme terminators (:attr:`ClosingHints.terminators`) that the
+        matcher takes at ``node``, each as one move (tokens, trail after, the state after)."""
+        moves: list[_Node] = []
+        for end in self.hints.terminators:
+            tokens = [self.vocab.char_token.get(c) for c in end]
+            if any(t is None for t in tokens) or not accepts(node, tokens):  # type: ignore[arg-type]
+                continue
+            child = fork_of(node)
+            if child is not None and all(child.advance(t) for t in tokens):  # type: ignore[arg-type]
+                moves.append((list(tokens), walk(end, trail), child))  # type: ignore[arg-type]
+        return moves
+
     def value_so_far(self, path: list[int]) -> str | None:
         """The decoded string open after ``path`` (None: unknown, or mid-escape)."""
         text = self.decode(path) if path else ""

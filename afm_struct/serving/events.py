@@ -74,9 +74,11 @@ class CallArguments:
 
 @dataclass
 class CallClosed:
-    """Call ``index`` is whole: its arguments are complete."""
+    """Call ``index`` is whole: its arguments are complete (``cut``: completed by the parser,
+    the call was cut short: a Responses API item is ``incomplete``)."""
 
     index: int
+    cut: bool = False
 
 
 AnswerEvent = Text | Reasoning | CallOpened | CallArguments | CallClosed

@@ -46,6 +46,10 @@ class Calls(Protocol):
     def route(self, out: list[AnswerEvent], text: str) -> None:
         """Append the events of answer text ``text`` (thinking already removed)."""
 
+    def reasoning(self, text: str, *, end: bool = False) -> str:
+        """Thinking text without the layer's tags (kept tokens it reads in the answer);
+        ``end``: the block ended, what it held goes out or is dropped."""
+
     def finish(self, out: list[AnswerEvent]) -> None:
         """Append the events held until the end (a call cut short, held markup)."""
 
@@ -148,11 +152,19 @@ class Turn:
         calls = self.call_layer
         for channel, text in pieces:
             if channel == REASONING:
-                add_text(out, Reasoning, text)
+                add_text(out, Reasoning, calls.reasoning(text) if calls is not None else text)
             elif calls is None:
                 add_text(out, Text, text)
             else:
+                add_text(out, Reasoning, calls.reasoning("", end=True))  # the block ended
                 calls.route(out, text)
         if final and calls is not None:
+            add_text(out, Reasoning, calls.reasoning("", end=True))
             calls.finish(out)
+        syntax = self.text.syntax
+        if syntax is not None and syntax.tokens:  # a stray special token no layer read: structure
+            for event in out:
+                if isinstance(event, (Text, Reasoning)):
+                    event.text = syntax.drop_tokens(event.text)
+            out = [e for e in out if not isinstance(e, (Text, Reasoning)) or e.text]
         return out

@@ -58,6 +58,15 @@ class ReasoningTags:
     # False (Harmony: ``<|channel|>`` also starts the answer's channels): the block is written
     # by the grammar or not at all, and the gate only watches it.
     gated: bool = True
+    # Special-token texts that are structure wherever they stand (Harmony's ``<|channel|>``):
+    # one that no marker read (sampled before text that names no channel) is dropped.
+    tokens: tuple[str, ...] = ()
+
+    def drop_tokens(self, text: str) -> str:
+        """``text`` without the syntax's :attr:`tokens`."""
+        for token in self.tokens:
+            text = text.replace(token, "")
+        return text
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -89,7 +98,8 @@ SYNTAXES: tuple[ReasoningTags, ...] = (
                   markup=("<|start|>assistant", "<|channel|>final<|message|>",
                           "<|channel|>commentary<|message|>"),
                   ends=("<|call|>", "<|return|>"), keys=("<|channel|>", "<|message|>", "<|end|>"),
-                  gated=False),
+                  gated=False, tokens=("<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                       "<|constrain|>", "<|call|>", "<|return|>")),
 )
 
 # (open, close) of every syntax.
@@ -207,6 +217,8 @@ class TurnText:
             if not text:
                 return
             self._after = False
+        if self.phase == THINK and self.syntax is not None:  # no router reads reasoning further
+            text = self.syntax.drop_tokens(text)
         if text:
             out.append((REASONING if self.phase == THINK else ANSWER, text))
 

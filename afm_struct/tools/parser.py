@@ -48,9 +48,11 @@ class ArgsEvent:
 
 @dataclass
 class CallEnd:
-    """Call ``index`` is complete (its arguments are closed)."""
+    """Call ``index`` is complete (its arguments are closed); ``cut``: closed by the parser,
+    the call was cut short (by the end of generation or a malformed body)."""
 
     index: int
+    cut: bool = False
 
 
 Event = TextEvent | CallStart | ArgsEvent | CallEnd
@@ -290,7 +292,7 @@ class CallParser:
                 args = "{}"  # a call without arguments takes none
             if args:
                 out.append(ArgsEvent(self._index, args))
-            out.append(CallEnd(self._index))
+            out.append(CallEnd(self._index, cut=cut_short))
         self._after_call = True
         self._args_only = False
         self._scan, self._index, self._raw = None, None, ""

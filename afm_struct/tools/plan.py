@@ -87,7 +87,9 @@ class ToolPlan:
         """This request's turn (:class:`~afm_struct.serving.turn.Turn` with the format's call
         layer; one per generation); ``id_factory`` names its calls."""
         return ToolCallRouter(self.format, detect_calls=self.choice.kind != "none",
-                              max_calls=None if self.parallel else 1, reasoning_tags=reasoning_tags,
+                              max_calls=None if self.parallel else 1,
+                              calls_only=self.choice.kind in ("required", "function"),
+                              reasoning_tags=reasoning_tags,
                               start_in_reasoning=start_in_reasoning, id_factory=id_factory,
                               tools=self.callable_tools)
 

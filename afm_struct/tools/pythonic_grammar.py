@@ -16,7 +16,7 @@ from typing import Any
 
 from ..grammar.spec import Rung
 from .lark_text import ordered_members
-from .values import property_schemas
+from .values import arguments_object, property_schemas
 
 PY_ANY_RULES = r"""py_any: PY_STR | PY_NUM | "True" | "False" | "None" | py_list | py_dict
 py_list: "[" (py_any (", " py_any)*)? "]"
@@ -129,6 +129,7 @@ def pythonic_call_rules(embedded: list[tuple[str, Any]]) -> tuple[str, str, dict
     inexact: dict[str, str] = {}
     uses_any = False
     for i, (name, schema) in enumerate(embedded):
+        schema = arguments_object(schema)
         options = schema.get("x-guidance", {}) if isinstance(schema, dict) else {}
         defs = {}
         if isinstance(schema, dict):

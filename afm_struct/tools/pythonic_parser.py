@@ -95,7 +95,7 @@ class PythonicCallParser:
             self._end_value(out, source + self._quote + "".join(reversed(self._stack)))
             self._buf = ""
         if self.state in (State.ARGS, State.KEY, State.VALUE):
-            self._end_call(out)
+            self._end_call(out, cut=True)
             self._buf = ""  # a key cut short: call markup
         elif self.state in (State.START, State.NAME) and self._raw + self._buf:
             self._text.add(out, self._raw + self._buf)  # never a call
@@ -244,10 +244,10 @@ class PythonicCallParser:
         if self._index >= 0:
             out.append(ArgsEvent(self._index, text))
 
-    def _end_call(self, out: list[Event]) -> None:
+    def _end_call(self, out: list[Event], *, cut: bool = False) -> None:
         self._args(out, "}" if self._members else "{}")
         if self._index >= 0:
-            out.append(CallEnd(self._index))
+            out.append(CallEnd(self._index, cut=cut))
         self._text.call_ends()
 
     def _in_text(self, out: list[Event], final: bool) -> bool:

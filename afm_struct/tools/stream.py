@@ -40,16 +40,20 @@ class CallRouting:
     the format's parser to call events, markup stripped from the content, calls assembled.
 
     ``detect_calls=False`` (``tool_choice: none``) passes the answer through as content;
-    ``max_calls=1`` (``parallel_tool_calls: false``) keeps only the first call.
+    ``max_calls=1`` (``parallel_tool_calls: false``) keeps only the first call;
+    ``calls_only`` (``tool_choice`` required or named: the grammar writes no text outside the
+    calls) gives no content: text there is a call's opener the budget cut.
     """
 
     def __init__(self, fmt: ToolFormat, *, detect_calls: bool = True, max_calls: int | None = None,
+                 calls_only: bool = False,
                  id_factory: Callable[[], str] = new_call_id, tools: tuple[ToolDef, ...] = ()) -> None:
         self.format = fmt
         # The format's writing picks the parser; ``tools`` types the values of non-JSON writings.
         self.parser: CallParser = make_call_parser(fmt, tools=tools, detect_calls=detect_calls,
                                                    max_calls=max_calls)
         self.markup = MarkupStripper(fmt.markup)
+        self.calls_only = calls_only
         self._call_last = False  # the last thing routed was a whole call (no text after it)
         self._open: int | None = None  # the index of the call being written (the turn's ``call``)
         self.id_factory = id_factory
@@ -70,6 +74,14 @@ class CallRouting:
     def route(self, out: list[AnswerEvent], text: str) -> None:
         """Append the events of answer text ``text``."""
         self._events(out, self.parser.feed(text))
+
+    def reasoning(self, text: str, *, end: bool = False) -> str:
+        """Thinking text with the format's tags removed: kept tokens (this layer reads them in
+        the answer), each a whole piece of text; nothing is held, so reasoning goes out in the
+        step that wrote it (``end`` has nothing to give)."""
+        for tag in self.format.markup:
+            text = text.replace(tag, "")
+        return "" if end else text
 
     def finish(self, out: list[AnswerEvent]) -> None:
         """Append the events held back until the end (partial markers, a call cut short)."""
@@ -111,9 +123,11 @@ class CallRouting:
                     out.append(CallArguments(index=ev.index, text=ev.text))
             elif isinstance(ev, CallEnd):
                 self._call_last, self._open = True, None  # the client parses arguments at the end
-                out.append(CallClosed(ev.index))
+                out.append(CallClosed(ev.index, cut=ev.cut))
 
     def _content(self, out: list[AnswerEvent], text: str) -> None:
+        if self.calls_only:
+            return
         add_text(out, Text, text)
         if text.strip():
             self._call_last = False
@@ -125,12 +139,13 @@ class ToolCallRouter(Turn):
     format with its own reasoning channel (Harmony's analysis) splits it off itself."""
 
     def __init__(self, fmt: ToolFormat, *, detect_calls: bool = True, max_calls: int | None = None,
+                 calls_only: bool = False,
                  reasoning_tags: ReasoningTags | tuple[str, str] | None = None,
                  start_in_reasoning: bool = False,
                  id_factory: Callable[[], str] = new_call_id, tools: tuple[ToolDef, ...] = ()) -> None:
         super().__init__(reasoning_tags or syntax_of(fmt.reasoning), start_in_reasoning=start_in_reasoning,
                          calls=CallRouting(fmt, detect_calls=detect_calls, max_calls=max_calls,
-                                           id_factory=id_factory, tools=tools))
+                                           calls_only=calls_only, id_factory=id_factory, tools=tools))
 
     @property
     def parser(self) -> CallParser:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..grammar.spec import Rung
 from .formats import ToolFormat
 from .lark_text import markup, ordered_members, text_until
-from .values import is_raw_string, property_schemas
+from .values import arguments_object, is_raw_string, property_schemas
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -75,6 +75,7 @@ def tagged_call_rules(tokenizer: Tokenizer, fmt: ToolFormat, embedded: list[tupl
     need_key = False
     for i, (name, schema) in enumerate(embedded):
         names.append(f"call_{i}")
+        schema = arguments_object(schema)
         props = property_schemas(schema)
         required = set(schema.get("required", ())) if isinstance(schema, dict) else set()
         members: list[tuple[str, bool]] = []

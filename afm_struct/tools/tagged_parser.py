@@ -114,7 +114,7 @@ class TaggedCallParser:
             self._end_value(out, _without_cut_tag(self._buf, self._value_lead + self._value_end))
             self._buf = ""
         if self.state in (State.PARAMS, State.KEY, State.KEY_AFTER, State.VALUE):
-            self._end_call(out)
+            self._end_call(out, cut=True)
             self._buf = ""  # the rest of the call's markup, cut short (a key, a closing tag)
         elif self.state is State.HEAD:
             self._buf = ""  # the layout after the opener: the name never came
@@ -207,10 +207,10 @@ class TaggedCallParser:
         if text and self._index >= 0:
             out.append(ArgsEvent(self._index, text))
 
-    def _end_call(self, out: list[Event]) -> None:
+    def _end_call(self, out: list[Event], *, cut: bool = False) -> None:
         self._args(out, "}" if self._members else "{}")
         if self._index >= 0:
-            out.append(CallEnd(self._index))
+            out.append(CallEnd(self._index, cut=cut))
         self._text.call_ends()
 
     def _in_params(self, out: list[Event], final: bool) -> bool:

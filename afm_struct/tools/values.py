@@ -57,8 +57,39 @@ def is_raw_string(schema: Any) -> bool:
     return _types_of(schema) == {"string"}
 
 
+def arguments_object(parameters: Any) -> Any:
+    """The arguments schema with a root ``$ref`` to a local definition followed (``{"$ref":
+    "#/definitions/x", "definitions": {...}}``, as schema generators write a root model), its
+    definitions kept for the references inside; else ``parameters`` itself.  The syntaxes that
+    write parameters one by one read the declared ones here: from the bare root, a ``$ref``
+    schema declared none, and took any name."""
+    schema = parameters
+    for _ in range(8):  # a chain of references, not a cycle
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
+        target = _local(parameters, ref) if isinstance(ref, str) else None
+        if not isinstance(target, dict):
+            break
+        defs = {k: parameters[k] for k in ("$defs", "definitions", "x-guidance") if k in parameters}
+        schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **target, **defs}
+    return schema
+
+
+def _local(root: dict[str, Any], ref: str) -> Any:
+    """The part of ``root`` a local JSON pointer (``#/definitions/x``) names, or None."""
+    if not ref.startswith("#/"):
+        return None
+    node: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 def property_schemas(parameters: Any) -> dict[str, Any]:
     """The declared properties of an arguments schema (empty when it declares none)."""
+    parameters = arguments_object(parameters)
     if not isinstance(parameters, dict):
         return {}
     props = parameters.get("properties")

@@ -159,7 +159,7 @@ class ResponsesStream:
                 self._arguments(out, item, event.text)
         elif isinstance(event, CallClosed):
             if self._open is not None and self._open.call_index == event.index:
-                self._close(out, "completed")
+                self._close(out, "incomplete" if event.cut else "completed")
         elif isinstance(event, Finish):
             self._reason = event.reason
             self._close(out, "incomplete" if event.reason in (FinishReason.LENGTH, FinishReason.CANCELLED)

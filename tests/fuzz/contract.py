@@ -22,10 +22,14 @@ The invariants:
   later fragments only arguments; indices appear in order from 0.
 * ``markup``: no control token, tool-call markup or thinking tag in ``content`` or
   ``reasoning_content``.
+* ``partial_markup``: neither ends in a piece of one (``</`` of ``</tool_call>``, ``<|chan`` of
+  ``<|channel|>``): a marker the budget, a stop or a holdback cut at its end.  Two characters at
+  least: a lone ``<`` or ``[`` is ordinary text.
 * ``strict``: a strict ``json_schema`` answer validates unless flagged ``X-Grammar-Constraints:
   downgraded``; a ``json_object`` answer parses as an object.
 * ``tools``: calls name a listed tool; arguments parse as an object and (for a strict tool that is
-  not flagged) validate; ``tool_choice`` and ``parallel_tool_calls`` are honoured; a turn with
+  not flagged) validate; ``tool_choice`` and ``parallel_tool_calls`` are honoured (required or
+  named: calls and no ``content``, the tool grammar allows no text outside them); a turn with
   calls finishes ``tool_calls`` or ``length``, one without never ``tool_calls``.
 * ``logprobs``: OpenAI's shape when asked (at most ``top_logprobs`` alternatives), null otherwise.
 * ``error_chunk``: no generation error after the headers.
@@ -351,6 +355,10 @@ class Checker:
         for channel, text in (("content", answer.content), ("reasoning_content", answer.reasoning)):
             hits = [m for m in self.markup if m in text]
             self.expect(not hits, "markup", f"{channel} holds {hits}: {text[:300]!r}")
+            cut = cut_markup(text, self.markup)
+            self.expect(
+                cut is None, "partial_markup", f"{channel} ends in a piece of {cut!r}: {text[-300:]!r}"
+            )
         self._tool_calls(answer)
         if finish == "cancelled":
             return
@@ -422,6 +430,11 @@ class Checker:
                     "tools",
                     f"tool_choice required, no call ({finish}): {answer.content[:200]!r}",
                 )
+            self.expect(
+                answer.content == "",
+                "tools",
+                f"tool_choice {choice}: content beside the calls ({finish}): {answer.content[:200]!r}",
+            )
         if self.body.get("parallel_tool_calls") is False or named is not None:
             self.expect(len(calls) <= 1, "tools", f"{len(calls)} calls where at most one is allowed")
         for call in calls:
@@ -454,6 +467,15 @@ class Checker:
                 f"strict {name} arguments do not validate ({answer.finish}): "
                 f"{arguments[:300]!r} {list(outcome.errors)[:2]}",
             )
+
+
+def cut_markup(text: str, markup: tuple[str, ...]) -> str | None:
+    """The marker of ``markup`` whose first two or more characters (not all) end ``text``."""
+    for marker in markup:
+        for length in range(len(marker) - 1, 1, -1):
+            if text.endswith(marker[:length]):
+                return marker
+    return None
 
 
 def check(

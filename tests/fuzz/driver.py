@@ -1,8 +1,14 @@
 """Tiny random-weight models of every family behind live servers, and one fuzz request sent to one.
 
-:class:`FamilyServers` builds a family's tiny GGUF (tests/models/gguf_factory.py), loads it the
-way ``afm-struct serve --model tiny.gguf`` does and serves it over real HTTP on an ephemeral port,
-on first use.  :func:`send` posts a :class:`FuzzCase` (streamed or not, cancelled by its
+:class:`FamilyServers` builds a family's tiny GGUF (tests/models/gguf_factory.py for the dense
+families, gguf_moe_factory.py for the mixture-of-experts ones), loads it the way ``afm-struct
+serve --model tiny.gguf`` does and serves it over real HTTP on an ephemeral port, on first use.
+Between them the families write every tool syntax the project supports: Hermes (qwen2, qwen3),
+Llama JSON (llama), Mistral's two (mistral, mistral_args), Qwen3-Coder XML (qwen3_moe), GLM's
+key/value tags (glm4_moe), Harmony channels (gpt_oss) and pythonic calls (llama_pythonic: Llama's
+vocabulary under a template that writes ``[fn(a=1)]``; llama_harmony: Harmony's tags as text).
+
+:func:`send` posts a :class:`FuzzCase` (streamed or not, cancelled by its
 ``X-Request-ID`` after some events when the case says so) and returns the contract's verdict.
 """
 
@@ -10,35 +16,74 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from afm_struct.decoding.reasoning import THINK_TAGS
+from afm_struct.tools.formats import detect_format
 
 from .contract import Violation, check
 from .requests import FuzzCase
 
 gguf_factory = __import__("pytest").importorskip("tests.models.gguf_factory")
+gguf_moe_factory = __import__("pytest").importorskip("tests.models.gguf_moe_factory")
 
-TOOL_FORMATS = Path(__file__).resolve().parents[2] / "grammars" / "tool_formats.json"
-FAMILIES = tuple(sorted(gguf_factory.FAMILIES))
+ROOT = Path(__file__).resolve().parents[2]
+TOOL_FORMATS = ROOT / "grammars" / "tool_formats.json"
+TOOL_TEMPLATES = ROOT / "tests" / "tools" / "data"
+
+
+def _on_llama(template: str) -> Callable[[], Any]:
+    """Llama 3.2's vocabulary and weights under another syntax's template (tests/tools/data)."""
+    text = (TOOL_TEMPLATES / f"{template}.jinja").read_text(encoding="utf-8")
+    return lambda: replace(gguf_factory.llama(), template=text)
+
+
+# Family → its tiny model's builder.  The dense families first, in the order the survey's seeds
+# were first drawn in (seed + index), then those added for the syntaxes of issue 29; Harmony
+# on Llama's vocabulary, which has none of its special tokens, writes every tag as text.
+BUILDERS: dict[str, Callable[[], Any]] = {
+    **{name: gguf_factory.FAMILIES[name] for name in sorted(gguf_factory.FAMILIES)},
+    **gguf_moe_factory.MOE_FAMILIES,
+    "llama_pythonic": _on_llama("pythonic"),
+    "llama_harmony": _on_llama("harmony"),
+}
+FAMILIES = tuple(BUILDERS)
 # Token types a vocabulary marks as never-text: unknown (2), control (3), user-defined (4, where
 # tool-call and thinking tags live).
 NOT_TEXT = (2, 3, 4)
 
 
 def family_markup(tiny: Any) -> tuple[str, ...]:
-    """Every string of ``tiny``'s vocabulary that must never reach content or reasoning: its
-    control and user-defined tokens, and the tool formats' markers and thinking tags it holds."""
+    """Every string that must never reach ``tiny``'s content or reasoning: its vocabulary's
+    control and user-defined tokens, the tool formats' markers and thinking tags it holds as
+    tokens, and every tag of the syntax its template writes, whether or not a token spells it
+    (:func:`syntax_tags`)."""
     vocab = tiny.vocab
     marked = {t for t, kind in zip(vocab.tokens, vocab.types, strict=True) if kind in NOT_TEXT}
     tags = {tag for pair in THINK_TAGS for tag in pair}
     for fmt in json.loads(TOOL_FORMATS.read_text())["formats"]:
         tags |= {fmt.get(k) or "" for k in ("open", "close", "args_marker")} | set(fmt.get("markup", ()))
-    return tuple(sorted(marked | (tags & set(vocab.tokens))))
+    own = syntax_tags(detect_format(tiny.template))
+    return tuple(sorted(marked | (tags & set(vocab.tokens)) | own))
+
+
+def syntax_tags(fmt: Any) -> set[str]:
+    """The tags of one tool syntax as the model writes them: its markers and result/tool-list
+    tags, its own reasoning channel's, and the tags around names, keys and values (Qwen3-Coder's
+    ``<parameter=``, GLM's ``<arg_key>``), each split at whitespace.  Bare brackets and commas
+    (pythonic's list, Mistral's array) are ordinary text elsewhere, so tags shorter than two
+    characters are left out."""
+    texts = [*fmt.markup, *(fmt.reasoning or ())]
+    if fmt.body == "tagged":
+        layout = fmt.layout
+        texts += [layout.name_before, layout.name_after, layout.key_before, layout.key_after,
+                  layout.value_after, layout.call_after]
+    return {piece for text in texts for piece in text.split() if len(piece) >= 2}
 
 
 @dataclass
@@ -63,7 +108,9 @@ class FamilyServers:
             from afm_struct.models.loader import load_model
             from server.live import start_server
 
-            tiny, path = gguf_factory.tiny_gguf(name, self.directory)
+            tiny = BUILDERS[name]()
+            gguf_factory.build_reference(tiny)
+            path = gguf_factory.write_gguf(tiny, self.directory / f"{name}.gguf")
             server = start_server(load_model(str(path)))
             self.live[name] = Family(name, server.url, family_markup(tiny), server)
         return self.live[name]

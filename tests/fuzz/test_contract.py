@@ -168,3 +168,21 @@ def test_completion_invariants() -> None:
     assert found({}, refused, 400) == set()
     assert found({"max_tokens": 1}, completion("ab")) == {"usage"}  # 2 completion tokens over a budget of 1
     assert found({"logprobs": True}, completion("a")) == {"logprobs"}
+
+
+def test_a_marker_cut_at_the_end_is_caught() -> None:
+    def ends(delta: dict[str, Any], body: dict[str, Any] | None = None) -> set[str]:
+        payloads = [chunk({"role": "assistant", **delta}), chunk(finish="length"), "[DONE]"]
+        return invariants(body or {}, payloads)
+
+    assert ends({"content": "text <|"}) == {"partial_markup"}
+    assert ends({"content": "text <tool_"}) == {"partial_markup"}
+    assert ends({"content": "a <|im_st"}) == {"partial_markup"}
+    assert ends({"reasoning_content": "r <th"}) == {"partial_markup"}
+    # Ordinary text: a lone '<', a marker's piece that the text goes on after, a whole word.
+    assert ends({"content": "1 < 2 and 3 <"}) == set()
+    assert ends({"content": "<tool_ x"}) == set()
+    assert ends({"content": "think"}) == set()
+    # A marker's piece in the content of a required call is also text outside the calls.
+    required = {"tools": TOOLS, "tool_choice": "required"}
+    assert "tools" in ends({"content": "<"}, required)

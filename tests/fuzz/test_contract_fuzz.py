@@ -1,7 +1,9 @@
 """Random-weight models as a fuzzer: whatever a model emits, no response breaks the contract.
 
-Tiny random-weight models of every family tests/models/gguf_factory.py builds (their tokenizers,
-chat templates, tool-call formats and thinking tags) are served over real HTTP; hypothesis draws
+Tiny random-weight models of every family tests/models builds, dense and mixture-of-experts
+(their tokenizers, chat templates, thinking tags and every tool syntax: Hermes, Llama JSON,
+Mistral's two, Qwen3-Coder XML, GLM key/value tags, Harmony, pythonic; tests/fuzz/driver.py) are
+served over real HTTP; the families share the example count.  Hypothesis draws
 requests (tests/fuzz/requests.py: dev-set and generated schemas, tools under every tool_choice,
 streamed or not, logprobs, budgets 1-300, temperatures 0-2, stop strings, cancels) and every
 response is checked against the contract (tests/fuzz/contract.py).  A random model emits what

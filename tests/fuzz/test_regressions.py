@@ -6,6 +6,7 @@ same tiny random-weight model; the assertion is the contract's invariant it brok
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -194,3 +195,177 @@ def test_strict_output_cut_deep_in_open_objects_still_validates(family_servers: 
     # the output ended unclosed, mid-string at 270 and after '",' at 295.
     assert _violations(family_servers, "mistral", {**CUT_DEEP, "max_completion_tokens": budget},
                        "strict") == []
+
+
+HARMONY_STRAY_CHANNEL = {
+    "temperature": 1.0,
+    "seed": 583836,
+    "max_tokens": 190,
+    "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "weather Paris value"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'},
+        {"role": "user", "content": "And now?"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "tool_choice": "none",
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_harmony_channel_tag_that_starts_no_channel_never_reaches_content(
+    family_servers: FamilyServers, stream: bool
+) -> None:
+    # gpt-oss's <|channel|> is kept for the reasoning splitter (it starts the analysis channel
+    # and the framing it drops); sampled before text that names no channel, the splitter gave
+    # it back as text, and content held '<|channel|>' (3 of 60 gpt_oss responses).
+    body = {**HARMONY_STRAY_CHANNEL, "stream": stream}
+    assert _violations(family_servers, "gpt_oss", body, "markup") == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_required_call_cut_at_its_first_character_gives_no_content(
+    family_servers: FamilyServers, stream: bool
+) -> None:
+    # Harmony on Llama's vocabulary writes its tags as text; with closing off, one token of a
+    # required call is '<', which the reasoning splitter and the markup stripper each give out
+    # as text at the end (a lone '<' is as likely text): content was '<'.  Required or named,
+    # the grammar allows no text outside the calls.
+    body = {
+        "temperature": 0.0,
+        "max_tokens": 1,
+        "afm_close_on_length": False,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "name note"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": "required",
+    }
+    assert _violations(family_servers, "llama_harmony", body, "tools") == []
+    named = {**body, "tool_choice": {"type": "function", "function": {"name": "f"}}}
+    assert _violations(family_servers, "llama_harmony", named, "tools") == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_markup_tokens_never_reach_reasoning_content(
+    family_servers: FamilyServers, stream: bool
+) -> None:
+    # GLM's tool tags are control tokens, kept for the call router (it reads and strips them in
+    # the answer); sampled inside the thinking block, nothing removed them: reasoning_content
+    # held '</arg_key>' (3 of 80 glm4_moe responses).
+    body = {
+        "temperature": 1.0,
+        "seed": 0,
+        "max_completion_tokens": 16,
+        "afm_close_on_length": False,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "value name Paris"}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "strict": False,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"city": {"type": "array", "items": {"type": "string"}, "maxItems": 2}},
+                    },
+                },
+            },
+            {"type": "function", "function": {"name": "get_weather", "strict": True}},
+        ],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+    }
+    assert _violations(family_servers, "glm4_moe", body, "markup") == []
+
+
+
+def test_a_raw_string_value_cut_by_the_budget_is_closed_at_its_end_tag(family_servers: FamilyServers) -> None:
+    # Qwen3-Coder writes a string parameter as raw text up to '\n</parameter>\n' (text, not a
+    # token, in its vocabulary).  The closing search took the commas and brackets allowed in
+    # raw text for JSON structure and never tried the end tag: with closing on the value ran to
+    # the budget as with closing off (a strict value under minLength came out too short).
+    import httpx
+
+    family = family_servers.get("qwen3_moe")
+
+    def body(budget: int, closing: bool, min_length: int) -> dict[str, Any]:
+        parameters = {
+            "type": "object",
+            "properties": {"a": {"type": "string", "minLength": min_length}},
+            "required": ["a"],
+            "additionalProperties": False,
+        }
+        return {
+            "temperature": 1.0,
+            "seed": budget,
+            "max_tokens": budget,
+            "afm_close_on_length": closing,
+            "messages": [{"role": "user", "content": "name note"}],
+            "tools": [
+                {"type": "function", "function": {"name": "f", "strict": True, "parameters": parameters}}
+            ],
+            "tool_choice": "required",
+        }
+
+    def value(budget: int, closing: bool) -> str:
+        r = httpx.post(f"{family.url}/v1/chat/completions", json=body(budget, closing, 0), timeout=120)
+        (call,) = r.json()["choices"][0]["message"]["tool_calls"]
+        return str(json.loads(call["function"]["arguments"])["a"])
+
+    for budget in (49, 54, 61):
+        cut, closed = value(budget, closing=False), value(budget, closing=True)
+        # The closer ends the value where the end tags still fit (about 12 tokens here).
+        assert cut.startswith(closed) and len(closed) < len(cut), (budget, cut, closed)
+    for budget in (49, 61):
+        outcome = send(family, FuzzCase(body(budget, True, 12)))
+        assert outcome.status in (200, 400) and not outcome.violations, outcome.report()
+
+
+ROOT_REF = {
+    "$ref": "#/definitions/element",
+    "definitions": {
+        "element": {
+            "type": "object",
+            "properties": {"type": {"type": "string"}, "child": {"$ref": "#/definitions/element"}},
+            "required": ["type"],
+            "additionalProperties": False,
+        }
+    },
+    "type": "object",
+}
+
+
+@pytest.mark.parametrize(
+    ("syntax", "stray", "whole"),
+    [
+        ("glm45", "<tool_call>f\n<arg_key>zz", "<tool_call>f\n<arg_key>type</arg_key>\n<arg_value>div"),
+        ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=z",
+         "<tool_call>\n<function=f>\n<parameter=type"),
+        ("pythonic", "[f(zz", '[f(type="div")]'),
+    ],
+)
+def test_a_strict_tool_whose_parameters_are_a_root_ref_takes_only_its_parameters(
+    tokenizer: Any, syntax: str, stray: str, whole: str
+) -> None:
+    # A dev-set schema whose root is '$ref: #/definitions/...': the syntaxes that write
+    # parameters one by one read the root's 'properties', found none, and took any name
+    # (glm4_moe: strict arguments {"iinKh7Ucn4RE5WhD": ...}, 4 of 154 responses).
+    from afm_struct.tools import plan_tools
+
+    tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": ROOT_REF}}
+    plan = plan_tools(tokenizer, [tool], "required", False, format_name=syntax,
+                      messages=[{"role": "user", "content": "hi"}])
+
+    def takes(text: str) -> bool:
+        matcher = plan.constraint.new_matcher()
+        return all(matcher.advance(t) for t in tokenizer.encode(text))
+
+    assert takes(whole), whole
+    assert not takes(stray), stray

@@ -263,3 +263,24 @@ def test_a_pattern_whose_automaton_would_be_huge_is_not_built(pattern) -> None:
 
     assert _automaton(pattern) is None
     assert ClosingHints(frozenset(), (pattern,)).completions("") == []
+
+
+def test_a_raw_string_value_is_closed_by_its_end_tag_not_padded(tokenizer) -> None:
+    # Qwen3-Coder writes a string parameter as raw text up to '\n</parameter>\n'.  Every
+    # character is allowed there, so the mask never shows that the tag ends the value; the
+    # search took the allowed commas and brackets for JSON structure and padded the value
+    # (',,,,,,,,,,]]') before finding the tag, or found nothing.  The tag is a hint now.
+    from afm_struct.tools import plan_tools
+
+    tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+        "type": "object", "properties": {"a": STR}, "required": ["a"], "additionalProperties": False}}}
+    plan = plan_tools(tokenizer, [tool], "required", False, format_name="qwen3_coder",
+                      messages=[{"role": "user", "content": "hi"}])
+    matcher = plan.constraint.new_matcher()
+    text = "<tool_call>\n<function=f>\n<parameter=a>\nsome [[raw, text {with: brackets"
+    for t in tokenizer.encode(text):
+        assert matcher.advance(t), text
+    found = shortest_completion(matcher, closing_vocab_for(tokenizer), vocab_size=tokenizer.vocab_size,
+                                decode=tokenizer.decode, state=scan(text))
+    assert found is not None
+    assert tokenizer.decode(found) == "\n</parameter>\n</function>\n</tool_call>", tokenizer.decode(found)

@@ -136,3 +136,20 @@ def test_the_strangers_request_on_the_embedded_model_is_refused_up_front(real_se
         client.responses.create(model="SmolLM2-135M-Instruct", input="Write SQL", tools=[CASES["sql"][0]],
                                 tool_choice="required", max_output_tokens=20)
     assert refused.value.body["code"] == "max_tokens_too_small", refused.value.body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_cut_with_closing_off_is_an_incomplete_item(client, stream: bool) -> None:
+    """``afm_close_on_length: false``: the budget cuts the input where it falls; the response
+    is ``incomplete`` and so is the call item (it was reported ``completed`` with input
+    'SELECT tbl').  A budget the call fits is a completed item."""
+    tool, text, _ = CASES["sql"]
+    for budget, status in ((22, "incomplete"), (60, "completed")):
+        answer = client.responses.create(model="scripted", input="Write it", tools=[tool],
+                                         tool_choice="required", max_output_tokens=budget, stream=stream,
+                                         extra_body={"afm_close_on_length": False})
+        response = list(answer)[-1].response if stream else answer
+        (call,) = response.output
+        assert (response.status, call.type, call.status) == (status, "custom_tool_call", status), (
+            budget, response.status, call)
+        assert status == "incomplete" or call.input == text, call.input
