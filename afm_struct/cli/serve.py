@@ -208,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
     warn_if_reference_blas()
     keys = f"API key required ({len(api_keys)} accepted)" if api_keys else "no API key"
     say(f"afm-struct: serving on http://{settings.host}:{settings.port} "
-        f"(POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics; {keys})")
+        f"(POST /v1/chat/completions, /v1/responses, /v1/completions; Ollama's /api/chat, "
+        f"/api/generate; GET /v1/models, /health, /metrics; {keys})")
     options = CompileOptions(backend=args.grammar_backend, property_order=args.property_order)
 
     def compile_fn(tokenizer: Tokenizer, request: Any) -> Any:
