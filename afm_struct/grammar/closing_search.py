@@ -260,6 +260,12 @@ class Search:
                 after = walk(self.text(run), tr)
                 if is_complete(child):
                     ends.setdefault(("done", after), (new, after, child))
+                elif after[1] and (not tr[1] or after[3] != tr[3]):
+                    # A new string opened (``: `` then the forced ``false, "uri": "``): the value
+                    # escaped from has ended.  The new string is the search's to escape from, with
+                    # a string's means (a dive, the patterns' automata): a layer would merge
+                    # ``"0:`` into ``"00`` (same mask, same length) and never meet ``^\S+:\S+$``.
+                    ends.setdefault(("string", hash(self.fill(child).tobytes()), after), (new, after, child))
                 elif not after[1] and after[4]:  # in a number: its state does not show in the mask
                     if any(accepts(child, [t]) for t in self.vocab.enders):
                         ends.setdefault(("end", after), (new, after, child))

@@ -284,3 +284,37 @@ def test_a_raw_string_value_is_closed_by_its_end_tag_not_padded(tokenizer) -> No
                                 decode=tokenizer.decode, state=scan(text))
     assert found is not None
     assert tokenizer.decode(found) == "\n</parameter>\n</function>\n</tool_call>", tokenizer.decode(found)
+
+
+# -- a byte-level vocabulary: the value after ``: `` is reached through forced text ------------
+
+URI = {"type": "string", "pattern": "^\\S+:\\S+$"}
+# The fuzzer's case (issue 34.2, tests/fuzz survey, qwen3): the dev set's CMOA provenance record
+# (Github_hard---o23555) reduced to what broke the search: a boolean, then a `uri` string.
+BOOLEAN_THEN_URI = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "properties": {"certain": {"type": "boolean"}, "method": URI, "text": STR},
+    "required": ["certain", "method", "text"], "additionalProperties": False}}
+
+
+@pytest.fixture(scope="module")
+def byte_tokenizer(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The tiny qwen3's tokenizer (tests/models/gguf_factory.py): bytes and few merges, so after
+    ``"certain":`` only a space is allowed, and every value is spelled a character at a time."""
+    pytest.importorskip("gguf")
+    from afm_struct.models.loader import load_model
+    from tests.models.gguf_factory import tiny_gguf
+
+    _, path = tiny_gguf("qwen3", tmp_path_factory.mktemp("qwen3"))
+    return load_model(str(path), weights="float32").tokenizer
+
+
+@pytest.mark.parametrize("text", ["", '[{"certain": true, "method": "acq',
+                                  '[{"certain": false, "method": "a:b", "text": "x"}, {"certain":'])
+def test_a_string_reached_through_forced_text_is_left_by_its_own_pattern(byte_tokenizer, text) -> None:
+    # After ``"certain":`` only `` `` is allowed (not structural), so the search escapes; its
+    # breadth-first layers ran through the forced ``false, "method": "`` into the uri string,
+    # where ``"0:`` and ``"00`` allow the same tokens: one was merged into the other, ``:`` never
+    # written, and the search gave up (no plan at the start: the request was neither refused
+    # nor closed, and max_tokens cut it unparseable).  The string is now escaped as a string.
+    completed = closed(byte_tokenizer, BOOLEAN_THEN_URI, text)
+    assert json.loads(completed)[0]["method"].count(":") >= 1
