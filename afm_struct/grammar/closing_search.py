@@ -214,6 +214,17 @@ class Search:
 
     def _escape(self, node: Matcher, trail: Trail, row: np.ndarray, path: list[int],
                 base: int) -> list[_Node]:
+        if trail[1] and not self.vocab.characters(self.vocab.allowed(row)).size:
+            # Mid-character (a byte-level vocabulary's lead byte: only continuation bytes may
+            # follow): finish the character first.  From here no ending the patterns' automata
+            # spell is taken, and the layers would merge every state they reach.
+            whole = self._finish_character(node, trail, row, base)
+            if whole is not None:
+                rel, after, at, at_row = whole
+                if is_complete(at) or self.vocab.structural(self.vocab.allowed(at_row), after):
+                    return [(rel, after, at)]
+                ends = self._escape(at, after, at_row, path + rel, base + len(rel))
+                return [(rel + run, end_trail, child) for run, end_trail, child in ends]
         if trail[1] and len(self.characters(row, True)) > ESCAPE_ENDS:
             # Free content (not a choice among a few names): one dive, else the patterns' endings.
             dive = self._dive([], trail, node, row, base)
@@ -280,6 +291,26 @@ class Search:
                         seen.add(key)
                         nxt.append((new, after, child, crow.copy()))
         return ends, nxt
+
+    def _finish_character(self, node: Matcher, trail: Trail, row: np.ndarray,
+                          base: int) -> tuple[list[int], Trail, Matcher, np.ndarray] | None:
+        """The first allowed continuation bytes after ``node`` up to the first state where a
+        candidate is allowed again (a whole character): (tokens, trail, state, its mask)."""
+        rel: list[int] = []
+        for _ in range(4):  # a UTF-8 character has at most 3 continuation bytes
+            picks = allowed_ids(row, self.vocab_size, 1)
+            moved = self.step(node, picks[0]) if picks and self.work > 0 else None
+            if moved is None:
+                return None
+            node, run = moved
+            rel = rel + run
+            if base + len(rel) > self.max_tokens:
+                return None
+            trail = walk(self.text(run), trail)
+            row = self.fill(node).copy()
+            if is_complete(node) or self.vocab.characters(self.vocab.allowed(row)).size:
+                return rel, trail, node, row
+        return None
 
     def _dive(self, rel: list[int], trail: Trail, node: Matcher, row: np.ndarray | None,
               base: int) -> _Node | None:
