@@ -67,6 +67,11 @@ def is_complete(matcher: Matcher) -> bool:
     return matcher.is_accepting() or matcher.is_finished()
 
 
+def _settled(ends: dict[Any, _Node]) -> bool:
+    """Whether an escape's layers may stop: some end is not only a new string's start."""
+    return any(not (isinstance(key, tuple) and key[0] == "string") for key in ends)
+
+
 class Search:
     """One search's shared state: vocabulary, hints, a scratch mask and the work left."""
 
@@ -234,20 +239,21 @@ class Search:
             if found:
                 return sorted(found, key=lambda e: len(e[0]))
         ends, layer = self._layer([([], trail, node, row)], base)
-        if not ends and trail[1]:
+        if not _settled(ends) and trail[1]:
             # Inside a string: a dive per state the first character reaches (content the
             # grammar only counts, a minLength), and the endings under the grammar's patterns
             # (a state the mask hides); else a pattern satisfied but the string still held open
             # is where the layers go on from, the rest no longer hidden.
             found, unfinished = self.pattern_ends(node, trail, path)
             dives = [self._dive(rel, tr, at, at_row, base) for rel, tr, at, at_row in layer[:DIVES]]
-            ends = dict(enumerate([*found, *(d for d in dives if d is not None)]))
+            ends = {**ends, **dict(enumerate([*found, *(d for d in dives if d is not None)]))}
             layer = [(run, after, child, None) for run, after, child in unfinished] + layer
         layers = self.max_tokens if trail[1] else NUMBER_DIGITS
-        while not ends and layer and self.work > 0 and layers > 0:
+        while not _settled(ends) and layer and self.work > 0 and layers > 0:
             layers -= 1
             layer.sort(key=lambda e: len(e[0]))
-            ends, layer = self._layer(layer[:ESCAPE_BEAM], base)
+            more, layer = self._layer(layer[:ESCAPE_BEAM], base)
+            ends = {**more, **ends}
         return sorted(ends.values(), key=lambda e: len(e[0]))[:ESCAPE_ENDS]
 
     def _layer(self, layer: list[_Layered], base: int) -> tuple[dict[Any, _Node], list[_Layered]]:
@@ -276,6 +282,8 @@ class Search:
                     # escaped from has ended.  The new string is the search's to escape from, with
                     # a string's means (a dive, the patterns' automata): a layer would merge
                     # ``"0:`` into ``"00`` (same mask, same length) and never meet ``^\S+:\S+$``.
+                    # The layers go on for the other branches (``"tInteger": 0`` is shorter than
+                    # ``"tDate": "`` and a date-time), see :func:`_settled`.
                     ends.setdefault(("string", hash(self.fill(child).tobytes()), after), (new, after, child))
                 elif not after[1] and after[4]:  # in a number: its state does not show in the mask
                     if any(accepts(child, [t]) for t in self.vocab.enders):

@@ -39,6 +39,10 @@ ITEMS = {"type": "object", "properties": {"items": {"type": "array", "minItems":
     "required": ["sku", "qty"], "additionalProperties": False}}},
     "required": ["items"], "additionalProperties": False}
 
+KEYS = {"type": "object", "properties": {
+    "tBoolean": {"type": "boolean"}, "tDate": {"type": "string", "format": "date-time"},
+    "tInteger": {"type": "integer"}}, "required": ["tInteger"], "additionalProperties": False}
+
 
 def complete(tokenizer, schema, text: str):
     """(completed text, completion length) after feeding ``text`` to a fresh matcher."""
@@ -75,6 +79,9 @@ def complete(tokenizer, schema, text: str):
     (PATTERN, '{"code": "A', 6),
     (ITEMS, '{"items": [{"sku": "x", "qty": 2}, {"sku": "y', 9),
     (ITEMS, '{"items": [{"sku": "x", "qty": 2}, ', 13),
+    # Which key: a branch that opens a new string (tDate's date-time) must not end the choice
+    # before the shorter one (the required tInteger) is reached (dev set Github_medium---o69319).
+    (KEYS, '{"t', 7),
 ])
 def test_completion_validates_and_is_short(tokenizer, schema, text, most) -> None:
     out, n = complete(tokenizer, schema, text)
