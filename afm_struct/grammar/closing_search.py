@@ -67,6 +67,11 @@ def is_complete(matcher: Matcher) -> bool:
     return matcher.is_accepting() or matcher.is_finished()
 
 
+def _settled(ends: dict[Any, _Node]) -> bool:
+    """Whether an escape's layers may stop: some end is not only a new string's start."""
+    return any(not (isinstance(key, tuple) and key[0] == "string") for key in ends)
+
+
 class Search:
     """One search's shared state: vocabulary, hints, a scratch mask and the work left."""
 
@@ -214,6 +219,17 @@ class Search:
 
     def _escape(self, node: Matcher, trail: Trail, row: np.ndarray, path: list[int],
                 base: int) -> list[_Node]:
+        if trail[1] and not self.vocab.characters(self.vocab.allowed(row)).size:
+            # Mid-character (a byte-level vocabulary's lead byte: only continuation bytes may
+            # follow): finish the character first.  From here no ending the patterns' automata
+            # spell is taken, and the layers would merge every state they reach.
+            whole = self._finish_character(node, trail, row, base)
+            if whole is not None:
+                rel, after, at, at_row = whole
+                if is_complete(at) or self.vocab.structural(self.vocab.allowed(at_row), after):
+                    return [(rel, after, at)]
+                ends = self._escape(at, after, at_row, path + rel, base + len(rel))
+                return [(rel + run, end_trail, child) for run, end_trail, child in ends]
         if trail[1] and len(self.characters(row, True)) > ESCAPE_ENDS:
             # Free content (not a choice among a few names): one dive, else the patterns' endings.
             dive = self._dive([], trail, node, row, base)
@@ -223,20 +239,21 @@ class Search:
             if found:
                 return sorted(found, key=lambda e: len(e[0]))
         ends, layer = self._layer([([], trail, node, row)], base)
-        if not ends and trail[1]:
+        if not _settled(ends) and trail[1]:
             # Inside a string: a dive per state the first character reaches (content the
             # grammar only counts, a minLength), and the endings under the grammar's patterns
             # (a state the mask hides); else a pattern satisfied but the string still held open
             # is where the layers go on from, the rest no longer hidden.
             found, unfinished = self.pattern_ends(node, trail, path)
             dives = [self._dive(rel, tr, at, at_row, base) for rel, tr, at, at_row in layer[:DIVES]]
-            ends = dict(enumerate([*found, *(d for d in dives if d is not None)]))
+            ends = {**ends, **dict(enumerate([*found, *(d for d in dives if d is not None)]))}
             layer = [(run, after, child, None) for run, after, child in unfinished] + layer
         layers = self.max_tokens if trail[1] else NUMBER_DIGITS
-        while not ends and layer and self.work > 0 and layers > 0:
+        while not _settled(ends) and layer and self.work > 0 and layers > 0:
             layers -= 1
             layer.sort(key=lambda e: len(e[0]))
-            ends, layer = self._layer(layer[:ESCAPE_BEAM], base)
+            more, layer = self._layer(layer[:ESCAPE_BEAM], base)
+            ends = {**more, **ends}
         return sorted(ends.values(), key=lambda e: len(e[0]))[:ESCAPE_ENDS]
 
     def _layer(self, layer: list[_Layered], base: int) -> tuple[dict[Any, _Node], list[_Layered]]:
@@ -260,6 +277,14 @@ class Search:
                 after = walk(self.text(run), tr)
                 if is_complete(child):
                     ends.setdefault(("done", after), (new, after, child))
+                elif after[1] and (not tr[1] or after[3] != tr[3]):
+                    # A new string opened (``: `` then the forced ``false, "uri": "``): the value
+                    # escaped from has ended.  The new string is the search's to escape from, with
+                    # a string's means (a dive, the patterns' automata): a layer would merge
+                    # ``"0:`` into ``"00`` (same mask, same length) and never meet ``^\S+:\S+$``.
+                    # The layers go on for the other branches (``"tInteger": 0`` is shorter than
+                    # ``"tDate": "`` and a date-time), see :func:`_settled`.
+                    ends.setdefault(("string", hash(self.fill(child).tobytes()), after), (new, after, child))
                 elif not after[1] and after[4]:  # in a number: its state does not show in the mask
                     if any(accepts(child, [t]) for t in self.vocab.enders):
                         ends.setdefault(("end", after), (new, after, child))
@@ -274,6 +299,26 @@ class Search:
                         seen.add(key)
                         nxt.append((new, after, child, crow.copy()))
         return ends, nxt
+
+    def _finish_character(self, node: Matcher, trail: Trail, row: np.ndarray,
+                          base: int) -> tuple[list[int], Trail, Matcher, np.ndarray] | None:
+        """The first allowed continuation bytes after ``node`` up to the first state where a
+        candidate is allowed again (a whole character): (tokens, trail, state, its mask)."""
+        rel: list[int] = []
+        for _ in range(4):  # a UTF-8 character has at most 3 continuation bytes
+            picks = allowed_ids(row, self.vocab_size, 1)
+            moved = self.step(node, picks[0]) if picks and self.work > 0 else None
+            if moved is None:
+                return None
+            node, run = moved
+            rel = rel + run
+            if base + len(rel) > self.max_tokens:
+                return None
+            trail = walk(self.text(run), trail)
+            row = self.fill(node).copy()
+            if is_complete(node) or self.vocab.characters(self.vocab.allowed(row)).size:
+                return rel, trail, node, row
+        return None
 
     def _dive(self, rel: list[int], trail: Trail, node: Matcher, row: np.ndarray | None,
               base: int) -> _Node | None:

@@ -369,3 +369,44 @@ def test_a_strict_tool_whose_parameters_are_a_root_ref_takes_only_its_parameters
 
     assert takes(whole), whole
     assert not takes(stray), stray
+
+
+def _cmoa_schema() -> dict[str, Any]:
+    from ..dev_set import dev_files
+
+    found = [p for p in dev_files() if p.name == "Github_hard---o23555.json"]
+    if not found:
+        pytest.skip("the shared JSONSchemaBench dev set is not beside this checkout")
+    return json.loads(found[0].read_text())["schema"]
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+@pytest.mark.parametrize("budget", [153, 400])
+def test_a_strict_schema_the_closing_search_gave_up_on_is_closed_or_refused(
+    family_servers: FamilyServers, budget: int, thinking: bool
+) -> None:
+    # Issue 34.2 (survey_2000's one class left): the dev set's CMOA provenance record on qwen3.
+    # Its byte-level vocabulary spells every value a character at a time, and the closing search
+    # found no plan from the start (it merged '"0:' into '"00' in a uri string it entered
+    # through forced text, tests/grammar/test_closing.py): the request was neither refused nor
+    # closed, and ended 'length' unparseable ('... "direct_transfer": fals', or '' with the
+    # thinking block still open).  Now it is refused below the shortest output, or closed.
+    body: dict[str, Any] = {
+        "temperature": 1.5,
+        "seed": 168225439,
+        "max_tokens": budget,
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "city weather x id value a count"},
+        ],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "strict": True, "schema": _cmoa_schema()},
+        },
+    }
+    if not thinking:
+        body["chat_template_kwargs"] = {"enable_thinking": False}
+    outcome = send(family_servers.get("qwen3"), FuzzCase(body))
+    assert outcome.status in (200, 400) and not outcome.violations, outcome.report()
+    if budget == 400:
+        assert outcome.status == 200 and outcome.finish == "length", outcome.report()

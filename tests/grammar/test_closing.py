@@ -39,6 +39,10 @@ ITEMS = {"type": "object", "properties": {"items": {"type": "array", "minItems":
     "required": ["sku", "qty"], "additionalProperties": False}}},
     "required": ["items"], "additionalProperties": False}
 
+KEYS = {"type": "object", "properties": {
+    "tBoolean": {"type": "boolean"}, "tDate": {"type": "string", "format": "date-time"},
+    "tInteger": {"type": "integer"}}, "required": ["tInteger"], "additionalProperties": False}
+
 
 def complete(tokenizer, schema, text: str):
     """(completed text, completion length) after feeding ``text`` to a fresh matcher."""
@@ -75,6 +79,9 @@ def complete(tokenizer, schema, text: str):
     (PATTERN, '{"code": "A', 6),
     (ITEMS, '{"items": [{"sku": "x", "qty": 2}, {"sku": "y', 9),
     (ITEMS, '{"items": [{"sku": "x", "qty": 2}, ', 13),
+    # Which key: a branch that opens a new string (tDate's date-time) must not end the choice
+    # before the shorter one (the required tInteger) is reached (dev set Github_medium---o69319).
+    (KEYS, '{"t', 7),
 ])
 def test_completion_validates_and_is_short(tokenizer, schema, text, most) -> None:
     out, n = complete(tokenizer, schema, text)
@@ -284,3 +291,70 @@ def test_a_raw_string_value_is_closed_by_its_end_tag_not_padded(tokenizer) -> No
                                 decode=tokenizer.decode, state=scan(text))
     assert found is not None
     assert tokenizer.decode(found) == "\n</parameter>\n</function>\n</tool_call>", tokenizer.decode(found)
+
+
+# -- a byte-level vocabulary: the value after ``: `` is reached through forced text ------------
+
+URI = {"type": "string", "pattern": "^\\S+:\\S+$"}
+# The fuzzer's case (issue 34.2, tests/fuzz survey, qwen3): the dev set's CMOA provenance record
+# (Github_hard---o23555) reduced to what broke the search: a boolean, then a `uri` string.
+EDTF = {"type": "string", "pattern": "^\\d{2}[\\d\\?ux]{2}[\\?|~]?(?:-[01\\?ux][\\d\\?ux][\\?|~]?)?$"}
+BOOLEAN_THEN_URI = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "properties": {"certain": {"type": "boolean"}, "method": URI, "text": STR},
+    "required": ["certain", "method", "text"], "additionalProperties": False}}
+# With the record's date pattern, whose characters (``]``, ``|``, ``~``...) are hints too.
+URI_AND_DATE = {"type": "array", "minItems": 1, "items": {
+    "type": "object",
+    "properties": {"certain": {"type": "boolean"}, "method": URI, "text": STR, "date": EDTF},
+    "required": ["certain", "method", "text"], "additionalProperties": False}}
+
+
+@pytest.fixture(scope="module")
+def byte_tokenizer(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The tiny qwen3's tokenizer (tests/models/gguf_factory.py): bytes and few merges, so after
+    ``"certain":`` only a space is allowed, and every value is spelled a character at a time."""
+    pytest.importorskip("gguf")
+    from afm_struct.models.loader import load_model
+    from tests.models.gguf_factory import tiny_gguf
+
+    _, path = tiny_gguf("qwen3", tmp_path_factory.mktemp("qwen3"))
+    return load_model(str(path), weights="float32").tokenizer
+
+
+@pytest.mark.parametrize("text", ["", '[{"certain": true, "method": "acq',
+                                  '[{"certain": false, "method": "a:b", "text": "x"}, {"certain":'])
+def test_a_string_reached_through_forced_text_is_left_by_its_own_pattern(byte_tokenizer, text) -> None:
+    # After ``"certain":`` only `` `` is allowed (not structural), so the search escapes; its
+    # breadth-first layers ran through the forced ``false, "method": "`` into the uri string,
+    # where ``"0:`` and ``"00`` allow the same tokens: one was merged into the other, ``:`` never
+    # written, and the search gave up (no plan at the start: the request was neither refused
+    # nor closed, and max_tokens cut it unparseable).  The string is now escaped as a string.
+    completed = closed(byte_tokenizer, BOOLEAN_THEN_URI, text)
+    assert json.loads(completed)[0]["method"].count(":") >= 1
+
+
+@pytest.mark.parametrize("char", ["\u00e9", "\u7f03", "\U000e1861"])
+def test_a_string_cut_inside_a_character_is_left_by_its_own_pattern(byte_tokenizer, char) -> None:
+    # The fuzzer's CMOA case at 400 tokens: the random model wrote a uri string of random
+    # characters, byte by byte; cut after a lead byte only continuation bytes may follow, so
+    # the escape had no candidate, the patterns' endings were refused there (':' is no
+    # continuation byte), and the dive finished the character then wrote the first hinted
+    # punctuation (']' of the date's pattern) forever: no completion, every step in the zone.
+    # The character is finished first now (with the first continuation bytes the grammar
+    # allows: another character than the model's, cut), then escaped as any string.
+    from afm_struct.grammar.closing import open_string
+
+    tok = byte_tokenizer
+    constraint = compile_constraint(tok, JsonSchemaRequest(URI_AND_DATE, strict=True))
+    text = '[{"certain": true, "method": "k&pa]J'
+    lead = tok.encode(char)[0]
+    assert tok.decode([lead]) == "\ufffd"  # a lead byte alone
+    matcher = constraint.new_matcher()
+    for t in tok.encode(text):
+        assert matcher.advance(t)
+    plan = shortest_completion(matcher, closing_vocab_for(tok), vocab_size=tok.vocab_size, decode=tok.decode,
+                               state=scan(text), content=open_string(text), prefix=[lead])
+    assert plan is not None
+    out = tok.decode([*tok.encode(text), lead, *plan])
+    assert constraint.validate(out).ok, out
+    assert json.loads(out)[0]["method"].startswith("k&pa]J"), out
