@@ -300,6 +300,19 @@ class Search:
                         nxt.append((new, after, child, crow.copy()))
         return ends, nxt
 
+    def _take(self, node: Matcher, token: int, rel: list[int], trail: Trail,
+              base: int) -> tuple[Matcher, list[int], Trail] | None:
+        """``token`` (and the run it forces) taken after ``node``: the new state, the path and
+        the trail; None when the engine refuses it or the path outgrows the budget."""
+        moved = self.step(node, token)
+        if moved is None:
+            return None
+        node, run = moved
+        rel = rel + run
+        if base + len(rel) > self.max_tokens:
+            return None
+        return node, rel, walk(self.text(run), trail)
+
     def _finish_character(self, node: Matcher, trail: Trail, row: np.ndarray,
                           base: int) -> tuple[list[int], Trail, Matcher, np.ndarray] | None:
         """The first allowed continuation bytes after ``node`` up to the first state where a
@@ -307,14 +320,10 @@ class Search:
         rel: list[int] = []
         for _ in range(4):  # a UTF-8 character has at most 3 continuation bytes
             picks = allowed_ids(row, self.vocab_size, 1)
-            moved = self.step(node, picks[0]) if picks and self.work > 0 else None
-            if moved is None:
+            taken = self._take(node, picks[0], rel, trail, base) if picks and self.work > 0 else None
+            if taken is None:
                 return None
-            node, run = moved
-            rel = rel + run
-            if base + len(rel) > self.max_tokens:
-                return None
-            trail = walk(self.text(run), trail)
+            node, rel, trail = taken
             row = self.fill(node).copy()
             if is_complete(node) or self.vocab.characters(self.vocab.allowed(row)).size:
                 return rel, trail, node, row
@@ -331,14 +340,10 @@ class Search:
             if self.hinted is not None:  # a hinted separator first (the ``@`` of an email)
                 picks.sort(key=lambda t: not (self.vocab.text_of.get(t, "a").isalnum() is False
                                               and self.vocab.text_of.get(t, "") in self.hints.chars))
-            moved = self.step(node, picks[0]) if picks else None
-            if moved is None:
+            taken = self._take(node, picks[0], rel, trail, base) if picks else None
+            if taken is None:
                 return None
-            node, run = moved
-            rel = rel + run
-            if base + len(rel) > self.max_tokens:
-                return None
-            trail = walk(self.text(run), trail)
+            node, rel, trail = taken
             if is_complete(node):
                 return rel, trail, node
             crow = self.fill(node)
