@@ -30,7 +30,7 @@ from .lark_budget import check_grammar_budgets
 from .literal_budget import check_forced_runs, longest_forced_run
 from .llguidance_backend import BackendCompileError, LLGuidanceBackend
 from .regex_classify import classify_pattern
-from .rewrites import rewrite_schema
+from .rewrites import RewriteResult, mentioned_triggers, rewrite_schema
 from .schema_check import check_schema, schema_limits_reason
 from .spec import (
     BACKENDS,
@@ -60,6 +60,12 @@ logger = logging.getLogger(__name__)
 # llguidance's size limits, hit while building a grammar ("grammar size (number of symbols) too
 # big", "initial lexer configuration (grammar) too big").
 _TOO_BIG = re.compile(r"\btoo big \(limit")
+
+# Schemas whose only rewrite triggers are these keep their form in most cases (on the dev set,
+# 2,519 of 3,320 schemas, 272 of them rewritten after all), so their exact compile starts
+# before the rewrites (see ConstraintCompiler._json_schema).  The others are mostly rewritten
+# (oneOf 95 %, not 94 %, allOf 83 %): their compile waits for the rewrites, to spare a wasted one.
+_USUALLY_UNCHANGED = frozenset({"$ref", "const", "enum", "format", "pattern"})
 
 
 @dataclass(frozen=True)
@@ -167,12 +173,15 @@ class ConstraintCompiler:
     def compile(self, request: ConstraintRequest) -> CompiledConstraint:
         """Compile ``request`` (cached). Raise :class:`SchemaError` for invalid input only."""
         start = time.perf_counter()
-        key = self._key(request)
+        # The schema's compact JSON: the cache key's body, and reused by the compile (its size,
+        # its keywords, the engine's input) instead of dumping the schema again for each.
+        text = schema_key(request.schema) if isinstance(request, JsonSchemaRequest) else None
+        key = self._key(request, text)
         hit = self.cache.get(key)
         if hit is not None:
             return dataclasses.replace(hit, cached=True, compile_ms=(time.perf_counter() - start) * 1e3)
         try:
-            result = self._compile(request, start)
+            result = self._compile(request, start, text)
         except AfmError:
             raise
         except Exception as exc:  # a bug or a library quirk must not take the server down
@@ -190,9 +199,9 @@ class ConstraintCompiler:
 
     # ------------------------------------------------------------------ internals
 
-    def _key(self, request: ConstraintRequest) -> str:
+    def _key(self, request: ConstraintRequest, text: str | None = None) -> str:
         if isinstance(request, JsonSchemaRequest):
-            body = schema_key(request.schema) + f"|{request.strict}"
+            body = (schema_key(request.schema) if text is None else text) + f"|{request.strict}"
         elif isinstance(request, ToolCallRequest):
             body = schema_key([[t.name, t.parameters] for t in request.tools]) + f"|{request.strict}"
         elif isinstance(request, RegexRequest):
@@ -214,13 +223,14 @@ class ConstraintCompiler:
             cached=False, strict=bool(getattr(request, "strict", True)), grammar=grammar, schema=schema,
             pattern=pattern, tokenizer=self.tokenizer)
 
-    def _compile(self, request: ConstraintRequest, start: float) -> CompiledConstraint:
+    def _compile(self, request: ConstraintRequest, start: float,
+                 text: str | None = None) -> CompiledConstraint:
         if isinstance(request, JsonSchemaRequest | ToolCallRequest):
             if isinstance(request, ToolCallRequest):
                 schema = tool_call_schema(request.tools)
                 check_schema(schema, param="tools")
                 return self._json_schema(request, schema, start, prechecked=True)
-            return self._json_schema(request, request.schema, start)
+            return self._json_schema(request, request.schema, start, text=text)
         if isinstance(request, JsonObjectRequest):
             # Always llguidance: outlines-core unrolls nesting only 3 levels deep (not exact).
             result = climb(self._llguidance_ladder, {"type": "object"}, start, self.options.timeout_s)
@@ -233,11 +243,12 @@ class ConstraintCompiler:
         raise InvalidRequestError(f"unknown constraint request {type(request).__name__}")
 
     def _json_schema(self, request: ConstraintRequest, schema: Any, start: float, *,
-                     prechecked: bool = False) -> CompiledConstraint:
-        limits = schema_limits_reason(schema, self.options)
+                     prechecked: bool = False, text: str | None = None) -> CompiledConstraint:
+        """``text``: ``schema`` as compact JSON, when the caller has it."""
+        limits = schema_limits_reason(schema, self.options, text)
         # A forced run the lexer cannot follow (literal_budget.py): refused for a strict
         # request, served without it otherwise; an invalid schema is told as such first.
-        run = None if limits else longest_forced_run(schema)
+        run = None if limits else longest_forced_run(schema, text)
         # Errors name where the caller's request holds the schema (JsonSchemaRequest.param).
         param = getattr(request, "param", "tools")
         if limits or run is not None:
@@ -256,12 +267,26 @@ class ConstraintCompiler:
         else:
             # The engine may start the exact compile now (llguidance: without the GIL) while the
             # (pure Python) meta-schema check runs; an invalid schema just drops the result.
+            # Where the rewrites usually change nothing, the original's compile starts before
+            # them, so that they run alongside it too; it is dropped when they do change it.
+            early = None
+            if text is not None and mentioned_triggers(text) <= _USUALLY_UNCHANGED:
+                early = self.engine.start_exact(schema, text)
             try:
-                rewritten = rewrite_schema(schema)
+                rewritten = rewrite_schema(schema, text)
             except Exception:  # junk input: the check below says what is wrong with it
                 check_schema(schema, param=param)
                 raise
-            future = self.engine.start_exact(rewritten.schema)
+            if not rewritten.applied:
+                # The same schema (the walk's copy can carry an unused negated definition).
+                rewritten = RewriteResult(schema, ())
+            if early is not None and not rewritten.applied:
+                future = early
+            else:
+                if early is not None:
+                    early.cancel()  # (if still queued; else it runs out, bounded, unread)
+                same = rewritten.schema is schema
+                future = self.engine.start_exact(rewritten.schema, text if same else None)
             check_schema(schema, param=param)
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)

@@ -53,10 +53,11 @@ def guard_pattern(pattern: str) -> str:
     return "".join(out)
 
 
-def guard_patterns(schema: Any) -> Any:
+def guard_patterns(schema: Any, text: str | None = None) -> Any:
     """``schema`` with :func:`guard_pattern` applied to every ``pattern`` and
-    ``patternProperties`` key (the same object when no pattern has a negated class)."""
-    if "[^" not in json.dumps(schema, ensure_ascii=False):
+    ``patternProperties`` key (the same object when no pattern has a negated class);
+    ``text``: ``schema`` already serialized, not dumped again."""
+    if "[^" not in (json.dumps(schema, ensure_ascii=False) if text is None else text):
         return schema
     return _walk(schema)
 

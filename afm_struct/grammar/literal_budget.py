@@ -209,12 +209,40 @@ def _pattern_run(path: tuple[str | int, ...], pattern: str) -> ForcedRun:
     return ForcedRun(path, forced_run(pattern), "pattern")
 
 
+# A counted repeat's opening in JSON text: a brace then a digit or a comma occurs only inside
+# a string (JSON's own braces are followed by a quote, a brace or a space).
+_COUNTED_REPEAT = re.compile(r"\{[\d,]")
+
+
+def bounded_by_text(text: str) -> bool:
+    """True when the schema serialized as ``text`` (``json.dumps``, ASCII) forces no run over
+    :data:`MAX_FORCED_RUN`, read from the text alone.
+
+    A literal (``const``, ``enum`` value, property name) forces its JSON bytes, at most twice
+    its length in ``text``: ``ensure_ascii`` writes each non-ASCII character as 6-12
+    characters (at most 4 bytes of UTF-8), and the output's separators (``", "``, ``": "``)
+    gain a space each over the text's.  A pattern with no counted repeat forces each of its atoms at
+    most once (``+`` forces one copy, ``*`` and ``?`` none), each atom at most 1.2 bytes per
+    character of its text (``\\x01``: 5 characters in ``text``, 6 bytes of JSON output); so a
+    text of at most half the limit bounds them all.  The patterns are then far under
+    :data:`MAX_PATTERN_CHARS` too.
+    """
+    return 2 * len(text) <= MAX_FORCED_RUN and _COUNTED_REPEAT.search(text) is None
+
+
 def _literal(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False).encode())
 
 
-def longest_forced_run(schema: Any) -> ForcedRun | None:
-    """The first part of ``schema`` whose forced run exceeds :data:`MAX_FORCED_RUN`, or None."""
+def longest_forced_run(schema: Any, text: str | None = None) -> ForcedRun | None:
+    """The first part of ``schema`` whose forced run exceeds :data:`MAX_FORCED_RUN`, or None.
+
+    ``text``: ``schema`` as ``json.dumps`` writes it (ASCII), when the caller has it: a schema
+    under half the limit with no counted repeat (``{n}``, ``{m,n}``, ``{,n}``) anywhere is
+    under the limit without a walk (:func:`bounded_by_text`).
+    """
+    if text is not None and bounded_by_text(text):
+        return None
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(schema, ())]
     while stack:
         node, path = stack.pop()

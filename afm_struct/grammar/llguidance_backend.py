@@ -12,7 +12,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -220,29 +220,38 @@ class LLGuidanceBackend:
         self.exact_json = json_options(options)
         self.relaxed_json = json_options(options, relaxed=True)
 
-    def _build(self, grammar: str) -> LLGuidanceGrammar:
+    def _build(self, grammar: str, released: Callable[[], None] | None = None) -> LLGuidanceGrammar:
         limits = llguidance.LLParserLimits(**self.limits)
+        if released is not None:
+            released()  # what follows holds no GIL: see compile_json_schema
         matcher = llguidance.LLMatcher(self.ll_tokenizer, grammar, log_level=0, limits=limits)
         if matcher.is_error():
             raise BackendCompileError(matcher.get_error())
         return LLGuidanceGrammar(self, grammar, matcher)
 
     def compile_json_schema(self, schema: dict[str, Any] | bool,
-                            options: SchemaCompileOptions = EXACT_COMPILE) -> LLGuidanceGrammar:
+                            options: SchemaCompileOptions = EXACT_COMPILE, *, text: str | None = None,
+                            released: Callable[[], None] | None = None) -> LLGuidanceGrammar:
         """Compile a JSON Schema (``options.timeout_s`` is the caller's to enforce: see
-        :class:`~afm_struct.grammar.engine.SchemaCompileOptions`)."""
+        :class:`~afm_struct.grammar.engine.SchemaCompileOptions`).
+
+        ``text``: ``schema`` already serialized (any separators), not dumped again.
+        ``released``: called once the rest of the compile (the matcher's build, ~90 % of it)
+        runs without the GIL, so a caller waiting for that may run Python alongside.
+        """
         defaults = self.relaxed_json if options.relaxed else self.exact_json
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                json.dumps(schema), defaults=defaults)
+                json.dumps(schema) if text is None else text, defaults=defaults)
         except ValueError as exc:
             raise BackendCompileError(str(exc)) from exc
-        return self._build(grammar)
+        return self._build(grammar, released)
 
     def compile_regex(self, pattern: str) -> LLGuidanceGrammar:
         """Compile a regex the whole output must match."""
         return self._build(llguidance.LLMatcher.grammar_from_regex(pattern))
 
-    def compile_lark(self, grammar: str) -> LLGuidanceGrammar:
-        """Compile a Lark grammar (llguidance dialect; may embed ``%json{...}``)."""
-        return self._build(llguidance.LLMatcher.grammar_from_lark(grammar))
+    def compile_lark(self, grammar: str, released: Callable[[], None] | None = None) -> LLGuidanceGrammar:
+        """Compile a Lark grammar (llguidance dialect; may embed ``%json{...}``); ``released``
+        as in :meth:`compile_json_schema`."""
+        return self._build(llguidance.LLMatcher.grammar_from_lark(grammar), released)

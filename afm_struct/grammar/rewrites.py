@@ -33,6 +33,7 @@ schema is rewritten again with that reference left un-negated.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -258,9 +259,15 @@ def _walk(node: Any, path: str | None, ctx: RewriteContext) -> Any:
     return _rewrite_node(out, node, path, ctx)
 
 
-def rewrite_schema(schema: Any) -> RewriteResult:
-    """Apply every rewrite bottom-up over all subschemas; ``applied`` names those that fired."""
+def rewrite_schema(schema: Any, text: str | None = None) -> RewriteResult:
+    """Apply every rewrite bottom-up over all subschemas; ``applied`` names those that fired.
+
+    ``text``: ``schema`` as JSON (``json.dumps``, any separators): when no keyword that triggers
+    a rewrite occurs in it as a key, ``schema`` itself is returned without a walk (a third of
+    the dev set's schemas; the walk copies every node)."""
     if not isinstance(schema, dict):
+        return RewriteResult(schema, ())
+    if text is not None and not _TRIGGER_KEY.search(text):
         return RewriteResult(schema, ())
     draft, refs = draft_of(schema), _ref_targets(schema)
     taken = set(schema.get("$defs", {})) if isinstance(schema.get("$defs"), dict) else set()
@@ -279,6 +286,18 @@ def _rewrite(schema: dict[str, Any], draft: int, refs: set[str], taken: set[str]
         blocked.add(failed)
     ctx = RewriteContext(draft=draft, root=schema, refs=refs, taken=set(taken), negate_refs=False)
     return RewriteResult(_walk(schema, "", ctx), tuple(sorted(ctx.applied)))
+
+
+# A triggering keyword as an object key in JSON text: ``json.dumps`` writes every key as
+# ``"key"`` then ``:`` (any spacing), and these ASCII names unescaped.
+_TRIGGER_KEY = re.compile(r'"(' + "|".join(re.escape(k) for k in sorted(TRIGGERS, key=len, reverse=True))
+                          + r')"\s*:')
+
+
+def mentioned_triggers(text: str) -> frozenset[str]:
+    """The keywords that trigger a rewrite and occur as keys in the JSON ``text`` (a string
+    followed by a colon inside a string counts too: a harmless false positive, the walk decides)."""
+    return frozenset(_TRIGGER_KEY.findall(text))
 
 
 def _add_negated_definitions(out: dict[str, Any], ctx: RewriteContext) -> str | None:
@@ -307,4 +326,5 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["ATOMS", "REGISTRY", "RewriteContext", "RewriteResult", "canonical_json", "rewrite_schema"]
+__all__ = ["ATOMS", "REGISTRY", "RewriteContext", "RewriteResult", "canonical_json", "mentioned_triggers",
+           "rewrite_schema"]

@@ -152,10 +152,15 @@ def schema_depth(schema: Any) -> int:
     return deepest
 
 
-def schema_limits_reason(schema: Any, options: CompileOptions) -> str | None:
-    """``schema_too_large`` / ``schema_too_deep`` when over the configured limits, else None."""
-    if len(json.dumps(schema)) > options.max_schema_bytes:
+def schema_limits_reason(schema: Any, options: CompileOptions, text: str | None = None) -> str | None:
+    """``schema_too_large`` / ``schema_too_deep`` when over the configured limits, else None.
+    ``text``: ``schema`` as compact JSON, when the caller has it (its size bounds the measured
+    one, ``json.dumps``' default spacing: at most one space per separator, so at most twice)."""
+    if (text is None or 2 * len(text) > options.max_schema_bytes) and \
+            len(json.dumps(schema)) > options.max_schema_bytes:
         return "schema_too_large"
-    if schema_depth(schema) > options.max_depth:
+    # Each level of nesting opens a bracket (brackets inside strings only add to the count).
+    if (text is None or text.count("{") + text.count("[") > options.max_depth) and \
+            schema_depth(schema) > options.max_depth:
         return "schema_too_deep"
     return None

@@ -56,7 +56,7 @@ def child_allocate(state: None, megabytes: int) -> int:
 def test_unexpected_failure_is_served_not_raised(tokenizer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from afm_struct.grammar import compiler as compiler_module
 
-    def boom(schema):  # type: ignore[no-untyped-def]
+    def boom(*_args):  # type: ignore[no-untyped-def]
         raise RuntimeError("library quirk")
 
     monkeypatch.setattr(compiler_module, "rewrite_schema", boom)
