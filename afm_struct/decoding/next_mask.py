@@ -91,9 +91,6 @@ class MaskFiller:
             reuse = allocate_bitmask(max(len(rows), 2 * (reuse.shape[0] if reuse is not None else 0)),
                                      self.vocab_size)
         bitmask = reuse[:len(rows)]
-        for i, seq in enumerate(rows):
-            seq.mask = bitmask[i:i + 1]
-            seq.mask_tokens = None  # until its row is final (a row that fails keeps none)
         own = [0.0] * len(rows)  # each row's own part (its share of the shared calls added below)
 
         def finish(i: int, filled: bool, counted: Counted | None = None) -> None:
@@ -121,6 +118,10 @@ class MaskFiller:
                 pending = len(chunks)
             except RuntimeError:  # the interpreter shutting down: one call, on this thread
                 chunked = None
+        # After the helper's start: its engine call need not wait for these.
+        for i, seq in enumerate(rows):
+            seq.mask = bitmask[i:i + 1]
+            seq.mask_tokens = None  # until its row is final (a row that fails keeps none)
         together: set[int] = set()
         try:
             for group in groups:

@@ -114,12 +114,13 @@ def json_options(options: CompileOptions, *, relaxed: bool = False) -> dict[str,
 class LLGuidanceMatcher:
     """Per-sequence state over one llguidance ``LLMatcher``."""
 
-    __slots__ = ("_m", "_words", "closing_hints")
+    __slots__ = ("_fill", "_m", "_words", "closing_hints")
 
     def __init__(self, matcher: llguidance.LLMatcher, words: int,
                  closing_hints: ClosingHints = NO_HINTS) -> None:
         self._m = matcher
         self._words = words
+        self._fill: BatchFill | None = None  # made once, offered every step
         # The grammar's patterns (the closing search completes strings under them).
         self.closing_hints = closing_hints
 
@@ -141,7 +142,9 @@ class LLGuidanceMatcher:
 
     def batch_fill(self) -> BatchFill:
         """This matcher's row in a batch fill (:func:`fill_masks_together`)."""
-        return BatchFill(fill_masks_together, self._m, self._words)
+        if self._fill is None:  # (not in __init__: the closing search makes ~1 µs forks)
+            self._fill = BatchFill(fill_masks_together, self._m, self._words)
+        return self._fill
 
     def advance(self, token: int) -> bool:
         """Consume ``token``; False (and stopped) if the grammar rejects it."""
