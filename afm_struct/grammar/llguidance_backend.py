@@ -42,6 +42,9 @@ _LIMIT_MESSAGE = re.compile(r"too many (expressions|states|items)|too complex|ex
 
 _LL_LOCK = threading.Lock()
 
+# Where llguidance reads JSON compile options inside a schema (see compile_json_schema).
+_ENGINE_OPTIONS = "x-guidance"
+
 
 def ll_tokenizer_for(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
     """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build):
@@ -249,6 +252,13 @@ class LLGuidanceBackend:
         runs without the GIL, so a caller waiting for that may run Python alongside.
         """
         defaults = self.relaxed_json if options.relaxed else self.exact_json
+        if isinstance(schema, dict) and _ENGINE_OPTIONS in schema:
+            # llguidance reads its JSON options from the schema's own "x-guidance" over the
+            # ones passed here: a request could turn separators into "=" or make the engine
+            # lenient (dropping what it lacks) while the compile reports it exact.  An unknown
+            # keyword to JSON Schema, an annotation: dropped, the options are the server's.
+            schema = {k: v for k, v in schema.items() if k != _ENGINE_OPTIONS}
+            text = None
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
                 json.dumps(schema) if text is None else text, defaults=defaults)

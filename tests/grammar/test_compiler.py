@@ -238,3 +238,28 @@ def test_mask_rows_are_independent(compiler, tokenizer) -> None:  # type: ignore
     bm = np.full((2, allocate_bitmask(1, tokenizer.vocab_size).shape[1]), -1, dtype=np.int32)
     c.new_matcher().fill_mask(bm[1])
     assert (bm[0] == -1).all() and not (bm[1] == -1).all()
+
+
+@pytest.mark.parametrize("options", [
+    {"lenient": True},
+    {"item_separator": ";", "key_separator": "="},
+    {"whitespace_flexible": True},
+    {"coerce_one_of": True},
+])
+def test_a_schemas_own_engine_options_are_not_read(compiler, tokenizer, options) -> None:  # type: ignore[no-untyped-def]
+    """llguidance reads JSON options from a schema's "x-guidance" over the server's: a request
+    made the engine lenient (uniqueItems dropped, served as exact, duplicates accepted) or its
+    separators "=" and ";" (not JSON, served as exact).  The schema now compiles as without it."""
+    unique = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+    plain = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+             "required": ["a", "b"], "additionalProperties": False}
+    for schema in (unique, plain):
+        alone = compiler.compile(JsonSchemaRequest(schema))
+        c = compiler.compile(JsonSchemaRequest({**schema, "x-guidance": options}))
+        assert (c.mode, c.rung, c.reason) == (alone.mode, alone.rung, alone.reason)
+    assert not accepts(compiler.compile(JsonSchemaRequest({**plain, "x-guidance": options})),
+                       tokenizer, '{"a"="x";"b"=1}')
+    assert not accepts(compiler.compile(JsonSchemaRequest({**plain, "x-guidance": options})),
+                       tokenizer, '{ "a" :  "x" , "b": 1 }')
+    assert accepts(compiler.compile(JsonSchemaRequest({**plain, "x-guidance": options})),
+                   tokenizer, '{"a": "x", "b": 1}')
