@@ -136,7 +136,7 @@ def test_non_strict_expensive_patterns_are_served_without_them(serve) -> None:
 def test_a_budget_hit_while_decoding_ends_only_that_request(serve, monkeypatch, stream: bool) -> None:
     """The backstop: should an engine budget be hit in mid-output anyway (the compile-time check
     is bypassed here), only that request fails, with grammar_too_complex and no internals."""
-    monkeypatch.setattr(compiler_module, "longest_forced_run", lambda schema: None)
+    monkeypatch.setattr(compiler_module, "longest_forced_run", lambda *_args: None)
     compilers: dict[int, ConstraintCompiler] = {}
 
     def compile_fn(tokenizer: Any, request: Any) -> Any:  # a compiler of its own: no shared cache
