@@ -321,7 +321,7 @@ class ConstraintCompiler:
         if not isinstance(request.pattern, str):
             raise SchemaError("the pattern must be a string", path="$.pattern", param="pattern")
         # The budget first: an oversized pattern is refused before anything reads it.
-        check_forced_runs({"pattern": request.pattern}, param="")
+        check_forced_runs({"pattern": request.pattern}, param="", engine_syntax=True)
         irregular = classify_pattern(request.pattern)
         if irregular:
             return self._result(request, Rung.UNCONSTRAINED, None, irregular, pattern=request.pattern)

@@ -245,14 +245,14 @@ class _Reader:
             return _literal(t.text), i + 1
         if t.kind == "regex":
             body, _, flags = t.text[1:].rpartition("/")
-            return (_CHOICE if "i" in flags else regex_run(body)), i + 1
+            return (_CHOICE if "i" in flags else regex_run(body, engine_syntax=True)), i + 1
         if t.kind == "name":
             return self.rule(t.text), i + 1
         if t.kind == "special":
             return _CHOICE, i + 1
         if t.kind == "directive" and i + 1 < len(toks) and toks[i + 1].kind == "object":
             if t.text == "%json":
-                found = longest_forced_run(json.loads(toks[i + 1].text))
+                found = longest_forced_run(json.loads(toks[i + 1].text), engine_syntax=True)
                 if found is not None:
                     raise _Over(found.length, f"%json schema ({found.what})")
             return _CHOICE, i + 2
@@ -359,7 +359,7 @@ def check_regex_budget(pattern: str, *, param: str) -> None:
             f"the pattern at $.{param} is {len(pattern):,} characters long; constrained output "
             f"takes regular expressions of at most {MAX_PATTERN_CHARS:,} (a longer one costs "
             "seconds of compile work shared with every running request): shorten it", param=param)
-    length = forced_run(pattern)
+    length = forced_run(pattern, engine_syntax=True)
     if length > MAX_FORCED_RUN:
         raise GrammarLimitError(
             f"the pattern at $.{param} forces {length:,} characters in a row; constrained output "

@@ -167,19 +167,35 @@ def _repeat(r: _Run, low: int, high: int | None) -> _Run:
     return _Run(False, r.pre if low >= 1 else 0, r.suf, max(r.best, r.suf + r.pre if again else 0))
 
 
-def forced_run(pattern: str) -> int:
+# A repeat as the engine's regex syntax (Rust's) also reads it: spaces inside the braces.
+_SPACED_REPEAT = re.compile(r"\{\s*(\d+)\s*(?:(,)\s*(\d*)\s*)?\}")
+
+
+def _compact_repeats(pattern: str) -> str:
+    """``pattern`` with each spaced repeat (``a{ 3}``, ``a{3, 5}``) written without spaces: the
+    engine reads those as repeats where Python reads text (see json_escapes.py)."""
+    return _SPACED_REPEAT.sub(lambda m: "{" + m.group(1) + (m.group(2) or "") + (m.group(3) or "") + "}",
+                              pattern)
+
+
+def forced_run(pattern: str, *, engine_syntax: bool = False) -> int:
     """The longest run of bytes ``pattern`` can force (an upper bound).
 
     Syntax interegular does not parse (Unicode classes, anchors inside the pattern) is retried
     with those parts read as "any character"; failing that, the largest repeat count (the copies it
     forces) stands in for the run.
     """
-    return regex_run(pattern).best
+    return regex_run(pattern, engine_syntax=engine_syntax).best
 
 
-def regex_run(pattern: str) -> _Run:
+def regex_run(pattern: str, *, engine_syntax: bool = False) -> _Run:
     """The forced text of ``pattern`` (see :func:`forced_run`), as the run algebra's value (a
-    grammar's regex terminals join the runs around them)."""
+    grammar's regex terminals join the runs around them).  ``engine_syntax``: the pattern goes
+    to the engine as it is (a regex request, a Lark terminal or ``%json`` schema), read with the
+    engine's rules; otherwise as Python's ``re`` reads it (JSON Schema patterns, which
+    json_escapes.guard_pattern rewrites so that the engine reads them the same way)."""
+    if engine_syntax:
+        pattern = _compact_repeats(pattern)
     body = pattern[1:] if pattern.startswith("^") else pattern
     if body.endswith("$") and not body.endswith("\\$"):
         body = body[:-1]
@@ -194,19 +210,20 @@ def regex_run(pattern: str) -> _Run:
     return _Run(False, n, n, n)
 
 
-def check_forced_runs(schema: Any, *, param: str, prefix: str = "$") -> None:
+def check_forced_runs(schema: Any, *, param: str, prefix: str = "$", engine_syntax: bool = False) -> None:
     """Raise :class:`GrammarLimitError` (with ``param`` + the path) when ``schema`` forces a run
-    over :data:`MAX_FORCED_RUN`; ``param`` / ``prefix`` say where the schema sits in the request."""
-    run = longest_forced_run(schema)
+    over :data:`MAX_FORCED_RUN`; ``param`` / ``prefix`` say where the schema sits in the request
+    (``engine_syntax``: see :func:`regex_run`)."""
+    run = longest_forced_run(schema, engine_syntax=engine_syntax)
     if run is not None:
         raise run.error(param, prefix)
 
 
-def _pattern_run(path: tuple[str | int, ...], pattern: str) -> ForcedRun:
+def _pattern_run(path: tuple[str | int, ...], pattern: str, engine_syntax: bool) -> ForcedRun:
     """The pattern at ``path``, measured, or marked oversized without reading it."""
     if len(pattern) > MAX_PATTERN_CHARS:
         return ForcedRun(path, len(pattern), "pattern", oversized=True)
-    return ForcedRun(path, forced_run(pattern), "pattern")
+    return ForcedRun(path, forced_run(pattern, engine_syntax=engine_syntax), "pattern")
 
 
 # A counted repeat's opening in JSON text: a brace then a digit or a comma occurs only inside
@@ -234,14 +251,16 @@ def _literal(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False).encode())
 
 
-def longest_forced_run(schema: Any, text: str | None = None) -> ForcedRun | None:
+def longest_forced_run(schema: Any, text: str | None = None, *,
+                       engine_syntax: bool = False) -> ForcedRun | None:
     """The first part of ``schema`` whose forced run exceeds :data:`MAX_FORCED_RUN`, or None.
 
     ``text``: ``schema`` as ``json.dumps`` writes it (ASCII), when the caller has it: a schema
     under half the limit with no counted repeat (``{n}``, ``{m,n}``, ``{,n}``) anywhere is
-    under the limit without a walk (:func:`bounded_by_text`).
+    under the limit without a walk (:func:`bounded_by_text`).  ``engine_syntax``: see
+    :func:`regex_run`.
     """
-    if text is not None and bounded_by_text(text):
+    if text is not None and not engine_syntax and bounded_by_text(text):
         return None
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(schema, ())]
     while stack:
@@ -255,7 +274,7 @@ def longest_forced_run(schema: Any, text: str | None = None) -> ForcedRun | None
             here = (*path, key)
             found: ForcedRun | None = None
             if key == "pattern" and isinstance(value, str):
-                found = _pattern_run(here, value)
+                found = _pattern_run(here, value, engine_syntax)
             elif key == "const":
                 found = ForcedRun(here, _literal(value), "const value")
             elif key == "enum" and isinstance(value, list):
@@ -266,7 +285,7 @@ def longest_forced_run(schema: Any, text: str | None = None) -> ForcedRun | None
             if key in ("properties", "patternProperties") and isinstance(value, dict):
                 for name, sub in value.items():
                     if key == "patternProperties":
-                        named = _pattern_run((*here, name), name)
+                        named = _pattern_run((*here, name), name, engine_syntax)
                     else:
                         named = ForcedRun((*here, name), _literal(name), "property name")
                     if named.oversized or named.length > MAX_FORCED_RUN:

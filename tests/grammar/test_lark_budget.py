@@ -57,7 +57,10 @@ def test_syntax_it_cannot_follow_is_left_to_the_engine() -> None:
 
 
 OVER = ['start: "a"{1000000}', 'start: "a"{40000}', 'start: A\nA: "a"{1000000}', "start: /a{1000000}/",
-        'start: "x"? ("a" "b"){300000}']
+        'start: "x"? ("a" "b"){300000}',
+        # Repeats the engine's regex syntax reads with spaces inside (Python's reads text there):
+        "start: /a{ 1000000}/", "start: /a{1000000 }/", "start: /(ab){300000, 400000}/",
+        'start: %json {"type": "string", "pattern": "^a{ 1000000}$"}']
 
 
 def _walk(compiler: ConstraintCompiler, grammar: str, steps: int, rng: random.Random) -> str | None:

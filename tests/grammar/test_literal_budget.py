@@ -184,3 +184,19 @@ def test_an_oversized_pattern_is_refused_before_it_is_read(tokenizer) -> None:
     assert found is not None and found.oversized and found.path == ("patternProperties", big)
     under = _alternation(MAX_PATTERN_CHARS - 20)
     assert len(under) <= MAX_PATTERN_CHARS and longest_forced_run({"pattern": under}) is None
+
+
+@pytest.mark.parametrize("pattern", ["^a{ 1000000}$", "^a{1000000 }$", "^(ab){300000, 400000}$",
+                                     "a{ 20000 , }"])
+def test_a_regex_request_is_measured_as_the_engine_reads_it(tokenizer, pattern: str) -> None:
+    """A regex request goes to the engine as written, and its regex syntax reads a repeat with
+    spaces inside the braces (Python's reads text): measured so, it is refused up front, where
+    it used to pass the budget and stop the engine in mid-output."""
+    compiler = ConstraintCompiler(tokenizer)
+    with pytest.raises(GrammarLimitError):
+        compiler.compile(RegexRequest(pattern))
+    # In a JSON Schema the same pattern is the text Python reads (the engine is told so).
+    text = pattern.strip("^$")
+    if "(" not in text and text.endswith("}"):
+        c = compiler.compile(JsonSchemaRequest({"type": "string", "pattern": pattern}))
+        assert (c.mode, c.rung) == (Mode.ENFORCED, Rung.EXACT)
