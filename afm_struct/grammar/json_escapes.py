@@ -92,10 +92,17 @@ def guard_pattern(pattern: str) -> str:
 def guard_patterns(schema: Any, text: str | None = None) -> Any:
     """``schema`` with :func:`guard_pattern` applied to every ``pattern`` and
     ``patternProperties`` key (the same object when no pattern changes); ``text``: ``schema``
-    already serialized (no ``"pattern`` in it: no pattern to guard, no walk)."""
-    if '"pattern' not in (json.dumps(schema) if text is None else text):
+    already serialized (no pattern in it, or none with a negated class or a brace: no walk)."""
+    text = json.dumps(schema) if text is None else text
+    if '"pattern' not in text or ("[^" not in text and not _LOOSE_BRACE.search(text)):
         return schema
     return _walk(schema)
+
+
+# A brace inside a JSON string, as far as the text shows: JSON's own braces follow ":", ",",
+# "[" or "{" (or start the text) and are followed by '"' or "}", and an empty object "{}" by
+# ",", "}" or "]" (a string's "{}" ends before a '"' at the latest).
+_LOOSE_BRACE = re.compile(r'(?<=[^:,\[{])\{|\{(?=[^"}])|\{\}(?=[^,}\]])')
 
 
 def _walk(node: Any) -> Any:

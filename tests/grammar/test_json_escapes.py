@@ -111,3 +111,14 @@ def test_a_spaced_repeat_cannot_slip_past_the_forced_run_budget(compilers, token
             assert constraint.mode is Mode.ENFORCED, (order, constraint.reason)
             assert _accepts(constraint, tokenizer, literal), (order, pattern)
             assert not _accepts(constraint, tokenizer, "aaa"), (order, pattern)
+
+
+@pytest.mark.parametrize("pattern", ["^a,{}$", "^a:{}$", "^[{}]$", "^{}{ 2}$", "^a{}$", "^x,{ 2}$"])
+def test_a_brace_is_found_in_the_schema_text(compilers, tokenizer, pattern: str) -> None:  # type: ignore[no-untyped-def]
+    """The compile decides from the schema's JSON text whether any pattern needs the guard;
+    braces right after JSON's own ":" or "," (``a,{}``) looked like an empty object there."""
+    for order, compiler in compilers.items():
+        constraint = compiler.compile(JsonSchemaRequest({"type": "string", "pattern": pattern}))
+        assert constraint.mode is Mode.ENFORCED, (order, pattern, constraint.reason)
+        text = pattern.strip("^$").replace("[{}]", "{")
+        assert _accepts(constraint, tokenizer, text) == bool(re.search(_ecma(pattern), text)), (order, text)
