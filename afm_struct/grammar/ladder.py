@@ -78,7 +78,8 @@ def generic_schema(schema: Any) -> dict[str, Any]:
 Attempt = Callable[[Any, float], CompiledGrammar]
 
 # How long :meth:`LLGuidanceLadder.start_exact` waits for the compile thread to reach the engine
-# (~15 µs on an idle host, the JSON conversion included for usual schemas).
+# (~50-70 µs on an idle host: the thread's wake-up and the JSON conversion; past it, with every
+# compile thread busy or a long any-order translation, the caller goes on anyway).
 _RELEASE_WAIT_S = 0.005
 
 
