@@ -1,5 +1,7 @@
 # Two commands on a fresh machine: `make serve` and `make test`.  Set-up is idempotent: a stamp
-# file records that .venv matches pyproject.toml, so repeat runs take seconds.
+# file records that .venv matches pyproject.toml and constraints.txt, so repeat runs take seconds.
+# constraints.txt pins every package to the version the suite passed with (`make lock` rewrites
+# it from the current venv; an upgrade is a commit of its own).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -14,16 +16,16 @@ INSTRUCTOR := instructor==1.17.0
 MODEL_ARG := $(if $(MODEL),--model $(MODEL),)
 BLAS_PRELOAD = $$($(BIN)/python -m afm_struct.models.blas)
 
-.PHONY: setup serve cluster test fuzz lint bench clean
+.PHONY: setup serve cluster test fuzz lint bench clean lock
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml constraints.txt Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench,compat]'
-	$(BIN)/python -m pip install --quiet --no-deps $(INSTRUCTOR)
-	$(BIN)/python -m pip install --quiet --no-deps $(EMBEDDED)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench,compat]'
+	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt $(INSTRUCTOR)
+	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt $(EMBEDDED)
 	@bash scripts/install-blas.sh $(BIN)/python
 	@bash scripts/install-haproxy.sh
 	@bash scripts/install-postgresql.sh
@@ -50,6 +52,11 @@ test: setup
 FUZZ_EXAMPLES ?= 2000
 fuzz: setup
 	AFM_STRUCT_RANDOM_EXAMPLES=$(FUZZ_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q tests/fuzz/test_contract_fuzz.py $(PYTEST_ARGS)
+
+# Re-pin constraints.txt to what .venv holds now (after a deliberate upgrade that `make test` passed).
+lock: setup
+	@{ sed -n '1,2p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^pip=='; } > constraints.txt.new
+	@mv constraints.txt.new constraints.txt
 
 lint: setup
 	$(BIN)/ruff check .
