@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..grammar.engine import BatchFill, allocate_bitmask, mask_words, matcher_failure
+from .grammar_budget import DEAR_ROW_S, SLOW_SHARED_S
 from .masking import allowed_count, allowed_tokens, allows_token, bitmask_allows_all, set_tokens
 from .sequence import SequenceState
 
@@ -155,7 +156,17 @@ class MaskFiller:
         sharing = together or set(range(len(rows)))
         shared = max(elapsed - sum(own), 0.0) / len(sharing)
         for i, seq in enumerate(rows):
-            seq.timings.mask_s += own[i] + (shared if i in sharing else 0.0)
+            spent = own[i] + (shared if i in sharing else 0.0)
+            seq.timings.mask_s += spent
+            # Who is filled alone next step (grammar_budget.py): the rows of a slow shared
+            # call (to find the dear one among them), and rows whose own fill was dear.
+            seq.grammar.alone = shared > SLOW_SHARED_S if i in together else own[i] > DEAR_ROW_S
+            if seq.done:
+                continue
+            try:
+                seq.grammar.charge(spent, len(seq.tokens))
+            except Exception as exc:  # over its budget: this row alone ends
+                on_error(seq, exc)
         return reuse
 
     @staticmethod
@@ -165,6 +176,8 @@ class MaskFiller:
         hand-off)."""
         groups: dict[tuple[Any, int], list[tuple[Any, int]]] = {}
         for i, seq in enumerate(rows):
+            if seq.grammar.alone:  # timed on its own (grammar_budget.py)
+                continue
             offer = getattr(seq.matcher, "batch_fill", None)
             try:
                 fill: BatchFill | None = offer() if offer is not None else None

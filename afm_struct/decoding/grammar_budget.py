@@ -1,0 +1,58 @@
+"""A request's budget of grammar work: the time its masks, advances, forced runs and closing
+search take, summed over its steps and checked as they happen.
+
+llguidance's parser limits (``grammar/llguidance_backend.py`` DEFAULT_LIMITS) bound the Earley
+items of one step, but not what each item costs: in an ambiguous grammar (``e: e e e | e e |
+/[a-z]/``) every completed item walks a whole earlier row, so a step costs ~rows x items and
+keeps growing under the item limit (measured: 0.03 s at the first token, 1.5 s at the 30th;
+``benchmarks/hostile/README.md``).  So each row's grammar time is charged here as it is spent,
+and the row that spends more than its budget ends with ``grammar_too_complex`` at that step:
+the batch's other rows lose at most that one step.
+
+Rows that share one batched mask call (``next_mask.py``) are charged an equal share of it; a
+dear row among them would make cheap ones pay for it, so a shared call slower than
+:data:`SLOW_SHARED_S` a row sends its rows to be filled one by one at the next step (each then
+timed alone), and a row whose own fill took over :data:`DEAR_ROW_S` stays alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import GrammarLimitError
+
+# A request's grammar time by default (``--grammar-budget-s``).  On the development set a mask
+# takes ~18 µs at the median and 4 ms at the 99th percentile (a large schema's first masks):
+# 4,096 tokens at 0.5 ms a step is 2 s.
+DEFAULT_GRAMMAR_BUDGET_S = 5.0
+# A row whose mask, filled on its own, took longer than this is filled on its own next step too
+# (development set steps: ~18 µs median, ~4 ms at the 99th percentile, a large schema's first masks).
+DEAR_ROW_S = 0.010
+# A shared mask call whose share per row exceeds this: its rows are filled alone next step.
+SLOW_SHARED_S = 0.010
+
+
+@dataclass
+class GrammarBudget:
+    """One sequence's grammar time: ``spent_s`` so far against ``limit_s`` (None: unlimited)."""
+
+    limit_s: float | None = DEFAULT_GRAMMAR_BUDGET_S
+    spent_s: float = 0.0
+    # Fill this row's mask on its own (not in the batch's shared call), and time it alone.
+    alone: bool = False
+
+    def charge(self, seconds: float, tokens: int) -> None:
+        """Add ``seconds`` of grammar work; raise :class:`GrammarLimitError` once over the
+        limit (``tokens``: how many the request has generated, for the message)."""
+        self.spent_s += seconds
+        if self.limit_s is not None and self.spent_s > self.limit_s:
+            raise budget_error(self.limit_s, tokens)
+
+
+def budget_error(limit_s: float, tokens: int) -> GrammarLimitError:
+    """The client's error for a request over its grammar budget."""
+    return GrammarLimitError(
+        f"the output's constraint took more than this server's grammar budget of {limit_s:g} s "
+        f"of grammar work for one request (masks and parsing, after {tokens} tokens): the "
+        "grammar is too ambiguous or too costly per token; simplify it (fewer ambiguous "
+        "alternatives, longer lexemes than single characters)")
