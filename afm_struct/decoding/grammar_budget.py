@@ -10,9 +10,11 @@ and the row that spends more than its budget ends with ``grammar_too_complex`` a
 the batch's other rows lose at most that one step.
 
 Rows that share one batched mask call (``next_mask.py``) are charged an equal share of it; a
-dear row among them would make cheap ones pay for it, so a shared call slower than
-:data:`SLOW_SHARED_S` a row sends its rows to be filled one by one at the next step (each then
-timed alone), and a row whose own fill took over :data:`DEAR_ROW_S` stays alone.
+dear row among them would make cheap ones pay for it (and, its share diluted, pay too little
+itself), so a shared call slower than :data:`SLOW_SHARED_S` sends its rows to be filled one by
+one at the next step (each then timed alone); a row whose own fill took over :data:`DEAR_ROW_S`
+stays alone, the others go back to the shared call and are not sent out again for
+:data:`CLEARED_STEPS` steps (a large batch's shared call may be slow for no one row's fault).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ DEFAULT_GRAMMAR_BUDGET_S = 5.0
 # A row whose mask, filled on its own, took longer than this is filled on its own next step too
 # (development set steps: ~18 µs median, ~4 ms at the 99th percentile, a large schema's first masks).
 DEAR_ROW_S = 0.010
-# A shared mask call whose share per row exceeds this: its rows are filled alone next step.
+# A shared mask call slower than this: its rows are filled alone next step, to find a dear one.
 SLOW_SHARED_S = 0.010
+# Steps a row found cheap on its own stays in the shared call, however slow that call is.
+CLEARED_STEPS = 32
 
 
 @dataclass
@@ -40,6 +44,19 @@ class GrammarBudget:
     spent_s: float = 0.0
     # Fill this row's mask on its own (not in the batch's shared call), and time it alone.
     alone: bool = False
+    # Steps left before a slow shared call may send this row out to be timed alone again.
+    cleared: int = 0
+
+    def placed(self, *, shared: bool, slow_call: bool, own_s: float) -> None:
+        """Where this row's next mask is filled, after this one: ``shared`` (it was in a shared
+        call, ``slow_call`` when that call was slow) or alone, taking ``own_s``."""
+        if shared:
+            self.alone = slow_call and self.cleared == 0
+            self.cleared = max(self.cleared - 1, 0)
+        else:
+            self.alone = own_s > DEAR_ROW_S
+            if not self.alone:
+                self.cleared = CLEARED_STEPS
 
     def charge(self, seconds: float, tokens: int) -> None:
         """Add ``seconds`` of grammar work; raise :class:`GrammarLimitError` once over the

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..grammar.engine import BatchFill, allocate_bitmask, mask_words, matcher_failure
-from .grammar_budget import DEAR_ROW_S, SLOW_SHARED_S
+from .grammar_budget import SLOW_SHARED_S
 from .masking import allowed_count, allowed_tokens, allows_token, bitmask_allows_all, set_tokens
 from .sequence import SequenceState
 
@@ -154,13 +154,14 @@ class MaskFiller:
         # The time not spent in a row's own part (the shared calls, the waits) is shared
         # equally by the rows filled together (by all rows when none was).
         sharing = together or set(range(len(rows)))
-        shared = max(elapsed - sum(own), 0.0) / len(sharing)
+        shared_s = max(elapsed - sum(own), 0.0)
+        shared = shared_s / len(sharing)
         for i, seq in enumerate(rows):
             spent = own[i] + (shared if i in sharing else 0.0)
             seq.timings.mask_s += spent
             # Who is filled alone next step (grammar_budget.py): the rows of a slow shared
-            # call (to find the dear one among them), and rows whose own fill was dear.
-            seq.grammar.alone = shared > SLOW_SHARED_S if i in together else own[i] > DEAR_ROW_S
+            # call (to find a dear one among them), and rows whose own fill was dear.
+            seq.grammar.placed(shared=i in together, slow_call=shared_s > SLOW_SHARED_S, own_s=own[i])
             if seq.done:
                 continue
             try:

@@ -70,3 +70,38 @@ def test_the_row_over_its_budget_ends_alone_and_is_charged_its_own_time(tokenize
     # Its mask was timed on its own: the cheap rows (filled together) were not charged for it.
     assert dear.grammar.alone and dear.grammar.spent_s > 0.05
     assert all(not r.grammar.alone and r.grammar.spent_s < dear.grammar.spent_s / 4 for r in cheap)
+
+
+AMBIGUOUS = "start: e\ne: e e e | e e | /[a-z0-9 ]/"
+
+
+def test_a_dear_row_in_the_shared_call_is_found_and_then_pays_for_itself(tokenizer: Any) -> None:
+    backend = LLGuidanceBackend(tokenizer)
+    grammar = backend.compile_json_schema(SCHEMA)
+    cheap = [_row(grammar.new_matcher(), None) for _ in range(3)]
+    cheap_text = tokenizer.encode('{"name": "Ada Lovelace the first of her name"}')
+    letters = tokenizer.encode("a b c d e f g h i j k l m n o p")
+    matcher = backend.compile_lark(AMBIGUOUS).new_matcher()
+    for token in letters[:8]:  # its masks now take tens of ms, more at each step
+        assert matcher.advance(token)
+    dear = _row(matcher, None)
+    rows = [*cheap, dear]
+    filler = MaskFiller(tokenizer.vocab_size, tokenizer.eos_token_ids)
+    failed: list[Any] = []
+
+    def step(k: int) -> list[float]:
+        """Fill the rows' masks, then advance each by its next token; the time each was charged."""
+        before = [r.grammar.spent_s for r in rows]
+        filler.fill_rows(rows, lambda seq, exc: failed.append(exc))
+        for r in cheap:
+            assert r.matcher.advance(cheap_text[k])
+        assert dear.matcher.advance(letters[8 + k])
+        return [r.grammar.spent_s - b for r, b in zip(rows, before, strict=True)]
+
+    step(0)  # all four in one shared call
+    assert all(r.grammar.alone for r in rows)  # it was slow: each is timed alone next step
+    step(1)
+    assert dear.grammar.alone and not any(r.grammar.alone for r in cheap)
+    added = step(2)  # the cheap ones together again, the dear one alone
+    assert failed == []
+    assert added[-1] > DEAR_ROW_S and all(a < added[-1] / 4 for a in added[:-1])
