@@ -68,7 +68,7 @@ def test_the_row_over_its_budget_ends_alone_and_is_charged_its_own_time(tokenize
     assert isinstance(failed[0][1], GrammarLimitError)
     assert 2 <= steps <= 3  # 0.05 s at >= 0.02 s a step
     # Its mask was timed on its own: the cheap rows (filled together) were not charged for it.
-    assert dear.grammar.alone and dear.grammar.spent_s > 0.05
+    assert dear.grammar.dear and dear.grammar.spent_s > 0.05
     assert all(not r.grammar.alone and r.grammar.spent_s < dear.grammar.spent_s / 4 for r in cheap)
 
 
@@ -101,7 +101,7 @@ def test_a_dear_row_in_the_shared_call_is_found_and_then_pays_for_itself(tokeniz
     step(0)  # all four in one shared call
     assert all(r.grammar.alone for r in rows)  # it was slow: each is timed alone next step
     step(1)
-    assert dear.grammar.alone and not any(r.grammar.alone for r in cheap)
-    added = step(2)  # the cheap ones together again, the dear one alone
+    assert dear.grammar.dear and not any(r.grammar.alone or r.grammar.dear for r in cheap)
+    added = step(2)  # the cheap ones together again, the dear one apart
     assert failed == []
     assert added[-1] > DEAR_ROW_S and all(a < added[-1] / 4 for a in added[:-1])
