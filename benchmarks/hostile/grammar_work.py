@@ -1,13 +1,13 @@
 """Issue 46, findings 2 and 3, measured over real HTTP on a scripted model (in this process).
 
     .venv/bin/python benchmarks/hostile/grammar_work.py ambiguous [--before] [--hostile 1|4]
-    .venv/bin/python benchmarks/hostile/grammar_work.py wide [--before] [--requests 16]
+    .venv/bin/python benchmarks/hostile/grammar_work.py wide [--before] [--requests 16] [--props 10000]
 
 ``ambiguous``: an ordinary stream of 200 tokens (the scripted model sleeps 5 ms a forward pass)
 runs alone, then beside ``--hostile`` requests of ``guided_grammar: "start: e\\ne: e e e | e e |
 /[a-z0-9 ]/"``; printed: each hostile request's status and time to its answer, the stream's total
 time and its longest gap between two chunks.  ``wide``: ``--requests`` concurrent strict schemas
-of 10,000 required properties (~300 KB each); printed: statuses, this process's RSS before and
+of ``--props`` required properties (10,000: ~300 KB each); printed: statuses, this process's RSS before and
 after, and its peak.  ``--before`` runs with the settings of before issue 46: llguidance's own item
 limit (50,000), no grammar budget, no compile memory bounds.
 """
@@ -114,7 +114,7 @@ def wide(args: argparse.Namespace) -> None:
         results: list[tuple[int, str]] = []
 
         def one(i: int) -> None:
-            props = {f"p{i}_{k}": {"type": "string"} for k in range(10_000)}
+            props = {f"p{i}_{k}": {"type": "string"} for k in range(args.props)}
             schema = {"type": "object", "properties": props, "required": list(props),
                       "additionalProperties": False}
             r = httpx.post(f"{live.url}/v1/chat/completions", timeout=600, json={
@@ -131,8 +131,9 @@ def wide(args: argparse.Namespace) -> None:
             t.start()
         for t in threads:
             t.join()
-        size_kb = len(json.dumps({f"p0_{k}": {"type": "string"} for k in range(10_000)})) / 1024
+        size_kb = len(json.dumps({f"p0_{k}": {"type": "string"} for k in range(args.props)})) / 1024
         print(json.dumps({"mode": "before" if args.before else "after", "requests": args.requests,
+                          "properties": args.props,
                           "schema_kb": round(size_kb), "seconds": round(time.perf_counter() - t0, 1),
                           "results": dict(Counter(f"{s} {w}" for s, w in results)),
                           "rss_mb_before": round(rss0), "rss_mb_after": round(_status("VmRSS")),
@@ -150,6 +151,7 @@ def main() -> None:
     p.add_argument("--hostile", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=200)
     p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--props", type=int, default=10_000, help="required properties per wide schema")
     args = p.parse_args()
     if args.before:
         llguidance_backend.DEFAULT_LIMITS.pop("step_max_items", None)  # llguidance's 50,000
