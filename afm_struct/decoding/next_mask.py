@@ -18,6 +18,10 @@ tokens and does each row's own part (EOS, budget rule, flags) as the chunk is wr
 the engine fills the next one.  Done after one call for the whole group, that part (~10 µs a
 row at 128k tokens) bounded what the engine's parallel fill could gain; counted on the helper
 between its engine calls, it kept the engine idle meanwhile (~100 µs a chunk of 16 rows).
+
+Each row's time (its own part and its share of the shared call it was in) is charged to its
+request's grammar budget (:mod:`.grammar_budget`); a row over it ends (``on_error``), and a row
+whose masks are dear is kept out of the cheap rows' shared call.
 """
 
 from __future__ import annotations
@@ -188,7 +192,7 @@ class MaskFiller:
         """The rows that offer a batch fill, by engine: ``(fill, words, [(handle, row)])``, for
         the groups of at least two rows (one row: the engine's thread pool would only add a
         hand-off)."""
-        groups: dict[tuple[Any, int], list[tuple[Any, int]]] = {}
+        groups: dict[tuple[Any, int, bool], list[tuple[Any, int]]] = {}
         for i, seq in enumerate(rows):
             if seq.grammar.alone:  # timed on its own (grammar_budget.py)
                 continue
