@@ -107,6 +107,7 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
     generation = GenerationRequest(prompt_ids=prompt_ids, params=plan.sampling, constraint=constraint,
                                    logits_processors=[counter], request_id=plan.request_id,
                                    close_on_length=close, logprobs=plan.logprobs,
+                                   grammar_budget_s=state.settings.grammar_budget_s,
                                    hidden_token_ids=hidden_tokens(tokenizer, plan, reasoning, tool_plan),
                                    stops_cut_grammar=tool_plan is None,
                                    fit_to_context=fit,

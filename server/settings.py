@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from afm_struct.decoding.grammar_budget import DEFAULT_GRAMMAR_BUDGET_S
+
 from .tenants import ApiKey, distinct_keys
 
 
@@ -45,6 +47,9 @@ class ServerSettings:
     # Constrained output cut by max_tokens ends with the grammar's shortest completion, so it
     # parses (finish_reason stays "length"); a request's afm_close_on_length: false opts out.
     close_on_length: bool = True
+    # Seconds of grammar work (masks, parsing, closing) one request may spend before it ends
+    # with grammar_too_complex (afm_struct/decoding/grammar_budget.py).
+    grammar_budget_s: float = DEFAULT_GRAMMAR_BUDGET_S
     # Names the server answers to in ``model`` and lists in /v1/models (empty: the model's id).
     served_model_names: tuple[str, ...] = ()
     # Bearer keys accepted on every route but /health (empty: no authentication), each naming
@@ -67,6 +72,8 @@ class ServerSettings:
             raise ValueError("max_active must be >= 1 and max_queue >= 0")
         if not (self.body_timeout_s > 0 and self.header_timeout_s > 0):
             raise ValueError("body_timeout_s and header_timeout_s must be > 0")
+        if not 0 < self.grammar_budget_s <= 3600:
+            raise ValueError("grammar_budget_s must be in (0, 3600]")
         if self.max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         if not 0 <= self.join_wait_ms <= 1000:

@@ -80,6 +80,10 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
     add("--property-order", default="schema", choices=("schema", "any"),
         help="objects' properties only in the schema's order (default: keys are forced) "
              "or in any order")
+    add("--grammar-budget-s", type=float, default=d.grammar_budget_s, metavar="SECONDS",
+        help="grammar work (masks, parsing, closing) one request may spend in all; beyond it "
+             "the request ends with grammar_too_complex: a 400, or an error chunk once "
+             f"streaming (default {d.grammar_budget_s:g})")
     add("--no-close-on-length", dest="close_on_length", action="store_false",
         help="let max_tokens cut constrained output mid-value; by default its last tokens "
              "complete the JSON / tool call so it parses (finish_reason stays length)")
@@ -178,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
             max_active=args.max_active, max_body_bytes=args.max_body_bytes,
             join_wait_ms=args.join_wait_ms, body_timeout_s=args.body_timeout_s,
             header_timeout_s=args.header_timeout_s, max_connections=args.max_connections,
-            close_on_length=args.close_on_length, served_model_names=tuple(args.served_model_names),
+            close_on_length=args.close_on_length, grammar_budget_s=args.grammar_budget_s,
+            served_model_names=tuple(args.served_model_names),
             api_keys=api_keys, drain_seconds=args.drain_seconds, log_format=args.log_format,
             log_content=args.log_content)
     except ValueError as exc:

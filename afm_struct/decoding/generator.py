@@ -55,6 +55,7 @@ from .events import (
     Usage,
 )
 from .forward import calibrate_fixed_cost, split_head
+from .grammar_budget import GrammarBudget
 from .logprobs import RowStats, TokenTrack, token_table
 from .next_mask import MaskFiller
 from .packed import enable_packing
@@ -163,7 +164,8 @@ class Generator:
                         *([make_loop_breaker()] if matcher is not None and request.loop_guard else [])],
             matcher=matcher, detok=StreamingDetokenizer(self.tokenizer, request.hidden_token_ids),
             stops=StopMatcher(params.stop),
-            max_tokens=max_tokens, started=time.perf_counter(), watcher=watcher, turn=turn)
+            max_tokens=max_tokens, started=time.perf_counter(), watcher=watcher, turn=turn,
+            grammar=GrammarBudget(request.grammar_budget_s))
         if matcher is not None and request.close_on_length:
             table = token_table(self.tokenizer)
             seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,
@@ -263,8 +265,11 @@ class Generator:
                 if seq.done:
                     continue
                 try:
+                    t0 = time.perf_counter()
                     run = self._advance(seq, token, st)
                     seq.pending = list(run)
+                    if seq.matcher is not None:  # the advance, forced run and closing: grammar work
+                        seq.grammar.charge(time.perf_counter() - t0, len(seq.tokens))
                 except Exception as exc:
                     fail(seq, exc)
                     continue

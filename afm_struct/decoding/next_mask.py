@@ -18,6 +18,10 @@ tokens and does each row's own part (EOS, budget rule, flags) as the chunk is wr
 the engine fills the next one.  Done after one call for the whole group, that part (~10 µs a
 row at 128k tokens) bounded what the engine's parallel fill could gain; counted on the helper
 between its engine calls, it kept the engine idle meanwhile (~100 µs a chunk of 16 rows).
+
+Each row's time (its own part and its share of the shared call it was in) is charged to its
+request's grammar budget (:mod:`.grammar_budget`); a row over it ends (``on_error``), and a row
+whose masks are dear is kept out of the cheap rows' shared call.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..grammar.engine import BatchFill, allocate_bitmask, mask_words, matcher_failure
+from .grammar_budget import SLOW_SHARED_S
 from .masking import allowed_count, allowed_tokens, allows_token, bitmask_allows_all, set_tokens
 from .sequence import SequenceState
 
@@ -123,10 +128,19 @@ class MaskFiller:
             seq.mask = bitmask[i:i + 1]
             seq.mask_tokens = None  # until its row is final (a row that fails keeps none)
         together: set[int] = set()
+        call = [0.0] * len(rows)  # a row's share of the shared engine call it was in
+        slow: set[int] = set()  # the rows of a slow shared call (grammar_budget.py)
         try:
             for group in groups:
                 if group is not chunked:
-                    together.update(self._fill_group(*group, bitmask))
+                    t1 = time.perf_counter()
+                    filled = self._fill_group(*group, bitmask)
+                    took = time.perf_counter() - t1
+                    together.update(filled)
+                    for i in filled:
+                        call[i] = took / len(filled)
+                    if took > SLOW_SHARED_S:
+                        slow.update(filled)
             waiting = {i for _, i in chunked[2]} if chunked is not None else set()
             for i in range(len(rows)):
                 if i not in waiting:
@@ -150,12 +164,27 @@ class MaskFiller:
                 done.get()
                 pending -= 1
         elapsed = time.perf_counter() - t0
-        # The time not spent in a row's own part (the shared calls, the waits) is shared
-        # equally by the rows filled together (by all rows when none was).
-        sharing = together or set(range(len(rows)))
-        shared = max(elapsed - sum(own), 0.0) / len(sharing)
+        # Each shared call made here is shared equally by its rows; the rest of the time not
+        # spent in a row's own part (the helper's chunks, the waits) by the rows of the helper's
+        # group (by all rows when no row was filled in a shared call).
+        helped = {i for _, i in chunked[2]} & together if chunked is not None else set()
+        sharing = helped or (set() if together else set(range(len(rows))))
+        rest_s = max(elapsed - sum(own) - sum(call), 0.0)
+        rest = rest_s / len(sharing) if sharing else 0.0
+        if helped and rest_s > SLOW_SHARED_S:
+            slow.update(helped)
         for i, seq in enumerate(rows):
-            seq.timings.mask_s += own[i] + (shared if i in sharing else 0.0)
+            spent = own[i] + call[i] + (rest if i in sharing else 0.0)
+            seq.timings.mask_s += spent
+            # Where its next mask is filled (grammar_budget.py): the rows of a slow shared call
+            # are timed alone once, to find a dear one among them; dear rows apart.
+            seq.grammar.placed(in_call=i in together, slow_call=i in slow, own_s=own[i])
+            if seq.done:
+                continue
+            try:
+                seq.grammar.charge(spent, len(seq.tokens))
+            except Exception as exc:  # over its budget: this row alone ends
+                on_error(seq, exc)
         return reuse
 
     @staticmethod
@@ -163,16 +192,18 @@ class MaskFiller:
         """The rows that offer a batch fill, by engine: ``(fill, words, [(handle, row)])``, for
         the groups of at least two rows (one row: the engine's thread pool would only add a
         hand-off)."""
-        groups: dict[tuple[Any, int], list[tuple[Any, int]]] = {}
+        groups: dict[tuple[Any, int, bool], list[tuple[Any, int]]] = {}
         for i, seq in enumerate(rows):
+            if seq.grammar.alone:  # timed on its own (grammar_budget.py)
+                continue
             offer = getattr(seq.matcher, "batch_fill", None)
             try:
                 fill: BatchFill | None = offer() if offer is not None else None
             except Exception:
                 continue  # filled on its own: a failure of its engine shows there, for it alone
-            if fill is not None:
-                groups.setdefault((fill.fill, fill.words), []).append((fill.handle, i))
-        return [(fill_fn, words, members) for (fill_fn, words), members in groups.items()
+            if fill is not None:  # dear rows share a call of their own (grammar_budget.py)
+                groups.setdefault((fill.fill, fill.words, seq.grammar.dear), []).append((fill.handle, i))
+        return [(fill_fn, words, members) for (fill_fn, words, _), members in groups.items()
                 if len(members) >= 2]
 
     @staticmethod

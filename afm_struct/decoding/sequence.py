@@ -15,6 +15,7 @@ from ..serving.turn import Turn
 from .closing import BudgetCloser
 from .detokenizer import StreamingDetokenizer
 from .events import Event, GenerationRequest, Timings, Usage
+from .grammar_budget import GrammarBudget
 from .logprobs import TokenTrack
 from .reasoning import ReasoningGate
 from .sampling import LogitsProcessor, RowSampler
@@ -39,6 +40,8 @@ class SequenceState:
     text: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     timings: Timings = field(default_factory=Timings)
+    # The grammar time it spent, against the request's grammar_budget_s.
+    grammar: GrammarBudget = field(default_factory=GrammarBudget)
     logits: mx.array | None = None  # (1, V) next-token logits, possibly still being computed
     pending: list[int] = field(default_factory=list)  # decided tokens not yet fed to the model
     mask: np.ndarray | None = None  # (1, words) bitmask row of the next step

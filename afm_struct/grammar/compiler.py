@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AfmError, GrammarLimitError, InvalidRequestError, SchemaError
 from .cache import LRUCache
+from .compile_memory import CompileMemory, estimate_compile_mb
 from .diagnostics import grammar_problem, regex_problem
 from .engine import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
@@ -154,7 +155,8 @@ class ConstraintCompiler:
             raise InvalidRequestError(f"unknown property order {options.property_order!r}; use one of "
                                       f"{PROPERTY_ORDERS}", param="property_order")
         self.tokenizer = tokenizer
-        self.cache: LRUCache[CompiledConstraint] = LRUCache(options.cache_size)
+        self.cache: LRUCache[CompiledConstraint] = LRUCache(options.cache_size, options.cache_memory_mb)
+        self.memory = CompileMemory(options.compile_memory_mb)
         self._generic: dict[str, CompiledGrammar] = {}
         # llguidance also serves regex / Lark / json_object for the outlines backend when needed.
         self.llguidance = LLGuidanceBackend(tokenizer, options)
@@ -180,8 +182,14 @@ class ConstraintCompiler:
         hit = self.cache.get(key)
         if hit is not None:
             return dataclasses.replace(hit, cached=True, compile_ms=(time.perf_counter() - start) * 1e3)
+        # The key holds the constraint's text: its size is the memory estimate's proxy.
+        mb = estimate_compile_mb(len(key))
         try:
-            result = self._compile(request, start, text)
+            if mb > self.options.max_compile_mb:
+                result = self._over_memory(request, mb)
+            else:
+                with self.memory.admit(mb):
+                    result = self._compile(request, start, text)
         except AfmError:
             raise
         except Exception as exc:  # a bug or a library quirk must not take the server down
@@ -189,7 +197,9 @@ class ConstraintCompiler:
             result = self._result(request, Rung.UNCONSTRAINED, None, f"internal_error:{type(exc).__name__}",
                                   schema=getattr(request, "schema", None))
         result = dataclasses.replace(result, compile_ms=(time.perf_counter() - start) * 1e3)
-        self.cache.put(key, result)
+        # Only a grammar of its own weighs (the generic rungs share theirs).
+        own = result.grammar is not None and result.rung in (Rung.EXACT, Rung.RELAXED)
+        self.cache.put(key, result, mb if own else 0.0)
         return result
 
     def close(self) -> None:
@@ -198,6 +208,24 @@ class ConstraintCompiler:
             self.outlines.close()
 
     # ------------------------------------------------------------------ internals
+
+    def _over_memory(self, request: ConstraintRequest, mb: float) -> CompiledConstraint:
+        """A constraint whose compile is estimated over ``max_compile_mb``: a JSON kind is
+        served generic JSON without compiling it (reason ``compile_memory``), a grammar or
+        pattern is refused (nothing lower serves it)."""
+        if isinstance(request, JsonSchemaRequest | ToolCallRequest):
+            schema = (tool_call_schema(request.tools) if isinstance(request, ToolCallRequest)
+                      else request.schema)
+            param = getattr(request, "param", "tools")
+            check_schema(schema, param=param)  # an invalid schema is told as such first
+            result = climb(self.engine, schema, time.perf_counter(), self.options.timeout_s,
+                           start_reason="compile_memory", generic_cache=self._generic)
+            return self._result(request, result.rung, result.grammar, result.reason, schema=schema)
+        param = "grammar" if isinstance(request, LarkRequest) else "pattern"
+        raise GrammarLimitError(
+            f"the {param} is too large to compile within this server's per-compile memory bound "
+            f"(about {mb:.0f} MB estimated, {self.options.max_compile_mb} MB allowed): make it smaller",
+            param=param)
 
     def _key(self, request: ConstraintRequest, text: str | None = None) -> str:
         if isinstance(request, JsonSchemaRequest):

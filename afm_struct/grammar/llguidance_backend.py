@@ -27,8 +27,18 @@ if TYPE_CHECKING:
 
 # Parser limits bound compile work and memory (≈1–2 kB per lexer state) independently of the
 # wall-clock timeout: a grammar that would blow them fails fast instead of running away.
+# ``step_max_items`` (llguidance's default 50,000) bounds the Earley items of one step; an item
+# of an ambiguous grammar costs ~a whole earlier row, so at 50,000 its steps kept growing under
+# the limit (``start: e\ne: e e e | e e | /[a-z0-9 ]/`` on "a b c d ...": not refused after 59
+# tokens and 20 s, steps up to 1 s); at 20,000 it is refused at token 17, after 1 s, its dearest
+# step 0.12 s.  20,000 still computes a forced run of MAX_FORCED_RUN (10,000) characters at the
+# parser level (``start: "a"{10000}``; 15,000 cuts it short); the development set's verdicts are
+# the same even under 5,000 (benchmarks/hostile/README.md).  What the items do not bound
+# (``e: e e e | e e | /a/`` still reaches ~0.8 s a step under them), the
+# per-request grammar budget does (decoding/grammar_budget.py).
 DEFAULT_LIMITS = {"max_lexer_states": 250_000, "max_grammar_size": 500_000,
-                  "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000}
+                  "initial_lexer_fuel": 1_000_000, "step_lexer_fuel": 200_000,
+                  "step_max_items": 20_000}
 
 
 # Stop reasons of a matcher that ran out of its budgets (llguidance's StopReason names).

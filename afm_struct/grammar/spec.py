@@ -150,6 +150,13 @@ class CompileOptions:
     max_depth: int = 64
     cache_size: int = 256
     allow_unconstrained: bool = True
+    # Compile memory (compile_memory.py), estimated from the constraint's size: one compile over
+    # max_compile_mb does not run (a schema is served generic JSON); compiles running together
+    # hold at most compile_memory_mb (beyond it, 503 + Retry-After); the cache keeps at most
+    # cache_memory_mb of grammars.
+    max_compile_mb: int = 64
+    compile_memory_mb: int = 256
+    cache_memory_mb: int = 512
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from afm_struct.decoding.grammar_budget import GrammarBudget
 from afm_struct.decoding.next_mask import LIST_ALLOWED_MAX, MaskFiller
 from afm_struct.decoding.reasoning import ReasoningGate, ReasoningTags
 from afm_struct.grammar.engine import MatcherError
@@ -59,6 +60,7 @@ class Alone:
 def _row(matcher: Any) -> Any:
     return SimpleNamespace(matcher=matcher, closer=None, tokens=[], max_tokens=1000, mask=None,
                            mask_all=True, mask_free=True, timings=SimpleNamespace(mask_s=0.0),
+                           grammar=GrammarBudget(None), done=False,
                            request=SimpleNamespace(stops_cut_grammar=False))
 
 
