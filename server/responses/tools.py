@@ -30,10 +30,18 @@ from afm_struct.grammar.spec import ToolDef
 from afm_struct.tools.definitions import Choice, ToolSpec, check_choice, check_tools
 from afm_struct.tools.lark_input import LarkInputError, json_string_rules
 
+from .bounds import MAX_DESCRIPTION, MAX_TOOL_NAME, check_keys, check_string
+
 CUSTOM_INPUT_KEY = "input"
 # The fields each tool type has; any other is refused by name (nothing is silently ignored).
 TOOL_KEYS = {"function": ("type", "name", "description", "parameters", "strict"),
              "custom": ("type", "name", "description", "format")}
+FORMAT_KEYS = frozenset({"type", "syntax", "definition"})
+# The keys of tool_choice objects (and of each tool an allowed_tools choice lists): they are
+# echoed, so nothing else may ride along.
+CHOICE_KEYS = {"function": frozenset({"type", "name"}), "custom": frozenset({"type", "name"}),
+               "allowed_tools": frozenset({"type", "mode", "tools"})}
+CHOICE_TOOL_KEYS = frozenset({"type", "name"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str, str]:
     hint = "Its input is free text."
     if fmt is not None and not isinstance(fmt, dict):
         raise InvalidRequestError(f"{where} must be an object", param=where)
+    if fmt is not None:
+        check_keys(fmt, FORMAT_KEYS, where, "a custom tool's format")
     kind = (fmt or {}).get("type", "text")
     if kind == "grammar":
         syntax = fmt.get("syntax")
@@ -102,6 +112,9 @@ def read_tools(tools: list[Any] | None) -> DeclaredTools:
                 raise InvalidRequestError(f"unknown parameter {where}.{key} for a {kind} tool",
                                           param=f"{where}.{key}", code="unknown_parameter")
         name = tool.get("name")
+        if kind in TOOL_KEYS:
+            check_string(name, MAX_TOOL_NAME, f"{where}.name")
+            check_string(tool.get("description"), MAX_DESCRIPTION, f"{where}.description")
         description = tool.get("description") or ""
         if kind == "function":
             strict = tool.get("strict")
@@ -143,6 +156,8 @@ def read_choice(choice: Any, declared: DeclaredTools) -> tuple[Choice, tuple[Too
     if not isinstance(choice, dict):
         raise InvalidRequestError("tool_choice must be a string or an object", param="tool_choice")
     kind = choice.get("type")
+    if kind in CHOICE_KEYS:
+        check_keys(choice, CHOICE_KEYS[kind], "tool_choice", f"a tool_choice of type {kind}")
     if kind in ("function", "custom"):
         name = choice.get("name")
         if not isinstance(name, str):
@@ -162,6 +177,8 @@ def read_choice(choice: Any, declared: DeclaredTools) -> tuple[Choice, tuple[Too
                                       param="tool_choice.tools")
         names = []
         for j, ref in enumerate(listed):
+            if isinstance(ref, dict):
+                check_keys(ref, CHOICE_TOOL_KEYS, f"tool_choice.tools.{j}", "an allowed tool")
             name = ref.get("name") if isinstance(ref, dict) else None
             if name not in {t.name for t in defs}:
                 raise InvalidRequestError(f"tool_choice.tools[{j}] names {name!r}, which is not in tools",

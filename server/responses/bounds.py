@@ -1,0 +1,124 @@
+"""Bounds on the strings a Responses request makes the server keep (in the response object, and
+in the store when ``store`` is on).
+
+Text that reaches the prompt (messages, ``instructions``, call arguments and outputs, custom
+tool inputs) is bounded by the model's context: a prompt over it is refused before anything is
+stored.  Everything else a request sends is echoed and stored without reaching the model, so
+each such string has its own bound here, checked before the request runs, a 400 naming the
+field (``code: "string_above_max_length"``, OpenAI's); and the keys an input item or content
+part may carry are the ones OpenAI's items have, so no unknown key rides along into the store.
+``metadata`` keeps its own bounds (:func:`.adapter.check_metadata`).  docs/protocol.md lists
+them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from afm_struct.errors import InvalidRequestError
+
+# OpenAI documents a maxLength of 64 for safety_identifier; user and prompt_cache_key have no
+# documented bound there, so they get room for any hash or session id.
+MAX_SAFETY_IDENTIFIER = 64
+MAX_USER = 256
+MAX_PROMPT_CACHE_KEY = 256
+# Ids: previous_response_id, an input item's id and call_id.  OpenAI's are under 100
+# characters; this server's are 24-30.
+MAX_ID = 256
+# A passed-back item's status (in_progress, completed, incomplete, ...).
+MAX_STATUS = 32
+# OpenAI's bound on function names ("a maximum length of 64").
+MAX_TOOL_NAME = 64
+# Descriptions: a tool's (rendered into the prompt only when tools are offered: with
+# tool_choice "none" it is only echoed and stored), text.format.description (never rendered).
+MAX_DESCRIPTION = 16_384
+# A passed-back reasoning item's summary parts, all together (read by nothing here).
+MAX_SUMMARY = 16_384
+
+# The keys each input item type may carry ("message" also without its type).
+ITEM_KEYS: dict[str, frozenset[str]] = {
+    "message": frozenset({"type", "role", "content", "id", "status"}),
+    "function_call": frozenset({"type", "id", "call_id", "name", "arguments", "status"}),
+    "function_call_output": frozenset({"type", "id", "call_id", "output", "status"}),
+    "custom_tool_call": frozenset({"type", "id", "call_id", "name", "input", "status"}),
+    "custom_tool_call_output": frozenset({"type", "id", "call_id", "output", "status"}),
+    "reasoning": frozenset({"type", "id", "summary", "content", "encrypted_content", "status"}),
+}
+# The keys of each content part type (annotations and logprobs are passed back as this
+# server's own output carries them).
+PART_KEYS: dict[str, frozenset[str]] = {
+    "input_text": frozenset({"type", "text"}),
+    "output_text": frozenset({"type", "text", "annotations", "logprobs"}),
+    "refusal": frozenset({"type", "refusal"}),
+    "reasoning_text": frozenset({"type", "text"}),
+    "summary_text": frozenset({"type", "text"}),
+}
+
+
+def too_long(param: str, length: int, limit: int) -> InvalidRequestError:
+    """The 400 for a string of ``length`` characters at ``param``, over ``limit``."""
+    return InvalidRequestError(f"{param} is {length:,} characters long; at most {limit:,} are accepted",
+                               param=param, code="string_above_max_length")
+
+
+def check_string(value: Any, limit: int, param: str) -> None:
+    """400 when ``value`` (None passes) is not a string of at most ``limit`` characters."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{param} must be a string", param=param, code="invalid_type")
+    if len(value) > limit:
+        raise too_long(param, len(value), limit)
+
+
+def check_keys(value: dict[str, Any], allowed: frozenset[str], where: str, what: str) -> None:
+    """400 naming the first key of ``value`` not in ``allowed`` (``where.key``)."""
+    for key in value:
+        if key not in allowed:
+            raise InvalidRequestError(f"unknown parameter {where}.{key} for {what}",
+                                      param=f"{where}.{key}", code="unknown_parameter")
+
+
+def check_request_strings(body: Any) -> None:
+    """The top-level strings a Responses request echoes (``user``, ``safety_identifier``,
+    ``prompt_cache_key``, ``previous_response_id``, ``text.format.description``)."""
+    check_string(body.safety_identifier, MAX_SAFETY_IDENTIFIER, "safety_identifier")
+    check_string(body.user, MAX_USER, "user")
+    check_string(body.prompt_cache_key, MAX_PROMPT_CACHE_KEY, "prompt_cache_key")
+    check_string(body.previous_response_id, MAX_ID, "previous_response_id")
+    fmt = body.text.format if body.text is not None else None
+    if isinstance(fmt, dict):
+        check_string(fmt.get("description"), MAX_DESCRIPTION, "text.format.description")
+
+
+def check_item(item: dict[str, Any], kind: str, where: str) -> None:
+    """An input item's keys and the strings it carries that no prompt bounds."""
+    check_keys(item, ITEM_KEYS[kind], where, f"a {kind} item")
+    for key in ("id", "call_id"):
+        check_string(item.get(key), MAX_ID, f"{where}.{key}")
+    check_string(item.get("status"), MAX_STATUS, f"{where}.status")
+    if kind == "reasoning":
+        summary = item.get("summary")
+        if summary is None:
+            return
+        if not isinstance(summary, list):
+            raise InvalidRequestError(f"{where}.summary must be a list of summary_text parts",
+                                      param=f"{where}.summary")
+        total = 0
+        for j, part in enumerate(summary):
+            at = f"{where}.summary.{j}"
+            if not isinstance(part, dict) or part.get("type") != "summary_text":
+                raise InvalidRequestError(f"{at} must be a summary_text part", param=at)
+            check_part(part, "summary_text", at)
+            check_string(part.get("text"), MAX_SUMMARY, f"{at}.text")
+            total += len(part.get("text") or "")
+            if total > MAX_SUMMARY:
+                raise too_long(f"{where}.summary", total, MAX_SUMMARY)
+
+
+def check_part(part: dict[str, Any], kind: str, where: str) -> None:
+    """A content part's keys (its text is the prompt's; annotations and logprobs must be lists)."""
+    check_keys(part, PART_KEYS[kind], where, f"an {kind} part" if kind[0] in "aeiou" else f"a {kind} part")
+    for key in ("annotations", "logprobs"):
+        if key in part and not isinstance(part[key], list):
+            raise InvalidRequestError(f"{where}.{key} must be a list", param=f"{where}.{key}")
