@@ -91,7 +91,8 @@ def _cases() -> list[tuple[dict[str, Any], dict[str, Any], str]]:
     ]
 
 
-@pytest.mark.parametrize(("fine", "over", "param"), _cases(), ids=[c[2] + f"-{i}" for i, c in enumerate(_cases())])
+@pytest.mark.parametrize(("fine", "over", "param"), _cases(),
+                         ids=[f"{c[2]}-{i}" for i, c in enumerate(_cases())])
 def test_a_string_over_its_bound_is_a_400_naming_it_and_at_it_is_kept(
         live: LiveServer, fine: dict[str, Any], over: dict[str, Any], param: str) -> None:
     r = post(live.url, over)
