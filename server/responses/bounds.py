@@ -13,6 +13,7 @@ them all.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from afm_struct.errors import InvalidRequestError
@@ -34,6 +35,12 @@ MAX_TOOL_NAME = 64
 MAX_DESCRIPTION = 16_384
 # A passed-back reasoning item's summary parts, all together (read by nothing here).
 MAX_SUMMARY = 16_384
+# The definitions a response echoes whole, as compact JSON: all ``tools`` together (with
+# tool_choice "none" they never reach the prompt; else the context bounds them too), and
+# ``text.format`` (its schema constrains the output and is never rendered).  A set of 128
+# tools of 4 KB each fits; a megabyte-sized enum does not.
+MAX_TOOLS_BYTES = 1 << 20
+MAX_FORMAT_BYTES = 512 << 10
 
 # The keys each input item type may carry ("message" also without its type).
 ITEM_KEYS: dict[str, frozenset[str]] = {
@@ -79,9 +86,15 @@ def check_keys(value: dict[str, Any], allowed: frozenset[str], where: str, what:
                                       param=f"{where}.{key}", code="unknown_parameter")
 
 
-def check_request_strings(body: Any) -> None:
-    """The top-level strings a Responses request echoes (``user``, ``safety_identifier``,
-    ``prompt_cache_key``, ``previous_response_id``, ``text.format.description``)."""
+def json_size(value: Any) -> int:
+    """``value``'s size as compact JSON, in UTF-8 bytes (as the store keeps it)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def check_request_fields(body: Any) -> None:
+    """The top-level fields a Responses request echoes whole: the strings ``user``,
+    ``safety_identifier``, ``prompt_cache_key``, ``previous_response_id``,
+    ``text.format.description``, and the sizes of ``tools`` and ``text.format``."""
     check_string(body.safety_identifier, MAX_SAFETY_IDENTIFIER, "safety_identifier")
     check_string(body.user, MAX_USER, "user")
     check_string(body.prompt_cache_key, MAX_PROMPT_CACHE_KEY, "prompt_cache_key")
@@ -89,6 +102,16 @@ def check_request_strings(body: Any) -> None:
     fmt = body.text.format if body.text is not None else None
     if isinstance(fmt, dict):
         check_string(fmt.get("description"), MAX_DESCRIPTION, "text.format.description")
+        size = json_size(fmt)
+        if size > MAX_FORMAT_BYTES:
+            raise InvalidRequestError(f"text.format is {size:,} bytes as JSON; at most {MAX_FORMAT_BYTES:,} "
+                                      "are accepted", param="text.format", code="request_too_large")
+    if body.tools:
+        size = json_size(body.tools)
+        if size > MAX_TOOLS_BYTES:
+            raise InvalidRequestError(f"tools are {size:,} bytes as JSON together; at most "
+                                      f"{MAX_TOOLS_BYTES:,} are accepted", param="tools",
+                                      code="request_too_large")
 
 
 def check_item(item: dict[str, Any], kind: str, where: str) -> None:

@@ -30,7 +30,7 @@ from ..schemas import ErrorEnvelope
 from ..state import ServerState
 from ..tenants import tenant_of
 from .adapter import plan_responses
-from .bounds import check_request_strings
+from .bounds import check_request_fields
 from .encoder import ResponsesBody, ResponsesStream
 from .items import input_turns
 from .schemas import ResponsesRequest
@@ -76,7 +76,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Streaming
     store = store_of(request)
     owner = tenant_of(request).owner
     # Before the lookup: a 404 quotes the id it did not find.
-    check_request_strings(body)
+    check_request_fields(body)
     history = None
     if body.previous_response_id is not None:
         if store is None:

@@ -17,12 +17,14 @@ from afm_struct.testing import scripted_loaded_model
 from server.live import LiveServer, start_server
 from server.responses.bounds import (
     MAX_DESCRIPTION,
+    MAX_FORMAT_BYTES,
     MAX_ID,
     MAX_PROMPT_CACHE_KEY,
     MAX_SAFETY_IDENTIFIER,
     MAX_STATUS,
     MAX_SUMMARY,
     MAX_TOOL_NAME,
+    MAX_TOOLS_BYTES,
     MAX_USER,
 )
 from server.settings import ServerSettings
@@ -167,3 +169,22 @@ def test_the_servers_own_output_passes_back_as_input(live: LiveServer) -> None:
     assert [i["type"] for i in items] == ["message", "message", "reasoning", "function_call",
                                           "function_call_output", "message"]
     assert items[1] == first["output"][0]  # kept as given, logprobs and all
+
+
+def test_tools_and_the_text_format_are_bounded_whole(live: LiveServer) -> None:
+    # 128 tools of 4 KB descriptions (a big real tool set) are served and kept, with tool_choice
+    # none too, where they never reach the prompt.
+    many = [_tool(name=f"f{n}", description="d" * 4096) for n in range(128)]
+    ok = post(live.url, {"input": "hi", "tools": many, "tool_choice": "none"})
+    assert ok.status_code == 200, ok.text
+    assert len(httpx.get(f"{live.url}/v1/responses/{ok.json()['id']}").content) < MAX_TOOLS_BYTES
+    # The same count with a schema carrying a megabyte of annotations is refused whole.
+    padded = {**SCHEMA, "description": "p" * 10_000}
+    heavy = [_tool(name=f"f{n}", description="d" * 4096, parameters=padded) for n in range(128)]
+    r = post(live.url, {"input": "hi", "tools": heavy, "tool_choice": "none"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+    assert r.json()["error"]["code"] == "request_too_large"
+    schema = {**SCHEMA, "description": "p" * MAX_FORMAT_BYTES}
+    fmt = {"type": "json_schema", "name": "x", "schema": schema}
+    r = post(live.url, {"input": "hi", "text": {"format": fmt}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "text.format", r.text
