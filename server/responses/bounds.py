@@ -107,6 +107,10 @@ def check_request_fields(body: Any) -> None:
             raise InvalidRequestError(f"text.format is {size:,} bytes as JSON; at most {MAX_FORMAT_BYTES:,} "
                                       "are accepted", param="text.format", code="request_too_large")
     if body.tools:
+        for i, tool in enumerate(body.tools):
+            if isinstance(tool, dict):
+                check_string(tool.get("name"), MAX_TOOL_NAME, f"tools.{i}.name")
+                check_string(tool.get("description"), MAX_DESCRIPTION, f"tools.{i}.description")
         size = json_size(body.tools)
         if size > MAX_TOOLS_BYTES:
             raise InvalidRequestError(f"tools are {size:,} bytes as JSON together; at most "

@@ -30,7 +30,7 @@ from afm_struct.grammar.spec import ToolDef
 from afm_struct.tools.definitions import Choice, ToolSpec, check_choice, check_tools
 from afm_struct.tools.lark_input import LarkInputError, json_string_rules
 
-from .bounds import MAX_DESCRIPTION, MAX_TOOL_NAME, check_keys, check_string
+from .bounds import check_keys
 
 CUSTOM_INPUT_KEY = "input"
 # The fields each tool type has; any other is refused by name (nothing is silently ignored).
@@ -112,9 +112,6 @@ def read_tools(tools: list[Any] | None) -> DeclaredTools:
                 raise InvalidRequestError(f"unknown parameter {where}.{key} for a {kind} tool",
                                           param=f"{where}.{key}", code="unknown_parameter")
         name = tool.get("name")
-        if kind in TOOL_KEYS:
-            check_string(name, MAX_TOOL_NAME, f"{where}.name")
-            check_string(tool.get("description"), MAX_DESCRIPTION, f"{where}.description")
         description = tool.get("description") or ""
         if kind == "function":
             strict = tool.get("strict")
