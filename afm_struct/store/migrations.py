@@ -49,7 +49,7 @@ _V2 = """
     ALTER TABLE responses ADD COLUMN size BIGINT NOT NULL DEFAULT 0;
     UPDATE responses SET size = LENGTH(metadata) + LENGTH(extra) + COALESCE(
         (SELECT SUM(LENGTH(item)) FROM response_items WHERE response_seq = responses.seq), 0);
-    CREATE INDEX responses_by_owner_age ON responses (owner, created_at)
+    CREATE INDEX responses_by_owner_age ON responses (owner, created_at, size)
 """
 _SEQ = {"sqlite": "INTEGER PRIMARY KEY", "postgresql": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
 
