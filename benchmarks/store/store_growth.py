@@ -3,9 +3,10 @@
 Serves the scripted model in this process with a fresh SQLite store (``--store-quota-*`` off),
 sends hostile requests that put ~7 MB into one field each (a field that never reaches the
 prompt: user, safety_identifier, prompt_cache_key, a tool description with tool_choice none,
-an input item's id, an unknown key of an item, text.format.description, a reasoning summary, a
-tool_choice key), then the largest request every bound lets through (each field at its bound),
-and prints per request its status, the bytes the store file grew by, and the size of its GET.
+an input item's id, an unknown key of an item, text.format.description, a reasoning summary,
+reasoning text the template drops, a tool_choice key), then the largest request every bound
+lets through (each field at its bound), and prints per request its status, the bytes the
+store file grew by, and the size of its GET.
 Run from a checkout (PYTHONPATH picks which code is measured)::
 
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 PYTHONPATH=. \
@@ -42,6 +43,10 @@ def hostile() -> list[tuple[str, dict[str, Any]]]:
             "type": "json_schema", "name": "n", "schema": SCHEMA, "description": x}}}),
         ("input.1.summary", {"input": [{"role": "user", "content": "hi"}, {
             "type": "reasoning", "summary": [{"type": "summary_text", "text": x}]}]}),
+        ("input.1.content (reasoning text)", {"input": [
+            {"role": "user", "content": "hi"},
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": x}]},
+            {"role": "assistant", "content": "a"}, {"role": "user", "content": "hi"}]}),
         ("tool_choice.junk", {"input": "hi", "tools": [tool],
                               "tool_choice": {"type": "function", "name": "f", "junk": x}}),
     ]
@@ -61,7 +66,9 @@ def at_the_bounds() -> dict[str, Any]:
     return {
         "input": [{"role": "user", "content": "hi", "id": "i" * b.MAX_ID, "status": "s" * b.MAX_STATUS},
                   {"type": "reasoning", "id": "r" * b.MAX_ID,
-                   "summary": [{"type": "summary_text", "text": "s" * b.MAX_SUMMARY}]}],
+                   "summary": [{"type": "summary_text", "text": "s" * b.MAX_SUMMARY}],
+                   "content": [{"type": "reasoning_text", "text": "t" * b.MAX_REASONING_TEXT}]},
+                  {"role": "assistant", "content": "a"}, {"role": "user", "content": "hi"}],
         "user": "u" * b.MAX_USER, "safety_identifier": "s" * b.MAX_SAFETY_IDENTIFIER,
         "prompt_cache_key": "p" * b.MAX_PROMPT_CACHE_KEY,
         "metadata": {f"k{n:02d}" + "k" * 60: "v" * 512 for n in range(16)},

@@ -35,6 +35,10 @@ MAX_TOOL_NAME = 64
 MAX_DESCRIPTION = 16_384
 # A passed-back reasoning item's summary parts, all together (read by nothing here).
 MAX_SUMMARY = 16_384
+# The reasoning text of the request's passed-back reasoning items, all together: a chat
+# template may drop earlier turns' reasoning (Qwen3 does), so the context need not bound it.
+# A long agent loop's thinking fits (256k tokens of it at ~4 characters each).
+MAX_REASONING_TEXT = 1 << 20
 # The definitions a response echoes whole, as compact JSON: all ``tools`` together (with
 # tool_choice "none" they never reach the prompt; else the context bounds them too), and
 # ``text.format`` (its schema constrains the output and is never rendered).  A set of 128
@@ -116,6 +120,26 @@ def check_request_fields(body: Any) -> None:
             raise InvalidRequestError(f"tools are {size:,} bytes as JSON together; at most "
                                       f"{MAX_TOOLS_BYTES:,} are accepted", param="tools",
                                       code="request_too_large")
+
+
+def check_reasoning_text(items: Any) -> None:
+    """400 naming the ``input.N.content`` where the reasoning text of the request's reasoning
+    items passes :data:`MAX_REASONING_TEXT` characters together (malformed items are left to
+    the item checks)."""
+    if not isinstance(items, list):
+        return
+    total = 0
+    for i, item in enumerate(items):
+        parts = item.get("content") if isinstance(item, dict) and item.get("type") == "reasoning" else None
+        if not isinstance(parts, list):
+            continue
+        total += sum(len(part["text"]) for part in parts
+                     if isinstance(part, dict) and isinstance(part.get("text"), str))
+        if total > MAX_REASONING_TEXT:
+            raise InvalidRequestError(
+                f"the reasoning items up to input.{i} hold {total:,} characters of reasoning text; at "
+                f"most {MAX_REASONING_TEXT:,} are accepted together", param=f"input.{i}.content",
+                code="string_above_max_length")
 
 
 def check_item(item: dict[str, Any], kind: str, where: str) -> None:

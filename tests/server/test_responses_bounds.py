@@ -20,6 +20,7 @@ from server.responses.bounds import (
     MAX_FORMAT_BYTES,
     MAX_ID,
     MAX_PROMPT_CACHE_KEY,
+    MAX_REASONING_TEXT,
     MAX_SAFETY_IDENTIFIER,
     MAX_STATUS,
     MAX_SUMMARY,
@@ -188,3 +189,19 @@ def test_tools_and_the_text_format_are_bounded_whole(live: LiveServer) -> None:
     fmt = {"type": "json_schema", "name": "x", "schema": schema}
     r = post(live.url, {"input": "hi", "text": {"format": fmt}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "text.format", r.text
+
+
+def test_reasoning_text_the_template_may_drop_is_bounded_together(live: LiveServer) -> None:
+    def thinking(text: str) -> dict[str, Any]:
+        return {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+
+    half = MAX_REASONING_TEXT // 2
+    turns = [_user(), thinking("t" * half), {"role": "assistant", "content": "a"}, _user(),
+             thinking("u" * half), {"role": "assistant", "content": "b"}, _user()]
+    ok = post(live.url, {"input": turns})  # SmolLM2's template drops earlier turns' reasoning
+    assert ok.status_code == 200, ok.text[:300]
+    turns[4] = thinking("u" * (half + 1))
+    r = post(live.url, {"input": turns})
+    assert r.status_code == 400, r.text[:300]
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("input.4.content", "string_above_max_length")
