@@ -29,7 +29,7 @@ from afm_struct.serving.plan import (
 
 from ..request import check_model, check_values
 from ..state import ServerState
-from .bounds import check_reasoning_text
+from .bounds import check_input_totals
 from .items import input_turns
 from .schemas import ResponsesRequest
 from .tools import read_choice, read_tools
@@ -224,7 +224,7 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
         raise InvalidRequestError("input is required: a string or a list of input items", param="input",
                                   code="missing_required_parameter")
     turns = input_turns(body.instructions, body.input)
-    check_reasoning_text(body.input)
+    check_input_totals(body.input)
     if history:
         # instructions are not carried over from the response continued (OpenAI's rule): the
         # system turn of this request goes first, then the earlier turns, then this input.

@@ -39,6 +39,9 @@ MAX_SUMMARY = 16_384
 # template may drop earlier turns' reasoning (Qwen3 does), so the context need not bound it.
 # A long agent loop's thinking fits (256k tokens of it at ~4 characters each).
 MAX_REASONING_TEXT = 1 << 20
+# The annotations and logprobs of passed-back output_text parts, as compact JSON, all together
+# (never rendered).  An answer of 1,000 tokens with 20 alternatives each passes back whole.
+MAX_PART_EXTRAS_BYTES = 1 << 20
 # The definitions a response echoes whole, as compact JSON: all ``tools`` together (with
 # tool_choice "none" they never reach the prompt; else the context bounds them too), and
 # ``text.format`` (its schema constrains the output and is never rendered).  A set of 128
@@ -122,24 +125,37 @@ def check_request_fields(body: Any) -> None:
                                       code="request_too_large")
 
 
-def check_reasoning_text(items: Any) -> None:
-    """400 naming the ``input.N.content`` where the reasoning text of the request's reasoning
-    items passes :data:`MAX_REASONING_TEXT` characters together (malformed items are left to
-    the item checks)."""
+def check_input_totals(items: Any) -> None:
+    """The request's ``input`` as a whole: the reasoning text of its reasoning items (at most
+    :data:`MAX_REASONING_TEXT` characters together; 400 at ``input.N.content``) and the
+    annotations and logprobs of its output_text parts (at most :data:`MAX_PART_EXTRAS_BYTES`
+    together; 400 at ``input.N.content.M``).  Malformed items are left to the item checks."""
     if not isinstance(items, list):
         return
-    total = 0
+    reasoning = extras = 0
     for i, item in enumerate(items):
-        parts = item.get("content") if isinstance(item, dict) and item.get("type") == "reasoning" else None
+        parts = item.get("content") if isinstance(item, dict) else None
         if not isinstance(parts, list):
             continue
-        total += sum(len(part["text"]) for part in parts
-                     if isinstance(part, dict) and isinstance(part.get("text"), str))
-        if total > MAX_REASONING_TEXT:
-            raise InvalidRequestError(
-                f"the reasoning items up to input.{i} hold {total:,} characters of reasoning text; at "
-                f"most {MAX_REASONING_TEXT:,} are accepted together", param=f"input.{i}.content",
-                code="string_above_max_length")
+        for j, part in enumerate(parts):
+            if not isinstance(part, dict):
+                continue
+            if item.get("type") == "reasoning" and isinstance(part.get("text"), str):
+                reasoning += len(part["text"])
+                if reasoning > MAX_REASONING_TEXT:
+                    raise InvalidRequestError(
+                        f"the reasoning items up to input.{i} hold {reasoning:,} characters of reasoning "
+                        f"text; at most {MAX_REASONING_TEXT:,} are accepted together",
+                        param=f"input.{i}.content", code="string_above_max_length")
+            for key in ("annotations", "logprobs"):
+                if part.get(key):
+                    extras += json_size(part[key])
+                    if extras > MAX_PART_EXTRAS_BYTES:
+                        raise InvalidRequestError(
+                            f"the annotations and logprobs passed back up to input.{i}.content.{j} are "
+                            f"{extras:,} bytes as JSON; at most {MAX_PART_EXTRAS_BYTES:,} are accepted "
+                            "together (drop them from the items passed back: they are not read)",
+                            param=f"input.{i}.content.{j}.{key}", code="request_too_large")
 
 
 def check_item(item: dict[str, Any], kind: str, where: str) -> None:

@@ -172,6 +172,9 @@ def read_choice(choice: Any, declared: DeclaredTools) -> tuple[Choice, tuple[Too
         if not isinstance(listed, list) or not listed:
             raise InvalidRequestError("tool_choice.tools must list the tools allowed",
                                       param="tool_choice.tools")
+        if len(listed) > max(len(defs), 1):  # it is echoed: no repeats beyond the tools
+            raise InvalidRequestError(f"tool_choice.tools lists {len(listed):,} tools, more than the "
+                                      f"{len(defs)} in tools", param="tool_choice.tools")
         names = []
         for j, ref in enumerate(listed):
             if isinstance(ref, dict):

@@ -19,6 +19,7 @@ from server.responses.bounds import (
     MAX_DESCRIPTION,
     MAX_FORMAT_BYTES,
     MAX_ID,
+    MAX_PART_EXTRAS_BYTES,
     MAX_PROMPT_CACHE_KEY,
     MAX_REASONING_TEXT,
     MAX_SAFETY_IDENTIFIER,
@@ -205,3 +206,25 @@ def test_reasoning_text_the_template_may_drop_is_bounded_together(live: LiveServ
     assert r.status_code == 400, r.text[:300]
     error = r.json()["error"]
     assert (error["param"], error["code"]) == ("input.4.content", "string_above_max_length")
+
+
+def test_passed_back_logprobs_and_annotations_are_bounded_together(live: LiveServer) -> None:
+    entry = {"token": "x", "logprob": -0.5, "bytes": [120], "top_logprobs": []}
+    count = MAX_PART_EXTRAS_BYTES // len(str(entry).replace(" ", "")) // 2
+    answer = {"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": [],
+                                                "logprobs": [entry] * count}]}
+    ok = post(live.url, {"input": [_user(), answer, _user()]})
+    assert ok.status_code == 200, ok.text[:300]
+    r = post(live.url, {"input": [_user(), answer, _user(), answer, _user(), answer, _user()]})
+    assert r.status_code == 400, r.text[:300]
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("input.3.content.0.logprobs", "request_too_large")
+
+
+def test_allowed_tools_lists_no_more_than_the_tools(live: LiveServer) -> None:
+    ref = {"type": "function", "name": "f"}
+    choice = {"type": "allowed_tools", "mode": "auto", "tools": [ref]}
+    assert post(live.url, {"input": "hi", "tools": [_tool()], "tool_choice": choice}).status_code == 200
+    repeated = {**choice, "tools": [ref] * 50_000}
+    r = post(live.url, {"input": "hi", "tools": [_tool()], "tool_choice": repeated})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice.tools", r.text[:300]
