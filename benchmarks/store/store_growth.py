@@ -4,7 +4,7 @@ Serves the scripted model in this process with a fresh SQLite store (``--store-q
 sends hostile requests that put ~7 MB into one field each (a field that never reaches the
 prompt: user, safety_identifier, prompt_cache_key, a tool description with tool_choice none,
 an input item's id, an unknown key of an item, text.format.description, a reasoning summary,
-reasoning text the template drops, a tool_choice key), then the largest request every bound
+reasoning text and call arguments the template drops, a tool_choice key), then the largest request every bound
 lets through (each field at its bound), and prints per request its status, the bytes the
 store file grew by, and the size of its GET.
 Run from a checkout (PYTHONPATH picks which code is measured)::
@@ -47,6 +47,10 @@ def hostile() -> list[tuple[str, dict[str, Any]]]:
             {"role": "user", "content": "hi"},
             {"type": "reasoning", "content": [{"type": "reasoning_text", "text": x}]},
             {"role": "assistant", "content": "a"}, {"role": "user", "content": "hi"}]}),
+        ("input.1.arguments (function call)", {"input": [
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": x},
+            {"type": "function_call_output", "call_id": "c", "output": "ok"}]}),
         ("tool_choice.junk", {"input": "hi", "tools": [tool],
                               "tool_choice": {"type": "function", "name": "f", "junk": x}}),
     ]
@@ -67,7 +71,7 @@ def at_the_bounds() -> dict[str, Any]:
         "input": [{"role": "user", "content": "hi", "id": "i" * b.MAX_ID, "status": "s" * b.MAX_STATUS},
                   {"type": "reasoning", "id": "r" * b.MAX_ID,
                    "summary": [{"type": "summary_text", "text": "s" * b.MAX_SUMMARY}],
-                   "content": [{"type": "reasoning_text", "text": "t" * b.MAX_REASONING_TEXT}]},
+                   "content": [{"type": "reasoning_text", "text": "t" * b.MAX_PASSED_BACK_OUTPUT}]},
                   {"role": "assistant", "content": "a"}, {"role": "user", "content": "hi"}],
         "user": "u" * b.MAX_USER, "safety_identifier": "s" * b.MAX_SAFETY_IDENTIFIER,
         "prompt_cache_key": "p" * b.MAX_PROMPT_CACHE_KEY,

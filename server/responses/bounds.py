@@ -35,10 +35,12 @@ MAX_TOOL_NAME = 64
 MAX_DESCRIPTION = 16_384
 # A passed-back reasoning item's summary parts, all together (read by nothing here).
 MAX_SUMMARY = 16_384
-# The reasoning text of the request's passed-back reasoning items, all together: a chat
-# template may drop earlier turns' reasoning (Qwen3 does), so the context need not bound it.
-# A long agent loop's thinking fits (256k tokens of it at ~4 characters each).
-MAX_REASONING_TEXT = 1 << 20
+# The model output a request passes back that the prompt may not hold: the reasoning text of
+# reasoning items, the arguments of function calls and the input of custom tool calls.  A
+# chat template may drop them (SmolLM2's drops calls and reasoning, Qwen3's drops the
+# reasoning of earlier turns), so the context need not bound them; a long agent loop's fit
+# (a million characters is ~250k tokens).
+MAX_PASSED_BACK_OUTPUT = 1 << 20
 # The annotations and logprobs of passed-back output_text parts, as compact JSON, all together
 # (never rendered).  An answer of 1,000 tokens with 20 alternatives each passes back whole.
 MAX_PART_EXTRAS_BYTES = 1 << 20
@@ -125,30 +127,43 @@ def check_request_fields(body: Any) -> None:
                                       code="request_too_large")
 
 
+def _passed_back_output(item: dict[str, Any], i: int) -> list[tuple[str, str]]:
+    """(param, text) of the model output an input item passes back (see
+    :data:`MAX_PASSED_BACK_OUTPUT`)."""
+    kind = item.get("type")
+    if kind == "function_call" and isinstance(item.get("arguments"), str):
+        return [(f"input.{i}.arguments", item["arguments"])]
+    if kind == "custom_tool_call" and isinstance(item.get("input"), str):
+        return [(f"input.{i}.input", item["input"])]
+    if kind == "reasoning" and isinstance(item.get("content"), list):
+        return [(f"input.{i}.content.{j}.text", part["text"]) for j, part in enumerate(item["content"])
+                if isinstance(part, dict) and isinstance(part.get("text"), str)]
+    return []
+
+
 def check_input_totals(items: Any) -> None:
-    """The request's ``input`` as a whole: the reasoning text of its reasoning items (at most
-    :data:`MAX_REASONING_TEXT` characters together; 400 at ``input.N.content``) and the
+    """The request's ``input`` as a whole: the model output it passes back (reasoning text,
+    call arguments, custom tool inputs: at most :data:`MAX_PASSED_BACK_OUTPUT` characters
+    together; 400 ``string_above_max_length`` at the field where it passes), and the
     annotations and logprobs of its output_text parts (at most :data:`MAX_PART_EXTRAS_BYTES`
-    together; 400 at ``input.N.content.M``).  Malformed items are left to the item checks."""
+    together; 400 ``request_too_large``).  Malformed items are left to the item checks."""
     if not isinstance(items, list):
         return
-    reasoning = extras = 0
+    output = extras = 0
     for i, item in enumerate(items):
-        parts = item.get("content") if isinstance(item, dict) else None
-        if not isinstance(parts, list):
+        if not isinstance(item, dict):
             continue
-        for j, part in enumerate(parts):
-            if not isinstance(part, dict):
-                continue
-            if item.get("type") == "reasoning" and isinstance(part.get("text"), str):
-                reasoning += len(part["text"])
-                if reasoning > MAX_REASONING_TEXT:
-                    raise InvalidRequestError(
-                        f"the reasoning items up to input.{i} hold {reasoning:,} characters of reasoning "
-                        f"text; at most {MAX_REASONING_TEXT:,} are accepted together",
-                        param=f"input.{i}.content", code="string_above_max_length")
+        for param, text in _passed_back_output(item, i):
+            output += len(text)
+            if output > MAX_PASSED_BACK_OUTPUT:
+                raise InvalidRequestError(
+                    f"the reasoning text, call arguments and custom tool inputs passed back up to {param} "
+                    f"are {output:,} characters; at most {MAX_PASSED_BACK_OUTPUT:,} are accepted together",
+                    param=param, code="string_above_max_length")
+        parts = item.get("content")
+        for j, part in enumerate(parts if isinstance(parts, list) else ()):
             for key in ("annotations", "logprobs"):
-                if part.get(key):
+                if isinstance(part, dict) and part.get(key):
                     extras += json_size(part[key])
                     if extras > MAX_PART_EXTRAS_BYTES:
                         raise InvalidRequestError(
@@ -161,6 +176,8 @@ def check_input_totals(items: Any) -> None:
 def check_item(item: dict[str, Any], kind: str, where: str) -> None:
     """An input item's keys and the strings it carries that no prompt bounds."""
     check_keys(item, ITEM_KEYS[kind], where, f"a {kind} item")
+    if kind in ("function_call", "custom_tool_call"):
+        check_string(item.get("name"), MAX_TOOL_NAME, f"{where}.name")
     for key in ("id", "call_id"):
         check_string(item.get(key), MAX_ID, f"{where}.{key}")
     check_string(item.get("status"), MAX_STATUS, f"{where}.status")

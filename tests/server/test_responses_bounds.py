@@ -20,8 +20,8 @@ from server.responses.bounds import (
     MAX_FORMAT_BYTES,
     MAX_ID,
     MAX_PART_EXTRAS_BYTES,
+    MAX_PASSED_BACK_OUTPUT,
     MAX_PROMPT_CACHE_KEY,
-    MAX_REASONING_TEXT,
     MAX_SAFETY_IDENTIFIER,
     MAX_STATUS,
     MAX_SUMMARY,
@@ -61,6 +61,14 @@ def _user(**fields: Any) -> dict[str, Any]:
     return {"role": "user", "content": "hi", **fields}
 
 
+def _custom_call(text: str) -> dict[str, Any]:
+    return {"type": "custom_tool_call", "call_id": "c1", "name": "g", "input": text}
+
+
+def _custom_output() -> dict[str, Any]:
+    return {"type": "custom_tool_call_output", "call_id": "c1", "output": "ok"}
+
+
 def _reasoning(texts: list[str]) -> dict[str, Any]:
     return {"type": "reasoning", "summary": [{"type": "summary_text", "text": t} for t in texts],
             "content": [{"type": "reasoning_text", "text": "hm"}]}
@@ -87,6 +95,11 @@ def _cases() -> list[tuple[dict[str, Any], dict[str, Any], str]]:
         both(lambda s: {"input": "hi", "tools": [_tool(name=s)]}, MAX_TOOL_NAME, "tools.0.name"),
         both(lambda s: {"input": [_user(id=s)]}, MAX_ID, "input.0.id"),
         both(lambda s: {"input": [_user(), _call(id=s), _output()]}, MAX_ID, "input.1.id"),
+        both(lambda s: {"input": [_user(), _call(name=s), _output()]}, MAX_TOOL_NAME, "input.1.name"),
+        both(lambda s: {"input": [_user(), _call(arguments=s), _output()]}, MAX_PASSED_BACK_OUTPUT,
+             "input.1.arguments"),
+        both(lambda s: {"input": [_user(), _custom_call(s), _custom_output()]}, MAX_PASSED_BACK_OUTPUT,
+             "input.1.input"),
         both(lambda s: {"input": [_user(), _call(call_id=s), _output(call_id=s)]}, MAX_ID, "input.1.call_id"),
         both(lambda s: {"input": [_user(), _call(), _output(status=s)]}, MAX_STATUS, "input.2.status"),
         both(lambda s: {"input": [_user(), _reasoning([s])]}, MAX_SUMMARY, "input.1.summary.0.text"),
@@ -193,10 +206,11 @@ def test_tools_and_the_text_format_are_bounded_whole(live: LiveServer) -> None:
 
 
 def test_reasoning_text_the_template_may_drop_is_bounded_together(live: LiveServer) -> None:
+    """SmolLM2's template drops earlier reasoning and calls: no context bounds them."""
     def thinking(text: str) -> dict[str, Any]:
         return {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
 
-    half = MAX_REASONING_TEXT // 2
+    half = MAX_PASSED_BACK_OUTPUT // 2
     turns = [_user(), thinking("t" * half), {"role": "assistant", "content": "a"}, _user(),
              thinking("u" * half), {"role": "assistant", "content": "b"}, _user()]
     ok = post(live.url, {"input": turns})  # SmolLM2's template drops earlier turns' reasoning
@@ -205,7 +219,7 @@ def test_reasoning_text_the_template_may_drop_is_bounded_together(live: LiveServ
     r = post(live.url, {"input": turns})
     assert r.status_code == 400, r.text[:300]
     error = r.json()["error"]
-    assert (error["param"], error["code"]) == ("input.4.content", "string_above_max_length")
+    assert (error["param"], error["code"]) == ("input.4.content.0.text", "string_above_max_length")
 
 
 def test_passed_back_logprobs_and_annotations_are_bounded_together(live: LiveServer) -> None:
