@@ -119,9 +119,9 @@ def check_metadata(metadata: dict[str, Any] | None) -> None:
     if len(metadata) > MAX_METADATA_KEYS:
         raise InvalidRequestError(f"metadata holds at most {MAX_METADATA_KEYS} pairs", param="metadata")
     for key, value in metadata.items():
-        if len(key) > MAX_METADATA_KEY:
-            raise InvalidRequestError(f"metadata keys are at most {MAX_METADATA_KEY} characters",
-                                      param=f"metadata.{key}")
+        if len(key) > MAX_METADATA_KEY:  # param names the object: the key itself could be megabytes
+            raise InvalidRequestError(f"metadata keys are at most {MAX_METADATA_KEY} characters; one is "
+                                      f"{len(key):,}", param="metadata", code="string_above_max_length")
         if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE:
             raise InvalidRequestError(f"metadata values are strings of at most {MAX_METADATA_VALUE} "
                                       "characters", param=f"metadata.{key}")

@@ -242,3 +242,11 @@ def test_allowed_tools_lists_no_more_than_the_tools(live: LiveServer) -> None:
     repeated = {**choice, "tools": [ref] * 50_000}
     r = post(live.url, {"input": "hi", "tools": [_tool()], "tool_choice": repeated})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice.tools", r.text[:300]
+
+
+def test_an_overlong_metadata_key_is_not_echoed_back(live: LiveServer) -> None:
+    r = post(live.url, {"input": "hi", "metadata": {"k" * 1_000_000: "v"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "metadata"
+    assert len(r.content) < 1000
+    r = post(live.url, {"input": "hi", "metadata": {"k": "v" * 513}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "metadata.k"
