@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from afm_struct.decoding.grammar_budget import DEFAULT_GRAMMAR_BUDGET_S
+from afm_struct.store import StoreQuota
 
 from .tenants import ApiKey, distinct_keys
 
@@ -62,6 +63,10 @@ class ServerSettings:
     # logged only with log_content.
     log_format: str = "text"
     log_content: bool = False
+    # What each tenant may keep in the response store (0: no bound): stored responses, and the
+    # bytes they take.  Beyond it a create with store on is 429 store_quota_exceeded.
+    store_quota_responses: int = 100_000
+    store_quota_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         if not 0 < self.profile_interval_s <= 0.25:
@@ -89,6 +94,13 @@ class ServerSettings:
         if any(isinstance(key, str) and (not key or key != key.strip()) for key in self.api_keys):
             raise ValueError("an API key must be non-empty and without surrounding spaces")
         object.__setattr__(self, "api_keys", distinct_keys(self.api_keys))
+        if self.store_quota_responses < 0 or self.store_quota_bytes < 0:
+            raise ValueError("store quotas must be >= 0 (0: no bound)")
+
+    @property
+    def store_quota(self) -> StoreQuota:
+        """What each tenant may keep in the response store."""
+        return StoreQuota(responses=self.store_quota_responses or None, bytes=self.store_quota_bytes or None)
 
     @property
     def keys(self) -> tuple[ApiKey, ...]:

@@ -17,6 +17,49 @@ SCRIPTED_SPEC = "scripted"
 SCRIPTED_DEFAULT_TOKENS_PER_S = 50.0
 # The --responses-store value when the option is not given.
 STORE_ENV = "AFM_STRUCT_RESPONSES_STORE"
+# --store-ttl's default: OpenAI keeps stored responses 30 days.
+DEFAULT_STORE_TTL = "30d"
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_BYTES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_duration(text: str) -> float:
+    """``--store-ttl``: seconds, or a number with s / m / h / d (``30d``); 0 is never."""
+    spec = text.strip().lower()
+    scale = _SECONDS.get(spec[-1:], 0)
+    try:
+        value = float(spec[:-1] if scale else spec) * (scale or 1)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: give seconds or a number with "
+                                         "s, m, h or d (30d), or 0 to keep responses for ever")
+    return value
+
+
+def parse_size(text: str) -> int:
+    """A byte count, or a number with K / M / G / T (binary: ``1G`` is 2**30); 0 is no bound."""
+    spec = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = _BYTES.get(spec[-1:], 0)
+    try:
+        value = float(spec[:-1] if scale else spec) * (scale or 1)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 2**63 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes or a number with K, M, "
+                                         "G or T (1G), or 0 for no bound")
+    return int(value)
+
+
+def parse_count(text: str) -> int:
+    """A count >= 0 (0 is no bound)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count: give a whole number >= 0 (0: no bound)")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,6 +143,16 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
              "$XDG_DATA_HOME/afm-struct/responses.sqlite3)")
     add("--no-store", dest="store", action="store_false",
         help="keep no responses (requests asking to store them are answered, not stored)")
+    add("--store-ttl", type=parse_duration, default=parse_duration(DEFAULT_STORE_TTL),
+        metavar="DURATION",
+        help="stored responses older than this are no longer returned and are deleted: seconds, "
+             f"or 90m, 12h, 30d; 0 keeps them for ever (default {DEFAULT_STORE_TTL}, as OpenAI)")
+    add("--store-quota-responses", type=parse_count, default=d.store_quota_responses, metavar="N",
+        help="stored responses each tenant (API key name) may keep; beyond it a request with store "
+             f"on is refused with 429 store_quota_exceeded (0: no bound; default {d.store_quota_responses})")
+    add("--store-quota-bytes", type=parse_size, default=d.store_quota_bytes, metavar="SIZE",
+        help="bytes of stored responses each tenant may keep, e.g. 500M or 2G (0: no bound; default "
+             f"{d.store_quota_bytes >> 30}G)")
     add("--drain-seconds", "--drain-timeout", dest="drain_seconds", type=float,
         default=d.drain_seconds, metavar="SECONDS",
         help="on SIGTERM, stop taking requests (503 draining, /health 503) and give those in "
@@ -144,7 +197,7 @@ def open_response_store(args: argparse.Namespace, environ: dict[str, str] | None
         if args.responses_store:
             raise AfmError("--no-store and --responses-store contradict each other: give one")
         return None
-    return open_store(spec)
+    return open_store(spec, ttl_s=args.store_ttl or None)
 
 
 class _Say:
@@ -185,7 +238,8 @@ def run(args: argparse.Namespace) -> int:
             close_on_length=args.close_on_length, grammar_budget_s=args.grammar_budget_s,
             served_model_names=tuple(args.served_model_names),
             api_keys=api_keys, drain_seconds=args.drain_seconds, log_format=args.log_format,
-            log_content=args.log_content)
+            log_content=args.log_content, store_quota_responses=args.store_quota_responses,
+            store_quota_bytes=args.store_quota_bytes)
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
     server_module("logging_json").configure(settings.log_format, settings.log_level)

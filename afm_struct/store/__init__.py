@@ -8,14 +8,30 @@ strings (the server uses its tenants' ``owner``: a key's name or hash, never the
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from .protocol import ResponseStore
-from .records import DEFAULT_LIMIT, MAX_LIMIT, Item, ItemPage, StoredResponse, StoreError, not_found
+from .records import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Item,
+    ItemPage,
+    QuotaExceededError,
+    StoredResponse,
+    StoreError,
+    StoreQuota,
+    StoreUsage,
+    not_found,
+    stored_size,
+)
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Item", "ItemPage", "ResponseStore", "StoreError",
-           "StoredResponse", "default_store_path", "is_postgres_url", "not_found", "open_store"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Item", "ItemPage", "QuotaExceededError", "ResponseStore",
+           "StoreError", "StoreQuota", "StoreUsage", "StoredResponse", "default_store_path",
+           "is_postgres_url", "not_found", "open_store", "stored_size"]
+log = logging.getLogger(__name__)
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -32,14 +48,27 @@ def is_postgres_url(spec: str) -> bool:
     return spec.startswith(_POSTGRES_SCHEMES)
 
 
-def open_store(spec: str | os.PathLike[str] | None = None) -> ResponseStore:
+def open_store(spec: str | os.PathLike[str] | None = None, *, ttl_s: float | None = None,
+               clock: Callable[[], float] | None = None) -> ResponseStore:
     """The store ``spec`` names (a ``postgresql://`` URL, or a SQLite file path; None: the
-    default path), opened and migrated.  Raises :class:`StoreError` with a message naming the
-    path (or the URL without its password) when it cannot be used."""
+    default path), opened and migrated; with ``ttl_s``, responses older than that many seconds
+    (by ``clock``, default ``time.time``) are not returned, and those already expired are
+    purged now.  Raises :class:`StoreError` with a message naming the path (or the URL without
+    its password) when it cannot be used."""
+    store: ResponseStore
     if isinstance(spec, str) and is_postgres_url(spec):
         from .postgres import PostgresStore
 
-        return PostgresStore(spec)
-    from .sqlite import SQLiteStore
+        store = PostgresStore(spec, ttl_s=ttl_s, clock=clock)
+    else:
+        from .sqlite import SQLiteStore
 
-    return SQLiteStore(default_store_path() if spec is None else spec)
+        store = SQLiteStore(default_store_path() if spec is None else spec, ttl_s=ttl_s, clock=clock)
+    try:
+        purged = store.purge()
+    except BaseException:
+        store.close()
+        raise
+    if purged:
+        log.info("response store %s: %d expired responses purged", store.description, purged)
+    return store

@@ -43,12 +43,21 @@ _V1 = """
     );
     CREATE INDEX response_items_by_id ON response_items (response_seq, kind, item_id)
 """
+# The bytes each response takes (its metadata, extra and items as stored, UTF-8), so a tenant's
+# usage is one indexed sum; rows written before it are measured once, in characters.
+_V2 = """
+    ALTER TABLE responses ADD COLUMN size BIGINT NOT NULL DEFAULT 0;
+    UPDATE responses SET size = LENGTH(metadata) + LENGTH(extra) + COALESCE(
+        (SELECT SUM(LENGTH(item)) FROM response_items WHERE response_seq = responses.seq), 0);
+    CREATE INDEX responses_by_owner_age ON responses (owner, created_at, size)
+"""
 _SEQ = {"sqlite": "INTEGER PRIMARY KEY", "postgresql": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
 
 # (version, description, script per dialect)
 MIGRATIONS: tuple[tuple[int, str, dict[Dialect, str]], ...] = (
     (1, "responses and their items",
      {"sqlite": _V1.format(seq=_SEQ["sqlite"]), "postgresql": _V1.format(seq=_SEQ["postgresql"])}),
+    (2, "the size of each response, for tenant quotas", {"sqlite": _V2, "postgresql": _V2}),
 )
 LATEST = MIGRATIONS[-1][0]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,12 +35,15 @@ class _Conflict(Exception):
 class PostgresStore(SqlStore):
     """:class:`~.protocol.ResponseStore` in the PostgreSQL database ``url``.  Raises
     :class:`~.records.StoreError` naming the database (never the password) when it cannot be
-    reached or migrated."""
+    reached or migrated.  Responses older than ``ttl_s`` seconds (by ``clock``; None: kept for
+    ever) are not returned and are purged."""
 
     placeholder = "%s"
     lock_row = " FOR UPDATE"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, ttl_s: float | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self._expiry(ttl_s, clock)
         try:
             import psycopg
         except ImportError:

@@ -7,6 +7,10 @@ owners holding one id never collide nor learn of each other.  Methods block on I
 off the event loop (``asyncio.to_thread``).  They are safe to call from several threads at
 once, and several processes may share one store.
 
+With a ttl (``open_store(..., ttl_s=...)``), a response whose ``created_at`` is more than ttl
+seconds old has expired: every call treats it as deleted (the same not-found answer), and the
+next write, or :meth:`ResponseStore.purge`, removes it and its items.
+
 Errors: ``NotFoundError`` (404) for an id the owner does not have, ``InvalidRequestError``
 (400) for bad pagination or links, :class:`~.records.StoreError` (503) when the database
 fails while serving (opening fails with a StoreError too, naming the path).
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from .records import DEFAULT_LIMIT, Item, ItemPage, Order, StoredResponse
+from .records import DEFAULT_LIMIT, Item, ItemPage, Order, StoredResponse, StoreUsage
 
 
 @runtime_checkable
@@ -60,6 +64,16 @@ class ResponseStore(Protocol):
         response of its chain, oldest first, its input items then its output items.
         NotFoundError (``param: previous_response_id``) when it, or a response it continues,
         is not the owner's (unknown, deleted, another owner's)."""
+        ...
+
+    def usage(self, owner: str) -> StoreUsage:
+        """How many live responses the owner keeps and the bytes they take (expired ones do
+        not count)."""
+        ...
+
+    def purge(self) -> int:
+        """Delete every expired response and its items now (every ``put`` does it too);
+        returns how many were deleted (0 without a ttl)."""
         ...
 
     def close(self) -> None:

@@ -83,6 +83,53 @@ class ItemPage:
                 "last_id": self.last_id, "has_more": self.has_more}
 
 
+@dataclass(frozen=True)
+class StoreUsage:
+    """What one owner's live (unexpired) stored responses take: how many, and their bytes
+    (metadata, extra fields and items as stored, UTF-8 JSON)."""
+
+    responses: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class StoreQuota:
+    """What each owner may keep (None: no bound): stored responses, and their bytes."""
+
+    responses: int | None = None
+    bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("responses", "bytes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"a store quota's {name} must be a positive integer or None, not {value!r}")
+
+    def check(self, usage: StoreUsage, adding: int) -> None:
+        """Raise :class:`QuotaExceededError` when one more response of ``adding`` bytes would
+        take an owner holding ``usage`` past this quota."""
+        if self.responses is not None and usage.responses + 1 > self.responses:
+            raise QuotaExceededError(
+                f"this API key's tenant already keeps {usage.responses:,} stored responses, its "
+                f"quota is {self.responses:,}: {QuotaExceededError.FIX}")
+        if self.bytes is not None and usage.bytes + adding > self.bytes:
+            raise QuotaExceededError(
+                f"this API key's tenant keeps {usage.bytes:,} bytes of stored responses and this "
+                f"one would add {adding:,} (before its output), past its quota of {self.bytes:,} "
+                f"bytes: {QuotaExceededError.FIX}")
+
+
+class QuotaExceededError(AfmError):
+    """Keeping one more response would take its owner past the store quota (429, before the
+    request runs)."""
+
+    type = "insufficient_quota"
+    status = 429
+    code = "store_quota_exceeded"
+    FIX = ("delete stored responses (DELETE /v1/responses/{id}), let them expire, or send "
+           "store: false")
+
+
 class StoreError(AfmError):
     """The response store cannot be opened or used; the message names the path and the fix."""
 
@@ -105,6 +152,13 @@ def check_page(limit: int, order: str) -> None:
                                   param="limit")
     if order not in ("asc", "desc"):
         raise InvalidRequestError(f"order must be 'asc' or 'desc', not {order!r}", param="order")
+
+
+def stored_size(metadata: Any, extra: Any, items: list[Item]) -> int:
+    """The bytes a response takes in the store: its metadata, extra fields and items as
+    stored (UTF-8 JSON), what :attr:`StoreUsage.bytes` adds up."""
+    texts = [to_json(metadata), to_json(extra), *(to_json(item) for item in items)]
+    return sum(len(text.encode()) for text in texts)
 
 
 def to_json(value: Any) -> str:

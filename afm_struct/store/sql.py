@@ -8,7 +8,8 @@ a reader never sees half a response, and every query names the owner.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -19,6 +20,7 @@ from .records import (
     ItemPage,
     Order,
     StoredResponse,
+    StoreUsage,
     check_page,
     not_found,
     to_json,
@@ -27,11 +29,16 @@ from .records import (
 _COLUMNS = "seq, id, owner, status, created_at, model, metadata, previous_response_id, extra"
 # The chain a response continues, newest first.  UNION (not UNION ALL) drops a row already
 # reached, so even a cycle a bug wrote would end the walk.
+# Only live rows: an expired response is gone for every read, as a deleted one, before the
+# purge removes it.
 _CHAIN = """WITH RECURSIVE chain (seq, id, previous_response_id) AS (
         SELECT seq, id, previous_response_id FROM responses WHERE owner = ? AND id = ?
+            AND created_at >= ?
         UNION
         SELECT r.seq, r.id, r.previous_response_id FROM responses r
-        JOIN chain c ON r.owner = ? AND r.id = c.previous_response_id)"""
+        JOIN chain c ON r.owner = ? AND r.id = c.previous_response_id AND r.created_at >= ?)"""
+# The cutoff when responses never expire: before any created_at.
+_NEVER = -(2**62)
 
 
 class SqlStore:
@@ -42,6 +49,25 @@ class SqlStore:
     # transaction already excludes other writers, as SQLite's BEGIN IMMEDIATE does).
     lock_row = ""
     description = "a response store"
+    #: Seconds a response is kept after its ``created_at`` (None: for ever), and the clock
+    #: (Unix seconds) that ages it; set by the subclass's constructor.
+    ttl_s: float | None = None
+    clock: Callable[[], float] = staticmethod(time.time)
+
+    def _expiry(self, ttl_s: float | None, clock: Callable[[], float] | None) -> None:
+        if ttl_s is not None and not ttl_s > 0:
+            raise ValueError(f"a store's ttl must be a positive number of seconds, not {ttl_s!r}")
+        self.ttl_s = ttl_s
+        if clock is not None:
+            self.clock = clock
+
+    def _cutoff(self) -> int:
+        """The oldest ``created_at`` still live: older responses have expired."""
+        if self.ttl_s is None:
+            return _NEVER
+        # A response created in the second the cutoff falls in is still live (created_at is
+        # whole seconds): it expires within a second after its ttl, never before.
+        return int(self.clock() - self.ttl_s)
 
     def _transaction(self, *, write: bool) -> AbstractContextManager[Any]:
         """A cursor inside one transaction (committed on exit, rolled back on an exception);
@@ -63,8 +89,17 @@ class SqlStore:
     def put(self, response: StoredResponse) -> StoredResponse:
         """See :meth:`.protocol.ResponseStore.put`."""
         response = response.with_item_ids()
+        items = [(kind, position, item["id"], to_json(item))
+                 for kind, items in (("input", response.input_items), ("output", response.output_items))
+                 for position, item in enumerate(items)]
+        metadata, extra = to_json(response.metadata), to_json(response.extra)
+        size = sum(len(text.encode()) for text in (metadata, extra, *(row[3] for row in items)))
         with self._transaction(write=True) as cur:
+            # Every write purges what has expired (an indexed range, empty most times), so the
+            # store holds at most one ttl of responses however few reads come.
+            cutoff = self._purge(cur)
             # Locked (PostgreSQL): a concurrent put of the same id waits, then sees this one's.
+            # An expired row of the same id is gone by now: the put makes a new response.
             old = self._run(cur, "SELECT seq, previous_response_id FROM responses WHERE owner = ? "
                                  f"AND id = ?{self.lock_row}", (response.owner, response.id)).fetchone()
             if old is not None and old[1] != response.previous_response_id:
@@ -72,28 +107,25 @@ class SqlStore:
                     f"stored response {response.id!r} continues {old[1]!r}: a replacement cannot "
                     "change its previous_response_id", param="previous_response_id")
             if old is None and response.previous_response_id is not None:
-                chain = self._chain(cur, response.owner, response.previous_response_id)
+                chain = self._chain(cur, response.owner, response.previous_response_id, cutoff)
                 if not chain:
                     raise not_found(response.previous_response_id, "previous_response_id")
                 if any(response.id in (row[1], row[2]) for row in chain):
                     raise InvalidRequestError(
                         f"response {response.id!r} cannot continue {response.previous_response_id!r}: "
                         "that chain already leads back to it", param="previous_response_id")
-            fields = (response.status, response.created_at, response.model, to_json(response.metadata),
-                      to_json(response.extra))
+            fields = (response.status, response.created_at, response.model, metadata, extra, size)
             if old is not None:  # replaced in place: the row (and its lock) stays
                 seq = old[0]
                 self._run(cur, "UPDATE responses SET status = ?, created_at = ?, model = ?, "
-                               "metadata = ?, extra = ? WHERE seq = ?", (*fields, seq))
+                               "metadata = ?, extra = ?, size = ? WHERE seq = ?", (*fields, seq))
                 self._run(cur, "DELETE FROM response_items WHERE response_seq = ?", (seq,))
             else:
                 seq = self._run(cur, "INSERT INTO responses (status, created_at, model, metadata, extra, "
-                                     "id, owner, previous_response_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                                     "RETURNING seq", (*fields, response.id, response.owner,
-                                                       response.previous_response_id)).fetchone()[0]
-            rows = [(seq, kind, position, item["id"], to_json(item))
-                    for kind, items in (("input", response.input_items), ("output", response.output_items))
-                    for position, item in enumerate(items)]
+                                     "size, id, owner, previous_response_id) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                                     "?, ?) RETURNING seq", (*fields, response.id, response.owner,
+                                                             response.previous_response_id)).fetchone()[0]
+            rows = [(seq, *row) for row in items]
             if rows:
                 sql = "INSERT INTO response_items VALUES (?, ?, ?, ?, ?)"
                 cur.executemany(sql.replace("?", self.placeholder), rows)
@@ -102,8 +134,8 @@ class SqlStore:
     def get(self, owner: str, response_id: str) -> StoredResponse:
         """See :meth:`.protocol.ResponseStore.get`."""
         with self._transaction(write=False) as cur:
-            row = self._run(cur, f"SELECT {_COLUMNS} FROM responses WHERE owner = ? AND id = ?",
-                            (owner, response_id)).fetchone()
+            row = self._run(cur, f"SELECT {_COLUMNS} FROM responses WHERE owner = ? AND id = ? "
+                                 "AND created_at >= ?", (owner, response_id, self._cutoff())).fetchone()
             if row is None:
                 raise not_found(response_id)
             items = self._run(cur, "SELECT kind, item FROM response_items WHERE response_seq = ? "
@@ -117,8 +149,7 @@ class SqlStore:
     def delete(self, owner: str, response_id: str) -> None:
         """See :meth:`.protocol.ResponseStore.delete`."""
         with self._transaction(write=True) as cur:
-            row = self._run(cur, "SELECT seq FROM responses WHERE owner = ? AND id = ?",
-                            (owner, response_id)).fetchone()
+            row = self._live_seq(cur, owner, response_id)
             if row is None:
                 raise not_found(response_id)
             self._delete_seq(cur, row[0])
@@ -128,8 +159,7 @@ class SqlStore:
         """See :meth:`.protocol.ResponseStore.input_items`."""
         check_page(limit, order)
         with self._transaction(write=False) as cur:
-            row = self._run(cur, "SELECT seq FROM responses WHERE owner = ? AND id = ?",
-                            (owner, response_id)).fetchone()
+            row = self._live_seq(cur, owner, response_id)
             if row is None:
                 raise not_found(response_id)
             where, params = "response_seq = ? AND kind = 'input'", [row[0]]
@@ -151,7 +181,7 @@ class SqlStore:
     def conversation(self, owner: str, previous_response_id: str) -> list[Item]:
         """See :meth:`.protocol.ResponseStore.conversation`."""
         with self._transaction(write=False) as cur:
-            links = {row[1]: row for row in self._chain(cur, owner, previous_response_id)}
+            links = {row[1]: row for row in self._chain(cur, owner, previous_response_id, self._cutoff())}
             order: list[Any] = []
             link: str | None = previous_response_id
             while link is not None:
@@ -166,12 +196,46 @@ class SqlStore:
         return [json.loads(item) for row in reversed(order)
                 for _, _, item in sorted(by_seq.get(row[0], []))]
 
+    def usage(self, owner: str) -> StoreUsage:
+        """See :meth:`.protocol.ResponseStore.usage`."""
+        with self._transaction(write=False) as cur:
+            count, size = self._run(cur, "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM responses "
+                                         "WHERE owner = ? AND created_at >= ?",
+                                    (owner, self._cutoff())).fetchone()
+        return StoreUsage(responses=int(count), bytes=int(size))
+
+    def purge(self) -> int:
+        """See :meth:`.protocol.ResponseStore.purge`."""
+        if self.ttl_s is None:
+            return 0
+        with self._transaction(write=True) as cur:
+            cutoff = self._cutoff()
+            count = self._run(cur, "SELECT COUNT(*) FROM responses WHERE created_at < ?",
+                              (cutoff,)).fetchone()[0]
+            self._purge(cur, cutoff)
+        return int(count)
+
     # -- helpers --------------------------------------------------------------------------
 
-    def _chain(self, cur: Any, owner: str, response_id: str) -> list[tuple[int, str, str | None]]:
-        """(seq, id, previous_response_id) of the response and those it continues."""
+    def _purge(self, cur: Any, cutoff: int | None = None) -> int:
+        """Delete the expired responses and their items (inside a write transaction); returns
+        the cutoff used."""
+        cutoff = self._cutoff() if cutoff is None else cutoff
+        if self.ttl_s is not None:
+            self._run(cur, "DELETE FROM response_items WHERE response_seq IN "
+                           "(SELECT seq FROM responses WHERE created_at < ?)", (cutoff,))
+            self._run(cur, "DELETE FROM responses WHERE created_at < ?", (cutoff,))
+        return cutoff
+
+    def _live_seq(self, cur: Any, owner: str, response_id: str) -> Any:
+        return self._run(cur, "SELECT seq FROM responses WHERE owner = ? AND id = ? AND created_at >= ?",
+                         (owner, response_id, self._cutoff())).fetchone()
+
+    def _chain(self, cur: Any, owner: str, response_id: str,
+               cutoff: int) -> list[tuple[int, str, str | None]]:
+        """(seq, id, previous_response_id) of the live response and the live ones it continues."""
         return self._run(cur, f"{_CHAIN} SELECT seq, id, previous_response_id FROM chain",
-                         (owner, response_id, owner)).fetchall()
+                         (owner, response_id, cutoff, owner, cutoff)).fetchall()
 
     def _items(self, cur: Any, seqs: list[int]) -> Iterator[tuple[int, str, int, str]]:
         # In slices: SQLite caps the variables of one statement.

@@ -18,7 +18,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,9 +33,12 @@ BUSY_TIMEOUT_S = 30.0
 class SQLiteStore(SqlStore):
     """:class:`~.protocol.ResponseStore` in the SQLite file at ``path`` (created with its
     directory if missing).  Raises :class:`~.records.StoreError` naming the path when the file
-    cannot be used."""
+    cannot be used.  Responses older than ``ttl_s`` seconds (by ``clock``; None: kept for
+    ever) are not returned and are purged."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, ttl_s: float | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self._expiry(ttl_s, clock)
         self.path = Path(path).expanduser()
         self.description = f"SQLite file {self.path}"
         self._lock = threading.Lock()

@@ -29,6 +29,7 @@ from afm_struct.serving.plan import (
 
 from ..request import check_model, check_values
 from ..state import ServerState
+from .bounds import check_input_totals
 from .items import input_turns
 from .schemas import ResponsesRequest
 from .tools import read_choice, read_tools
@@ -118,9 +119,9 @@ def check_metadata(metadata: dict[str, Any] | None) -> None:
     if len(metadata) > MAX_METADATA_KEYS:
         raise InvalidRequestError(f"metadata holds at most {MAX_METADATA_KEYS} pairs", param="metadata")
     for key, value in metadata.items():
-        if len(key) > MAX_METADATA_KEY:
-            raise InvalidRequestError(f"metadata keys are at most {MAX_METADATA_KEY} characters",
-                                      param=f"metadata.{key}")
+        if len(key) > MAX_METADATA_KEY:  # param names the object: the key itself could be megabytes
+            raise InvalidRequestError(f"metadata keys are at most {MAX_METADATA_KEY} characters; one is "
+                                      f"{len(key):,}", param="metadata", code="string_above_max_length")
         if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE:
             raise InvalidRequestError(f"metadata values are strings of at most {MAX_METADATA_VALUE} "
                                       "characters", param=f"metadata.{key}")
@@ -223,6 +224,7 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
         raise InvalidRequestError("input is required: a string or a list of input items", param="input",
                                   code="missing_required_parameter")
     turns = input_turns(body.instructions, body.input)
+    check_input_totals(body.input)
     if history:
         # instructions are not carried over from the response continued (OpenAI's rule): the
         # system turn of this request goes first, then the earlier turns, then this input.

@@ -16,6 +16,7 @@ from typing import Any
 
 from afm_struct.errors import InvalidRequestError
 
+from .bounds import check_item, check_part
 from .tools import CUSTOM_INPUT_KEY
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
@@ -51,6 +52,7 @@ def content_text(content: Any, param: str, *, allowed: set[str]) -> str:
                        f"{where}.type", "unsupported_content")
         if kind not in allowed:
             raise _bad(f"{where}.type must be one of {sorted(allowed)}, not {kind!r}", f"{where}.type")
+        check_part(part, kind, where)
         texts.append(_text(part.get("text"), f"{where}.text"))
     return "".join(texts)
 
@@ -115,6 +117,8 @@ def read_item(builder: TurnBuilder, item: Any, where: str) -> None:
     if not isinstance(item, dict):
         raise _bad(f"{where} must be an object (a message or an item)", where)
     kind = item.get("type", "message" if "role" in item else None)
+    if isinstance(kind, str) and kind in ("message", *CALL_TYPES, *OUTPUT_TYPES, "reasoning"):
+        check_item(item, kind, where)
     if kind == "message":
         role = item.get("role")
         if role not in MESSAGE_ROLES:
@@ -123,6 +127,9 @@ def read_item(builder: TurnBuilder, item: Any, where: str) -> None:
         allowed = TEXT_PARTS | {"refusal"} if role == "assistant" else {"input_text"}
         content = item.get("content")
         if role == "assistant" and isinstance(content, list):
+            for j, part in enumerate(content):
+                if isinstance(part, dict) and part.get("type") == "refusal":
+                    check_part(part, "refusal", f"{where}.content.{j}")
             content = [{"type": "output_text", "text": p.get("refusal")}
                        if isinstance(p, dict) and p.get("type") == "refusal" else p for p in content]
         builder.message(role, content_text(content, f"{where}.content", allowed=allowed))

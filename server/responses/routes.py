@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from afm_struct.errors import AfmError, InvalidRequestError, NotFoundError
-from afm_struct.store import ResponseStore
+from afm_struct.store import ResponseStore, stored_size
 
 from ..admission import Prepared, admit, prepare, response_headers
 from ..profile import parse_profile_header
@@ -30,6 +30,7 @@ from ..schemas import ErrorEnvelope
 from ..state import ServerState
 from ..tenants import tenant_of
 from .adapter import plan_responses
+from .bounds import check_request_fields
 from .encoder import ResponsesBody, ResponsesStream
 from .items import input_turns
 from .schemas import ResponsesRequest
@@ -39,7 +40,7 @@ router = APIRouter()
 log = logging.getLogger("afm_struct.server")
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 500, 503)
+    status: {"model": ErrorEnvelope} for status in (400, 404, 409, 413, 429, 500, 503)
 }
 Keep = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -74,6 +75,8 @@ async def create_response(body: ResponsesRequest, request: Request) -> Streaming
     started = time.perf_counter()
     store = store_of(request)
     owner = tenant_of(request).owner
+    # Before the lookup: a 404 quotes the id it did not find.
+    check_request_fields(body)
     history = None
     if body.previous_response_id is not None:
         if store is None:
@@ -84,12 +87,19 @@ async def create_response(body: ResponsesRequest, request: Request) -> Streaming
     plan, echo = await plan_responses(state, body, request_id=request.state.request_id,
                                       profile_key=parse_profile_header(request.headers.get("x-afm-profile")),
                                       history=history, store=keeping)
+    inputs = input_items(body.input) if keeping else []
+    if keeping and store is not None:
+        # Before anything runs: what the tenant keeps now, and what this request adds before
+        # its output (its items and the settings the response echoes).  Requests running
+        # side by side are each checked alone, so they may take a tenant past it by their
+        # own sizes at most; the next request is refused then.
+        usage = await asyncio.to_thread(store.usage, owner)
+        state.settings.store_quota.check(usage, stored_size({}, echo.fields, inputs))
     prepared = await prepare(state, plan, started=started)
     stream = ResponsesStream(prepared.ident, echo.fields, custom_tools=echo.custom_tools,
                              new_id=state.ids.new_id)
     keep: Keep | None = None
     if keeping and store is not None:
-        inputs = input_items(body.input)
 
         async def keep(response: dict[str, Any]) -> None:
             await asyncio.to_thread(store.put, record(owner, response, inputs))

@@ -30,10 +30,18 @@ from afm_struct.grammar.spec import ToolDef
 from afm_struct.tools.definitions import Choice, ToolSpec, check_choice, check_tools
 from afm_struct.tools.lark_input import LarkInputError, json_string_rules
 
+from .bounds import check_keys
+
 CUSTOM_INPUT_KEY = "input"
 # The fields each tool type has; any other is refused by name (nothing is silently ignored).
 TOOL_KEYS = {"function": ("type", "name", "description", "parameters", "strict"),
              "custom": ("type", "name", "description", "format")}
+FORMAT_KEYS = frozenset({"type", "syntax", "definition"})
+# The keys of tool_choice objects (and of each tool an allowed_tools choice lists): they are
+# echoed, so nothing else may ride along.
+CHOICE_KEYS = {"function": frozenset({"type", "name"}), "custom": frozenset({"type", "name"}),
+               "allowed_tools": frozenset({"type", "mode", "tools"})}
+CHOICE_TOOL_KEYS = frozenset({"type", "name"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str, str]:
     hint = "Its input is free text."
     if fmt is not None and not isinstance(fmt, dict):
         raise InvalidRequestError(f"{where} must be an object", param=where)
+    if fmt is not None:
+        check_keys(fmt, FORMAT_KEYS, where, "a custom tool's format")
     kind = (fmt or {}).get("type", "text")
     if kind == "grammar":
         syntax = fmt.get("syntax")
@@ -143,6 +153,8 @@ def read_choice(choice: Any, declared: DeclaredTools) -> tuple[Choice, tuple[Too
     if not isinstance(choice, dict):
         raise InvalidRequestError("tool_choice must be a string or an object", param="tool_choice")
     kind = choice.get("type")
+    if kind in CHOICE_KEYS:
+        check_keys(choice, CHOICE_KEYS[kind], "tool_choice", f"a tool_choice of type {kind}")
     if kind in ("function", "custom"):
         name = choice.get("name")
         if not isinstance(name, str):
@@ -160,8 +172,13 @@ def read_choice(choice: Any, declared: DeclaredTools) -> tuple[Choice, tuple[Too
         if not isinstance(listed, list) or not listed:
             raise InvalidRequestError("tool_choice.tools must list the tools allowed",
                                       param="tool_choice.tools")
+        if len(listed) > max(len(defs), 1):  # it is echoed: no repeats beyond the tools
+            raise InvalidRequestError(f"tool_choice.tools lists {len(listed):,} tools, more than the "
+                                      f"{len(defs)} in tools", param="tool_choice.tools")
         names = []
         for j, ref in enumerate(listed):
+            if isinstance(ref, dict):
+                check_keys(ref, CHOICE_TOOL_KEYS, f"tool_choice.tools.{j}", "an allowed tool")
             name = ref.get("name") if isinstance(ref, dict) else None
             if name not in {t.name for t in defs}:
                 raise InvalidRequestError(f"tool_choice.tools[{j}] names {name!r}, which is not in tools",

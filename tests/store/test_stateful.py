@@ -1,7 +1,8 @@
 """A hypothesis state machine against a dict model, on each store: three owners and a small
 pool of ids (so owners share ids), puts that replace, continue or cycle, gets, deletes, pages
-of input items, conversations and restarts.  Every answer, including each not-found and each
-refusal, must be the model's.
+of input items, conversations, restarts, and a clock that moves past the store's ttl (expired
+responses are gone as deleted ones).  Every answer, including each not-found and each
+refusal, and each owner's usage (count and bytes), must be the model's.
 
 ``AFM_STRUCT_RANDOM_EXAMPLES=N`` runs N random examples (shrinking a failure) instead of the
 CI-sized default.
@@ -28,7 +29,7 @@ from hypothesis.stateful import (
 )
 
 from afm_struct.errors import InvalidRequestError, NotFoundError
-from afm_struct.store import ResponseStore, StoredResponse, open_store
+from afm_struct.store import ResponseStore, StoredResponse, StoreUsage, open_store, stored_size
 from tests.store.conftest import KINDS, new_spec
 
 EXPLORING = bool(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES"))
@@ -37,6 +38,7 @@ OWNERS = st.sampled_from(["name:a", "name:b", "key:" + "c" * 64])
 IDS = st.sampled_from([f"resp_{n}" for n in range(5)])
 GIVEN_ITEM_IDS = st.one_of(st.none(), st.sampled_from(["item_x", "item_y"]))
 Key = tuple[str, str]
+T0, TTL = 1_700_000_000, 100
 
 
 def expected(call: Callable[[], Any]) -> tuple[str, Any]:
@@ -48,17 +50,30 @@ def expected(call: Callable[[], Any]) -> tuple[str, Any]:
 
 
 class Model:
-    """The dict the store must behave as."""
+    """The dict the store must behave as (responses older than the ttl by ``now`` are gone)."""
 
     def __init__(self) -> None:
         self.responses: dict[Key, StoredResponse] = {}
+        self.now = T0
+
+    def expire(self) -> None:
+        cutoff = self.now - TTL
+        self.responses = {k: r for k, r in self.responses.items() if r.created_at >= cutoff}
 
     def _need(self, owner: str, rid: str, param: str | None = None) -> StoredResponse:
+        self.expire()
         if (owner, rid) not in self.responses:
             raise NotFoundError("unknown", param=param)
         return self.responses[(owner, rid)]
 
+    def usage(self, owner: str) -> StoreUsage:
+        self.expire()
+        mine = [r for (o, _), r in self.responses.items() if o == owner]
+        return StoreUsage(len(mine), sum(stored_size(r.metadata, r.extra, [*r.input_items, *r.output_items])
+                                         for r in mine))
+
     def put(self, response: StoredResponse) -> None:
+        self.expire()
         key = (response.owner, response.id)
         if key in self.responses:
             if self.responses[key].previous_response_id != response.previous_response_id:
@@ -99,8 +114,10 @@ class Model:
         return [item for r in reversed(chain) for item in (*r.input_items, *r.output_items)]
 
 
-def machine(open_new: Callable[[], Callable[[], ResponseStore]]) -> type[RuleBasedStateMachine]:
-    """The state machine class over stores ``open_new()`` makes (it returns a re-opener)."""
+def machine(open_new: Callable[[Callable[[], float]], Callable[[], ResponseStore]],
+            ) -> type[RuleBasedStateMachine]:
+    """The state machine class over stores ``open_new(clock)`` makes (it returns a re-opener
+    of a store with the ttl, on that clock)."""
 
     # (owner, id) of responses stored, drawn beside random pairs (other owners' among them).
     stored_keys = Bundle("stored")
@@ -111,10 +128,10 @@ def machine(open_new: Callable[[], Callable[[], ResponseStore]]) -> type[RuleBas
 
         def __init__(self) -> None:
             super().__init__()
-            self.reopen = open_new()
-            self.store = self.reopen()
             self.model = Model()
-            self.clock = itertools.count(1_700_000_000)
+            self.reopen = open_new(lambda: self.model.now)
+            self.store = self.reopen()
+            self.created = itertools.count(0)
 
         def teardown(self) -> None:
             self.store.close()
@@ -127,7 +144,8 @@ def machine(open_new: Callable[[], Callable[[], ResponseStore]]) -> type[RuleBas
             if previous == rid:
                 return multiple()
             response = StoredResponse(
-                id=rid, owner=owner, status=status, created_at=next(self.clock), model="m",
+                id=rid, owner=owner, status=status, created_at=self.model.now - next(self.created) % 3,
+                model="m",
                 previous_response_id=previous, metadata={"n": len(inputs)},
                 input_items=[{"type": "message", "content": f"in {n}", **({"id": i} if i else {})}
                              for n, i in enumerate(inputs)],
@@ -180,8 +198,17 @@ def machine(open_new: Callable[[], Callable[[], ResponseStore]]) -> type[RuleBas
             self.store.close()
             self.store = self.reopen()
 
+        @rule(seconds=st.sampled_from([1, TTL // 2, TTL, TTL + 1]))
+        def advance(self, seconds: int) -> None:
+            self.model.now += seconds
+
+        @rule(owner=OWNERS)
+        def usage(self, owner: str) -> None:
+            assert self.store.usage(owner) == self.model.usage(owner)
+
         @invariant()
         def every_response_is_its_owners(self) -> None:
+            self.model.expire()
             for (owner, rid), response in self.model.responses.items():
                 assert self.store.get(owner, rid) == response
 
@@ -191,9 +218,9 @@ def machine(open_new: Callable[[], Callable[[], ResponseStore]]) -> type[RuleBas
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_store_behaves_as_the_dict_model(kind: str, tmp_path: Path,
                                              request: pytest.FixtureRequest) -> None:
-    def open_new() -> Callable[[], ResponseStore]:
+    def open_new(clock: Callable[[], float]) -> Callable[[], ResponseStore]:
         spec = new_spec(kind, tmp_path, request)
-        return lambda: open_store(spec)
+        return lambda: open_store(spec, ttl_s=TTL, clock=clock)
 
     run_state_machine_as_test(machine(open_new), settings=settings(
         max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
