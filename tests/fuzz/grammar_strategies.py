@@ -25,7 +25,10 @@ EXTREME_FLOATS = st.one_of(
                      1e-300, -1e-300, 1e-320, 0.0, -0.0, 0.1, 0.5, 1.5, -0.5, 1e19, -1e19, 1e20, -1e20,
                      9.223372036854776e18, -9.223372036854776e18, 1.2345678901234567e18, 1e300, -1e300]),
     st.floats(allow_nan=False, allow_infinity=False))
-NUMBERS = st.one_of(EXTREME_INTS, EXTREME_FLOATS)
+# The int64 edge itself, weighted: where llguidance 1.9.1 crashes (tests/fuzz/test_grammar_fuzz.py).
+INT64_EDGE = st.sampled_from([-(2**63), -(2**63) + 1, -(2**63) + 512, -(2**63) - 1, -1e19, -1e20, -9.3e18,
+                              2**63 - 1, 2**63, 2**64])
+NUMBERS = st.one_of(EXTREME_INTS, EXTREME_FLOATS, INT64_EDGE)
 COUNTS = st.one_of(st.integers(0, 5), st.sampled_from([2**31 - 1, 2**32, 2**53, 2**63 - 1, 2**64, 10**6]))
 ODD_TEXT = st.one_of(
     st.text(max_size=8),
@@ -48,8 +51,8 @@ def _number_schema(draw: Any) -> dict[str, Any]:
         if key == "multipleOf":
             value = abs(value) or 1
         schema[key] = value
-    if draw(st.booleans()) and "minimum" in schema and "maximum" not in schema:
-        schema["maximum"] = schema["minimum"]  # a one-point range: the crashing shape
+    if draw(st.booleans()):  # a one-point range: the crashing shape
+        schema["minimum"] = schema["maximum"] = draw(NUMBERS)
     return schema
 
 
