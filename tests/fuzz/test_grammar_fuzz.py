@@ -39,6 +39,11 @@ CRASHES = [
     ("json", {"type": "array", "items": {"enum": ["a", I64_MIN]}}),
     ("json", {"type": "object", "properties": {"a": {"const": [I64_MIN]}}}),
     ("lark", {"type": "integer", "minimum": -1e20, "maximum": -1e19}),
+    # found by `make fuzz-grammar` (benchmarks/fuzz/grammar.md)
+    ("json", {"type": "array", "items": {"type": "array", "items": {"enum": [I64_MIN + 512, 0]}}}),
+    ("json", {"type": "object", "properties": {"k": {"type": "integer", "minimum": -4.876533014357769e242,
+                                                     "maximum": -4.876533014357769e242}}, "required": ["k"]}),
+    ("lark", {"enum": [I64_MIN + 1, None]}),
 ]
 
 
