@@ -16,7 +16,7 @@ INSTRUCTOR := instructor==1.17.0
 MODEL_ARG := $(if $(MODEL),--model $(MODEL),)
 BLAS_PRELOAD = $$($(BIN)/python -m afm_struct.models.blas)
 
-.PHONY: setup serve cluster test fuzz lint bench clean lock
+.PHONY: setup serve cluster test fuzz fuzz-grammar lint bench clean lock
 
 setup: $(STAMP)
 
@@ -48,15 +48,24 @@ XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfil
 test: setup
 	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS)
 
-# The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples).
+# The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples), then the
+# grammar fuzzer.
 FUZZ_EXAMPLES ?= 2000
-fuzz: setup
+fuzz: setup fuzz-grammar
 	AFM_STRUCT_RANDOM_EXAMPLES=$(FUZZ_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q tests/fuzz/test_contract_fuzz.py $(PYTEST_ARGS)
 
 # Re-pin constraints.txt to what .venv holds now (after a deliberate upgrade that `make test` passed).
 lock: setup
 	@{ sed -n '1,2p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^pip=='; } > constraints.txt.new
 	@mv constraints.txt.new constraints.txt
+
+# The grammar fuzzer at length: hostile schemas, Lark grammars and regexes through raw llguidance
+# and through our compile path, each in a child process (a native crash is a finding, not the
+# end of the run); prints a table and the findings, fails if our path crashed, hung or erred
+# (`make test` runs 30 derandomized cases: tests/fuzz/test_grammar_fuzz.py).
+GRAMMAR_FUZZ_CASES ?= 2000
+fuzz-grammar: setup
+	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m tests.fuzz.grammar_fuzz $(GRAMMAR_FUZZ_CASES)
 
 lint: setup
 	$(BIN)/ruff check .

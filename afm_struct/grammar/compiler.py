@@ -29,7 +29,7 @@ from .engine import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
 from .lark_budget import check_grammar_budgets
 from .literal_budget import check_forced_runs, longest_forced_run
-from .llguidance_backend import BackendCompileError, LLGuidanceBackend
+from .llguidance_backend import BackendCompileError, EngineNumbersError, LLGuidanceBackend
 from .regex_classify import classify_pattern
 from .rewrites import RewriteResult, mentioned_triggers, rewrite_schema
 from .schema_check import check_schema, schema_limits_reason
@@ -372,6 +372,14 @@ class ConstraintCompiler:
                                        self.options.timeout_s)
         except WorkerLimitError as exc:
             return self._result(request, Rung.UNCONSTRAINED, None, exc.reason, backend="llguidance")
+        except EngineNumbersError as exc:
+            # A grammar has no ladder: served exactly or refused, never with a changed number.
+            issue = exc.issues[0]
+            raise SchemaError(
+                f"the grammar's %json block #{(exc.block or 0) + 1} holds a number the grammar engine "
+                f"cannot enforce exactly: {issue.message()}; keep integer bounds and values within "
+                "±2^53 (64-bit floats), or use a json_schema constraint, which is served best-effort "
+                "there", path="$.grammar", param="grammar") from exc
         except BackendCompileError as exc:
             reason = failure_reason(exc.message, None)
             if reason in ("regex_lookaround", "regex_backreference"):

@@ -21,7 +21,7 @@ from .any_order import any_order_grammar
 from .engine import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
 from .json_escapes import guard_patterns
 from .keywords import ENGINE_REASONS, TABLE
-from .llguidance_backend import BackendCompileError, LLGuidanceBackend
+from .llguidance_backend import BackendCompileError, EngineNumbersError, LLGuidanceBackend
 from .regex_classify import first_irregular_pattern
 from .spec import CompileOptions, Rung
 from .worker import WorkerLimitError, run_with_timeout, submit
@@ -29,6 +29,7 @@ from .worker import WorkerLimitError, run_with_timeout, submit
 _UNIMPLEMENTED = re.compile(r'Unimplemented keys: \["([^"]+)"')
 # llguidance's words → reason: the keyword table's entries first, then what no keyword causes.
 _REASONS: tuple[tuple[str, str], ...] = (
+    (EngineNumbersError.PREFIX, "number_beyond_engine"),  # first: its detail names keywords
     *ENGINE_REASONS,
     ("intersection stack level exceeded", "schema_intersection_too_deep"),
     ("Unsatisfiable schema", "unsatisfiable_schema"),

@@ -20,6 +20,7 @@ import numpy as np
 
 from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
 from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, buffer_address, mask_words
+from .engine_numbers import NumberIssue, lark_json_issues, number_issues, widen
 from .spec import CompileOptions
 
 if TYPE_CHECKING:
@@ -106,6 +107,18 @@ class BackendCompileError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class EngineNumbersError(BackendCompileError):
+    """Refused before the engine saw it: numbers it crashes on or changes (engine_numbers.py).
+    ``block``: the ``%json`` block of a Lark grammar holding them (None for a JSON Schema)."""
+
+    PREFIX = "number beyond the engine"
+
+    def __init__(self, issues: list[NumberIssue], block: int | None = None) -> None:
+        super().__init__(f"{self.PREFIX}: {issues[0].message()}")
+        self.issues = issues
+        self.block = block
 
 
 def json_options(options: CompileOptions, *, relaxed: bool = False) -> dict[str, Any]:
@@ -269,6 +282,14 @@ class LLGuidanceBackend:
             # keyword to JSON Schema, an annotation: dropped, the options are the server's.
             schema = {k: v for k, v in schema.items() if k != _ENGINE_OPTIONS}
             text = None
+        # Numbers the engine crashes on (SIGSEGV: the whole server) or changes never reach it:
+        # refused exactly, widened when relaxed (engine_numbers.py).
+        issues = number_issues(schema, text)
+        if issues:
+            wider = widen(schema, issues) if options.relaxed else None
+            if wider is None:
+                raise EngineNumbersError(issues)
+            schema, text = wider, None
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
                 json.dumps(schema) if text is None else text, defaults=defaults)
@@ -282,5 +303,9 @@ class LLGuidanceBackend:
 
     def compile_lark(self, grammar: str, released: Callable[[], None] | None = None) -> LLGuidanceGrammar:
         """Compile a Lark grammar (llguidance dialect; may embed ``%json{...}``); ``released``
-        as in :meth:`compile_json_schema`."""
+        as in :meth:`compile_json_schema`.  A ``%json`` block holding numbers the engine crashes
+        on or changes is refused (:class:`EngineNumbersError`) before the engine reads it."""
+        found = lark_json_issues(grammar)
+        if found:
+            raise EngineNumbersError([issue for _, issue in found], block=found[0][0])
         return self._build(llguidance.LLMatcher.grammar_from_lark(grammar), released)

@@ -43,6 +43,7 @@ from ..downgrade import is_downgraded
 from ..errors import GrammarLimitError, SchemaError
 from ..grammar.closed_objects import close_objects
 from ..grammar.compiler import CompiledConstraint, compile_constraint
+from ..grammar.engine_numbers import number_issues, widen
 from ..grammar.ladder import generic_schema
 from ..grammar.llguidance_backend import json_options
 from ..grammar.rewrites import rewrite_schema
@@ -119,6 +120,14 @@ def argument_schema(tokenizer: Tokenizer, tool: ToolDef, options: CompileOptions
                 else compile_constraint(tokenizer, request, options))
     if compiled.rung is Rung.EXACT or compiled.rung is Rung.RELAXED:
         rewritten = rewrite_schema(params).schema
+        if compiled.rung is Rung.RELAXED and (issues := number_issues(rewritten)):
+            # What the relaxed rung compiled: without the numbers the engine crashes on or
+            # changes (the Lark compile refuses a %json block holding them).
+            wider = widen(rewritten, issues)
+            if wider is None:
+                return with_options(generic_schema(params) or GENERIC_ARGS, exact), Rung.GENERIC_JSON, \
+                    compiled.reason
+            rewritten = wider
         opts = exact if compiled.rung is Rung.EXACT else json_options(options, relaxed=True)
         return with_options(rewritten, opts), compiled.rung, compiled.reason
     generic = generic_schema(params) or GENERIC_ARGS
