@@ -58,6 +58,8 @@ class ResponsesRequest(BaseModel):
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     seed: int | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     include: list[str] | None = None
@@ -73,7 +75,7 @@ class ResponsesRequest(BaseModel):
     background: bool | None = None
     conversation: Any = None
     prompt: Any = None
-    max_tool_calls: Any = None
+    max_tool_calls: Annotated[int, Field(ge=1)] | None = None
     service_tier: str | None = None
     user: str | None = None
     safety_identifier: str | None = None

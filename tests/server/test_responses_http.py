@@ -287,7 +287,10 @@ def test_items_passed_back_reach_the_prompt(serve, tokenizer):
 @pytest.mark.parametrize(("extra", "param"), [
     ({"background": True}, "background"),
     ({"conversation": "conv_1"}, "conversation"),
-    ({"truncation": "auto"}, "truncation"),
+    ({"truncation": "sometimes"}, "truncation"),
+    ({"max_tool_calls": 0}, "max_tool_calls"),
+    ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"frequency_penalty": -3}, "frequency_penalty"),
     ({"prompt": {"id": "pmpt_1"}}, "prompt"),
     ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
     ({"tools": [{"type": "file_search", "vector_store_ids": []}]}, "tools.0.type"),
