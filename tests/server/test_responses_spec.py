@@ -135,9 +135,11 @@ def test_a_frequency_penalty_changes_what_is_sampled(serve):
 
 def test_max_tool_calls_ends_the_turn_after_that_many_calls(serve):
     live = serve(CALL + "\n" + CALL.replace("Paris", "Rome") + "\n" + CALL.replace("Paris", "Oslo"))
+    spent = []
     for limit, cities in ((1, ["Paris"]), (2, ["Paris", "Rome"]), (None, ["Paris", "Rome", "Oslo"])):
         extra = {} if limit is None else {"max_tool_calls": limit}
         body = post(live.url, {"input": "weather?", "tools": [WEATHER], **extra}).json()
+        spent.append(body["usage"]["output_tokens"])
         calls = [item for item in body["output"] if item["type"] == "function_call"]
         assert [json.loads(c["arguments"])["city"] for c in calls] == cities, body["output"]
         assert body["status"] == "completed" and body["max_tool_calls"] == limit
@@ -146,6 +148,8 @@ def test_max_tool_calls_ends_the_turn_after_that_many_calls(serve):
         added = [e for e in events if e["type"] == "response.output_item.added"
                  and e["item"]["type"] == "function_call"]
         assert len(added) == len(cities)
+    # the generation stopped there: the calls past the limit were never written
+    assert spent[0] < spent[1] < spent[2], spent
 
 
 def long_conversation(turns: int) -> list[dict[str, Any]]:
