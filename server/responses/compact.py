@@ -63,10 +63,11 @@ def check_compact(body: CompactRequest) -> None:
 
 
 def user_messages(items: list[dict[str, Any]], new_id: Callable[[str], str]) -> list[dict[str, Any]]:
-    """The user's messages among ``items`` (typed items, as the store keeps them), kept; one
-    without an id gets one (an output item has one)."""
-    return [item if item.get("id") else {"id": new_id(MESSAGE_PREFIX), **item} for item in items
-            if item.get("type") == "message" and item.get("role") == "user"]
+    """The user's messages among ``items`` (typed items, as the store keeps them), kept, with
+    the ``id`` and ``status`` an output item has (made when the input item had none)."""
+    return [{**item, "id": item.get("id") or new_id(MESSAGE_PREFIX),
+             "status": item.get("status") or "completed"}
+            for item in items if item.get("type") == "message" and item.get("role") == "user"]
 
 
 def summary_text(response: dict[str, Any]) -> str:

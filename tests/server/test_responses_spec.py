@@ -31,12 +31,32 @@ from .conftest import wait_until
 from .responses_client import post, stream_events
 from .test_responses_http import CALL, WEATHER
 
-SPEC = json.loads((Path(__file__).parents[1] / "fixtures/openresponses/response_resource.json").read_text())
+# The spec's schemas (the response object, the compacted one, every streaming event), with
+# where they come from: tests/fixtures/openresponses/spec_schemas.json's "source".
+SPEC = json.loads((Path(__file__).parents[1] / "fixtures/openresponses/spec_schemas.json").read_text())
+# ResponseResource's required list in the spec itself (schema/components/schemas/
+# ResponseResource.json at openresponses/openresponses 3452c0125645c81acc7690ebb612b6cb1000e19f),
+# which also has ``user``.
+REQUIRED = ("id", "object", "created_at", "completed_at", "status", "incomplete_details", "model",
+            "previous_response_id", "instructions", "output", "error", "tools", "tool_choice",
+            "truncation", "parallel_tool_calls", "text", "top_p", "presence_penalty",
+            "frequency_penalty", "top_logprobs", "temperature", "reasoning", "user", "usage",
+            "max_output_tokens", "max_tool_calls", "store", "background", "service_tier", "metadata",
+            "safety_identifier", "prompt_cache_key")
 
 
-def conforms(response: dict[str, Any], schema: str = "ResponseResource") -> None:
-    """``response`` validates against the spec's schema (every required field, its type)."""
-    jsonschema.validate(response, SPEC[schema])
+def conforms(value: dict[str, Any], schema: str = "ResponseResource") -> None:
+    """``value`` validates against the spec's schema named ``schema`` (every required field,
+    its type, the nested items)."""
+    jsonschema.validate(value, {"$ref": f"#/$defs/{schema}", "$defs": SPEC["$defs"]})
+    if schema == "ResponseResource":
+        assert not set(REQUIRED) - set(value), set(REQUIRED) - set(value)
+
+
+def events_conform(events: list[dict[str, Any]]) -> None:
+    """Every streamed event validates against the spec's schema of its type."""
+    for event in events:
+        conforms(event, SPEC["events"][event["type"]])
 
 
 @pytest.fixture
@@ -68,6 +88,7 @@ def test_defaults_are_the_values_in_effect_on_create_stream_and_retrieve(stored)
     response, events = stream_events(live.url, {"input": "hi", "temperature": 0, "top_logprobs": 2,
                                                 "presence_penalty": 0.5, "max_tool_calls": 3})
     assert response.status_code == 200
+    events_conform(events)
     carrying = [e for e in events if "response" in e]
     assert [e["type"] for e in carrying] == ["response.created", "response.in_progress", "response.completed"]
     for event in carrying:
@@ -102,7 +123,7 @@ def test_a_cancelled_response_conforms(stored):
     reader.join(30)
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
     conforms(r.json())
-    conforms(events[-1]["response"])
+    events_conform(events)
 
 
 # -- request fields --------------------------------------------------------------------------
@@ -145,6 +166,7 @@ def test_max_tool_calls_ends_the_turn_after_that_many_calls(serve):
         assert body["status"] == "completed" and body["max_tool_calls"] == limit
         conforms(body)
         _, events = stream_events(live.url, {"input": "weather?", "tools": [WEATHER], **extra})
+        events_conform(events)
         added = [e for e in events if e["type"] == "response.output_item.added"
                  and e["item"]["type"] == "function_call"]
         assert len(added) == len(cities)
