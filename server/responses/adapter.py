@@ -36,6 +36,14 @@ from .tools import read_choice, read_tools
 ID_PREFIX = "resp_"
 PATHS = RequestPaths(conversation="input")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+# Asked for by clients that pass reasoning back encrypted (Codex CLI sends it on every turn):
+# accepted, and the reasoning items carry no ``encrypted_content`` (this server keeps no
+# hidden state: the reasoning is returned as text, and passed back as text).
+ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
+INCLUDES = (LOGPROBS_INCLUDE, ENCRYPTED_INCLUDE)
+# reasoning.summary values: accepted (Codex CLI sends "auto"); no summary is written, so the
+# reasoning items' ``summary`` is empty and the response echoes ``summary: null``.
+SUMMARIES = ("auto", "concise", "detailed")
 # reasoning.effort values that turn thinking off (Qwen3's switch); the others turn it on.
 THINKING_OFF = ("none", "minimal")
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -95,9 +103,9 @@ def check_unsupported(body: ResponsesRequest) -> None:
             raise InvalidRequestError(f"reasoning.effort must be one of {', '.join(EFFORTS)}",
                                       param="reasoning.effort", code="invalid_value")
         for name in ("summary", "generate_summary"):
-            if getattr(reasoning, name) is not None:
-                raise refuse(f"reasoning.{name} is not supported: reasoning is returned as text, "
-                             "never summarized; omit it", f"reasoning.{name}")
+            if getattr(reasoning, name) not in (None, *SUMMARIES):
+                raise InvalidRequestError(f"reasoning.{name} must be one of {', '.join(SUMMARIES)}",
+                                          param=f"reasoning.{name}", code="invalid_value")
     text = body.text
     if text is not None:
         for name in text.model_extra or {}:
@@ -105,9 +113,10 @@ def check_unsupported(body: ResponsesRequest) -> None:
         if text.verbosity not in (None, "medium"):
             raise refuse("text.verbosity: only 'medium' is supported", "text.verbosity")
     for j, value in enumerate(body.include or ()):
-        if value != LOGPROBS_INCLUDE:
-            raise refuse(f"include value {value!r} is not supported; only {LOGPROBS_INCLUDE!r}",
-                         f"include.{j}", "unsupported_value")
+        if value not in INCLUDES:
+            known = " and ".join(map(repr, INCLUDES))
+            raise refuse(f"include value {value!r} is not supported; only {known}", f"include.{j}",
+                         "unsupported_value")
     if body.stream_options is not None and body.stream_options.model_extra:
         name = next(iter(body.stream_options.model_extra))
         raise refuse(f"unknown parameter stream_options.{name}", f"stream_options.{name}",

@@ -81,6 +81,8 @@ class ResponsesRequest(BaseModel):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     prompt_cache_retention: str | None = None
+    # The client's own bookkeeping (Codex CLI's thread and turn ids): accepted, never echoed.
+    client_metadata: dict[str, Any] | None = None
     # Extensions shared with chat: false lets max_output_tokens cut constrained output
     # mid-value; extra chat-template variables (they win over reasoning.effort's switch).
     afm_close_on_length: bool | None = None

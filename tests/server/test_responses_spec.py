@@ -204,6 +204,26 @@ def test_truncation_auto_drops_the_oldest_turns_and_disabled_refuses(serve):
     assert huge.status_code == 400 and huge.json()["error"]["code"] == "context_length_exceeded"
 
 
+def test_a_codex_cli_turn_is_served(serve):
+    # The fields Codex CLI 0.171.0 sends on every turn (captured from it), its built-in
+    # web_search and namespace tools left out (configured off: docs/protocol.md).
+    live = serve("Hello")
+    body = {"model": "scripted", "instructions": "You are Codex.", "stream": True,
+            "input": [{"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+                      for role, text in (("developer", "ctx"), ("user", "hi"))],
+            "tools": [WEATHER], "tool_choice": "auto", "parallel_tool_calls": True,
+            "reasoning": {"summary": "auto"}, "store": False, "include": ["reasoning.encrypted_content"],
+            "prompt_cache_key": "01a24e3d", "client_metadata": {"thread_id": "01a24e3d", "turn_id": "7"}}
+    response, events = stream_events(live.url, body)
+    assert response.status_code == 200
+    events_conform(events)
+    final = events[-1]["response"]
+    assert final["status"] == "completed" and final["reasoning"]["summary"] is None
+    assert "client_metadata" not in final and final["prompt_cache_key"] == "01a24e3d"
+    bad = post(live.url, {"input": "hi", "client_metadata": "x"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "client_metadata"
+
+
 # -- compact -----------------------------------------------------------------------------------
 
 
