@@ -25,6 +25,7 @@ from afm_struct.decoding.sampling import make_additive_penalties
 from afm_struct.store import open_store
 from afm_struct.testing import Script, scripted_loaded_model
 from server.live import LiveServer, start_server
+from server.responses.storage import record
 from server.settings import ServerSettings
 
 from .conftest import wait_until
@@ -100,6 +101,29 @@ def test_defaults_are_the_values_in_effect_on_create_stream_and_retrieve(stored)
     again = httpx.get(f"{live.url}/v1/responses/{rid}").json()
     conforms(again)
     assert again["presence_penalty"] == 0.5 and again["top_p"] == 1.0
+
+
+def test_a_response_stored_before_the_fields_were_stated_is_retrieved_with_the_defaults(tokenizer, tmp_path):
+    # A record as the store kept it before: no penalties or max_tool_calls, null sampling fields.
+    store = open_store(tmp_path / "old.sqlite3")
+    old = {"id": "resp_old", "object": "response", "created_at": 1796404789, "status": "completed",
+           "completed_at": 1796404790, "error": None, "incomplete_details": None, "output": [],
+           "usage": None, "model": "scripted", "instructions": None, "metadata": {},
+           "max_output_tokens": None, "temperature": None, "top_p": None, "top_logprobs": None,
+           "parallel_tool_calls": True, "tool_choice": "none", "tools": [],
+           "text": {"format": {"type": "text"}, "verbosity": "medium"},
+           "reasoning": {"effort": None, "summary": None}, "truncation": "disabled", "store": True,
+           "previous_response_id": None, "background": False, "service_tier": "default", "user": None,
+           "safety_identifier": None, "prompt_cache_key": None}
+    store.put(record("anonymous", old, []))
+    live = start_server(scripted_loaded_model(tokenizer, "Hi"), response_store=store)
+    try:
+        body = httpx.get(f"{live.url}/v1/responses/resp_old").json()
+    finally:
+        live.stop()
+    conforms(body)
+    assert (body["temperature"], body["top_p"], body["top_logprobs"], body["presence_penalty"],
+            body["max_tool_calls"]) == (1.0, 1.0, 0, 0.0, None)
 
 
 def test_a_cancelled_response_conforms(stored):
