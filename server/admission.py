@@ -155,7 +155,7 @@ async def plan_request_tools(state: ServerState, plan: GenerationPlan) -> ToolPl
         return None
     return await asyncio.to_thread(plan_tools, state.loaded.tokenizer, use.tools, use.choice, use.parallel,
                                    messages=plan.conversation.messages, compile_fn=state.compile_fn,
-                                   compile_grammar=False)
+                                   compile_grammar=False, max_calls=use.max_calls)
 
 
 # Prompts are rendered and tokenized on one thread: its glibc arena alone holds what a long

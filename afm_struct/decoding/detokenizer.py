@@ -39,7 +39,13 @@ class StreamingDetokenizer:
         return self._tokenizer.decode([token])
 
     def flush(self) -> str:
-        """Whatever is pending, replacement characters included (end of generation)."""
-        text = self._tokenizer.decode(self._pending) if self._pending else ""
-        self._pending.clear()
-        return text
+        """The text of what is pending at the end of generation, up to its last whole
+        character.  Pending tokens are held only while they end inside a character, so at the
+        end they are a character the budget (or the end) cut: the tokens that complete no
+        character are dropped rather than shown as U+FFFD, on every protocol, streamed or not."""
+        pending, self._pending = self._pending, []
+        for keep in range(len(pending), 0, -1):
+            text = self._tokenizer.decode(pending[:keep])
+            if not text.endswith("\ufffd"):
+                return text
+        return ""

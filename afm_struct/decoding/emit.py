@@ -100,6 +100,9 @@ def emit_run(seq: SequenceState, run: list[int]) -> None:
         finish(seq, FinishReason.STOP, grammar_complete=True)
     elif seq.watcher is not None and seq.watcher.is_finished():  # the text ended the turn (<|call|>)
         finish(seq, FinishReason.STOP)
+    elif seq.turn is not None and seq.turn.calls_exhausted and (seq.matcher is None or _accepting(seq)):
+        # Every call allowed (max_tool_calls) is made; a grammar first writes its call's markup.
+        finish(seq, FinishReason.STOP)
     elif len(seq.tokens) >= seq.max_tokens:
         finish(seq, FinishReason.LENGTH, whole=_accepting(seq))
 

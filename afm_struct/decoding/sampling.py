@@ -33,6 +33,10 @@ class SamplingParams:
     seed: int | None = None
     repetition_penalty: float = 1.0
     repetition_context: int = 64
+    # OpenAI's additive penalties on the generated tokens: a token seen c times loses
+    # c * frequency_penalty + presence_penalty (when c > 0) from its logit.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     max_tokens: int = 256
     stop: tuple[str, ...] = field(default_factory=tuple)
 
@@ -62,6 +66,8 @@ SEED_LIMIT = 2 ** 64
 MIN_TEMPERATURE = 1e-5
 # A penalty outside this range scales seen tokens' float32 logits to inf or 0 / 0 (NaN).
 REPETITION_PENALTY = (0.01, 100.0)
+# OpenAI's range for presence_penalty and frequency_penalty.
+ADDITIVE_PENALTY = (-2.0, 2.0)
 
 
 def _integer(value: object) -> bool:
@@ -80,6 +86,10 @@ _CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("min_p", lambda v: _number(v) and 0 <= v < 1, "must be a number in [0, 1)"),
     ("repetition_penalty", lambda v: _number(v) and REPETITION_PENALTY[0] <= v <= REPETITION_PENALTY[1],
      f"must be a number in [{REPETITION_PENALTY[0]}, {REPETITION_PENALTY[1]}]"),
+    ("presence_penalty", lambda v: _number(v) and ADDITIVE_PENALTY[0] <= v <= ADDITIVE_PENALTY[1],
+     f"must be a number in [{ADDITIVE_PENALTY[0]}, {ADDITIVE_PENALTY[1]}]"),
+    ("frequency_penalty", lambda v: _number(v) and ADDITIVE_PENALTY[0] <= v <= ADDITIVE_PENALTY[1],
+     f"must be a number in [{ADDITIVE_PENALTY[0]}, {ADDITIVE_PENALTY[1]}]"),
     ("repetition_context", lambda v: _integer(v) and v >= 1, "must be an integer >= 1"),
     ("max_tokens", lambda v: _integer(v) and v >= 1, "must be an integer >= 1"),
     ("seed", lambda v: v is None or (_integer(v) and 0 <= v < SEED_LIMIT),
@@ -185,6 +195,35 @@ def make_repetition_penalty(penalty: float, context: int = 64) -> LogitsProcesso
     return process
 
 
+def make_additive_penalties(presence: float, frequency: float) -> LogitsProcessor:
+    """OpenAI's presence and frequency penalties over the generated tokens: each token seen
+    ``c`` times so far loses ``c * frequency + presence`` from its logit (negative values
+    favour repeats).  The counts grow with the tokens, so a step costs the tokens it adds and
+    the distinct tokens seen, not the whole text."""
+    counts: dict[int, int] = {}
+    read = 0
+
+    def process(tokens: Sequence[int], logits: mx.array) -> mx.array:
+        nonlocal read
+        if len(tokens) < read:  # another sequence's tokens (never in a generator): recount
+            counts.clear()
+            read = 0
+        for token in tokens[read:]:
+            counts[token] = counts.get(token, 0) + 1
+        read = len(tokens)
+        if not counts:
+            return logits
+        ids = mx.array(list(counts))
+        seen = mx.array(list(counts.values()), dtype=mx.float32)
+        penalty = (seen * frequency + presence).astype(logits.dtype)
+        logits[..., ids] = logits[..., ids] - penalty
+        return logits
+
+    # Before the first token it changes nothing (a greedy row may skip it then).
+    process.idle = lambda tokens: not tokens  # type: ignore[attr-defined]
+    return process
+
+
 def find_loop(tokens: Sequence[int], *, max_period: int = 16, min_repeats: int = 3,
               min_span: int = 10) -> int | None:
     """The token that would continue a degenerate cycle at the end of ``tokens``, if any.
@@ -238,6 +277,9 @@ def _busy(_tokens: Sequence[int]) -> bool:
 
 def make_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:
     """The processors implied by ``params`` (the grammar mask is added by the generator)."""
+    out: list[LogitsProcessor] = []
     if params.repetition_penalty != 1.0:
-        return [make_repetition_penalty(params.repetition_penalty, params.repetition_context)]
-    return []
+        out.append(make_repetition_penalty(params.repetition_penalty, params.repetition_context))
+    if params.presence_penalty or params.frequency_penalty:
+        out.append(make_additive_penalties(params.presence_penalty, params.frequency_penalty))
+    return out

@@ -123,12 +123,14 @@ class ToolUse:
 
     ``format_answer``: a JSON output format is enforced inside the tool grammar as the answer
     the calls alternate with (the Responses API); False keeps chat's wire, where the tool
-    grammar allows free text and the format runs best-effort beside it."""
+    grammar allows free text and the format runs best-effort beside it.  ``max_calls``: the
+    turn ends once that many calls are whole (the Responses API's ``max_tool_calls``)."""
 
     tools: tuple[ToolDef, ...] = ()
     choice: Choice = field(default_factory=lambda: Choice("none"))
     parallel: bool | None = None
     format_answer: bool = False
+    max_calls: int | None = None
 
 
 @dataclass(frozen=True)

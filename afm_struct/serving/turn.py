@@ -43,6 +43,10 @@ class Calls(Protocol):
     def calls(self) -> list:  # type: ignore[type-arg]
         """The calls made so far, whole (:class:`afm_struct.tool_calls.ToolCall`)."""
 
+    @property
+    def exhausted(self) -> bool:
+        """True once the calls allowed (``max_tool_calls``) are all made: the turn is over."""
+
     def route(self, out: list[AnswerEvent], text: str) -> None:
         """Append the events of answer text ``text`` (thinking already removed)."""
 
@@ -101,6 +105,11 @@ class Turn:
     def calls(self) -> list:  # type: ignore[type-arg]
         """The tool calls made so far, whole (none without tools)."""
         return self.call_layer.calls if self.call_layer is not None else []
+
+    @property
+    def calls_exhausted(self) -> bool:
+        """True once the call layer made every call it allows: the generator ends the turn."""
+        return self.call_layer is not None and self.call_layer.exhausted
 
     def feed(self, text: str) -> list[AnswerEvent]:
         """The answer events ``text`` makes available (possibly none while a tag is ambiguous)."""

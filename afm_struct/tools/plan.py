@@ -18,6 +18,8 @@ Arguments follow the declared ``parameters`` whether the tool is strict or not (
 strict mode; non-strict ones with JSON Schema's own semantics.  ``constrain_non_strict=False``
 leaves requests with no strict tool unconstrained (the benchmark's free baseline).
 * ``parallel_tool_calls: false``: the grammar allows one call; the router keeps one call.
+* ``max_calls`` (the Responses API's ``max_tool_calls``): the router ends the turn once that
+  many calls are whole; one is ``parallel_tool_calls: false``.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class ToolPlan:
     answered: bool = False  # the output format's JSON is enforced by this grammar (no free text)
     # Custom tools with a Lark grammar: name → the constraint their input must satisfy whole.
     input_checks: dict[str, CompiledConstraint] = field(default_factory=dict)
+    max_calls: int | None = None  # the turn ends after this many calls (None: no limit)
 
     @property
     def callable_tools(self) -> tuple[ToolDef, ...]:
@@ -87,7 +90,7 @@ class ToolPlan:
         """This request's turn (:class:`~afm_struct.serving.turn.Turn` with the format's call
         layer; one per generation); ``id_factory`` names its calls."""
         return ToolCallRouter(self.format, detect_calls=self.choice.kind != "none",
-                              max_calls=None if self.parallel else 1,
+                              max_calls=1 if not self.parallel else self.max_calls,
                               calls_only=self.choice.kind in ("required", "function"),
                               reasoning_tags=reasoning_tags,
                               start_in_reasoning=start_in_reasoning, id_factory=id_factory,
@@ -156,7 +159,8 @@ def plan_tools(tokenizer: Tokenizer, tools: Any, tool_choice: Any = None,
                messages: list[dict[str, Any]] | None = None, options: CompileOptions | None = None,
                format_name: str | None = None, chat_template: str | None = None,
                constrain_non_strict: bool = True, compile_fn: Compile | None = None,
-               closed_objects: bool = True, compile_grammar: bool = True) -> ToolPlan:
+               closed_objects: bool = True, compile_grammar: bool = True,
+               max_calls: int | None = None) -> ToolPlan:
     """Plan tool handling for one request (400 errors for bad tools / tool_choice).
 
     ``tools`` / ``tool_choice`` are the OpenAI values (dicts or objects with the same fields);
@@ -164,7 +168,8 @@ def plan_tools(tokenizer: Tokenizer, tools: Any, tool_choice: Any = None,
     ``chat_template`` the template it is detected from (default: the tokenizer's);
     ``compile_fn(tokenizer, request)`` replaces the shared compiler (the server's hook);
     ``closed_objects`` reads strict schemas' objects as closed (OpenAI strict semantics);
-    ``compile_grammar=False`` plans the prompt only (:meth:`ToolPlan.constrained` compiles later).
+    ``compile_grammar=False`` plans the prompt only (:meth:`ToolPlan.constrained` compiles later);
+    ``max_calls`` ends the turn after that many calls (1: as ``parallel_tool_calls: false``).
     Compiles (possibly slowly, bounded by ``options.timeout_s``): call it off the event loop.
     """
     table = load_table()
@@ -176,12 +181,12 @@ def plan_tools(tokenizer: Tokenizer, tools: Any, tool_choice: Any = None,
     # A named function means one call to it (as vLLM reads it, and what instructor and the
     # openai parse helpers expect): repeating it wasted the budget (the 135M model called it
     # twice, and instructor refused the `length` finish).
-    parallel = parallel_tool_calls is not False and choice.kind != "function"
+    parallel = parallel_tool_calls is not False and choice.kind != "function" and max_calls != 1
     source = list(messages or [])
     rendered, template_tools = render_messages(source, defs, choice, fmt, table, knows_tools=knows_tools)
     plan = ToolPlan(format=fmt, choice=choice, tools=defs, parallel=parallel, constraint=None,
                     downgraded=False, reason=None, messages=rendered, template_tools=template_tools,
-                    source_messages=source, knows_tools=knows_tools, table=table)
+                    source_messages=source, knows_tools=knows_tools, table=table, max_calls=max_calls)
     if not compile_grammar:
         return plan
     return plan.constrained(tokenizer, options=options, compile_fn=compile_fn,

@@ -54,6 +54,8 @@ class CallRouting:
                                                    max_calls=max_calls)
         self.markup = MarkupStripper(fmt.markup)
         self.calls_only = calls_only
+        self.max_calls = max_calls
+        self._closed = 0  # calls whose end was read
         self._call_last = False  # the last thing routed was a whole call (no text after it)
         self._open: int | None = None  # the index of the call being written (the turn's ``call``)
         self.id_factory = id_factory
@@ -70,6 +72,12 @@ class CallRouting:
     def calls(self) -> list[ToolCall]:
         """The calls made so far, whole (index order)."""
         return self.assembled.calls
+
+    @property
+    def exhausted(self) -> bool:
+        """True once ``max_calls`` calls are whole: the turn is over (the generator ends it
+        there rather than let the model write calls no one is shown)."""
+        return self.max_calls is not None and self._closed >= self.max_calls
 
     def route(self, out: list[AnswerEvent], text: str) -> None:
         """Append the events of answer text ``text``."""
@@ -123,6 +131,7 @@ class CallRouting:
                     out.append(CallArguments(index=ev.index, text=ev.text))
             elif isinstance(ev, CallEnd):
                 self._call_last, self._open = True, None  # the client parses arguments at the end
+                self._closed += 1
                 out.append(CallClosed(ev.index, cut=ev.cut))
 
     def _content(self, out: list[AnswerEvent], text: str) -> None:

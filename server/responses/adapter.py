@@ -3,9 +3,9 @@
 The one place the request's fields are read.  Checks that need no model run here, each a typed
 400/404 naming the request path (``text.format.schema``, ``tools.1.type``, ``input.0.content``).
 What this server does not implement is refused by name rather than ignored: ``background:
-true``, ``conversation``, ``prompt``, ``max_tool_calls``, ``truncation: "auto"``, reasoning
-summaries, verbosity other than medium, ``include`` values other than output-text logprobs,
-built-in tools, image / file / audio input, and any field OpenAI does not document.
+true``, ``conversation``, ``prompt``, reasoning summaries, verbosity other than medium,
+``include`` values other than output-text logprobs, built-in tools, image / file / audio input,
+and any field OpenAI does not document.
 """
 
 from __future__ import annotations
@@ -37,6 +37,14 @@ from .tools import read_choice, read_tools
 ID_PREFIX = "resp_"
 PATHS = RequestPaths(conversation="input")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+# Asked for by clients that pass reasoning back encrypted (Codex CLI sends it on every turn):
+# accepted, and the reasoning items carry no ``encrypted_content`` (this server keeps no
+# hidden state: the reasoning is returned as text, and passed back as text).
+ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
+INCLUDES = (LOGPROBS_INCLUDE, ENCRYPTED_INCLUDE)
+# reasoning.summary values: accepted (Codex CLI sends "auto"); no summary is written, so the
+# reasoning items' ``summary`` is empty and the response echoes ``summary: null``.
+SUMMARIES = ("auto", "concise", "detailed")
 # reasoning.effort values that turn thinking off (Qwen3's switch); the others turn it on.
 THINKING_OFF = ("none", "minimal")
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -49,6 +57,9 @@ MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 # The fields of a json_schema text format.  ``description`` is echoed; it does not reach the
 # prompt (the schema is enforced by the mask, not described to the model).
 FORMAT_KEYS = ("type", "name", "schema", "strict", "description")
+# ``auto``: the oldest turns are dropped until the input fits (:mod:`.truncation`);
+# ``disabled`` (the default): an input over the context is a 400.
+TRUNCATIONS = ("auto", "disabled")
 
 
 @dataclass(frozen=True)
@@ -73,12 +84,12 @@ def check_unsupported(body: ResponsesRequest) -> None:
     if body.background:
         raise refuse("background: true is not supported: responses run while the request is open; "
                      "send background: false or omit it", "background")
-    for name in ("conversation", "prompt", "max_tool_calls"):
+    for name in ("conversation", "prompt"):
         if getattr(body, name) is not None:
             raise refuse(f"{name} is not supported by this server; omit it", name)
-    if body.truncation not in (None, "disabled"):
-        raise refuse(f"truncation {body.truncation!r} is not supported: an input over the context is "
-                     "refused, never truncated; send 'disabled' or omit it", "truncation")
+    if body.truncation not in (None, *TRUNCATIONS):
+        raise InvalidRequestError(f"truncation must be 'auto' or 'disabled', not {body.truncation!r}",
+                                  param="truncation", code="invalid_value")
     if body.service_tier not in (None, "auto", "default"):
         raise refuse(f"service_tier {body.service_tier!r} is not supported; send 'auto' or omit it",
                      "service_tier")
@@ -93,9 +104,9 @@ def check_unsupported(body: ResponsesRequest) -> None:
             raise InvalidRequestError(f"reasoning.effort must be one of {', '.join(EFFORTS)}",
                                       param="reasoning.effort", code="invalid_value")
         for name in ("summary", "generate_summary"):
-            if getattr(reasoning, name) is not None:
-                raise refuse(f"reasoning.{name} is not supported: reasoning is returned as text, "
-                             "never summarized; omit it", f"reasoning.{name}")
+            if getattr(reasoning, name) not in (None, *SUMMARIES):
+                raise InvalidRequestError(f"reasoning.{name} must be one of {', '.join(SUMMARIES)}",
+                                          param=f"reasoning.{name}", code="invalid_value")
     text = body.text
     if text is not None:
         for name in text.model_extra or {}:
@@ -103,9 +114,10 @@ def check_unsupported(body: ResponsesRequest) -> None:
         if text.verbosity not in (None, "medium"):
             raise refuse("text.verbosity: only 'medium' is supported", "text.verbosity")
     for j, value in enumerate(body.include or ()):
-        if value != LOGPROBS_INCLUDE:
-            raise refuse(f"include value {value!r} is not supported; only {LOGPROBS_INCLUDE!r}",
-                         f"include.{j}", "unsupported_value")
+        if value not in INCLUDES:
+            known = " and ".join(map(repr, INCLUDES))
+            raise refuse(f"include value {value!r} is not supported; only {known}", f"include.{j}",
+                         "unsupported_value")
     if body.stream_options is not None and body.stream_options.model_extra:
         name = next(iter(body.stream_options.model_extra))
         raise refuse(f"unknown parameter stream_options.{name}", f"stream_options.{name}",
@@ -176,7 +188,7 @@ def reasoning_budget(body: ResponsesRequest) -> int | None:
 def sampling_params(body: ResponsesRequest, *, default_max_tokens: int) -> SamplingParams:
     """SamplingParams from the request (SamplingParams re-validates and raises 400s)."""
     kwargs: dict[str, Any] = {"max_tokens": body.max_output_tokens or default_max_tokens, "seed": body.seed}
-    for name in ("temperature", "top_p"):
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = getattr(body, name)
         if value is not None:
             kwargs[name] = value
@@ -191,19 +203,24 @@ def logprobs_wanted(body: ResponsesRequest) -> int | None:
     return None
 
 
-def echo_fields(body: ResponsesRequest, model: str, tools: list[dict[str, Any]],
-                store: bool) -> dict[str, Any]:
-    """The request's settings as the response object repeats them."""
+def echo_fields(body: ResponsesRequest, model: str, tools: list[dict[str, Any]], store: bool,
+                sampling: SamplingParams) -> dict[str, Any]:
+    """The request's settings as the response object repeats them: the values in effect, so a
+    setting the request left out reads as the default that ran (``temperature: 1.0``,
+    ``top_logprobs: 0``), never null where the Open Responses schema wants a number."""
     fmt = body.text.format if body.text and body.text.format else {"type": "text"}
     effort = body.reasoning.effort if body.reasoning else None
     return {
         "model": model, "instructions": body.instructions, "metadata": dict(body.metadata or {}),
-        "max_output_tokens": body.max_output_tokens, "temperature": body.temperature,
-        "top_p": body.top_p, "top_logprobs": body.top_logprobs,
+        "max_output_tokens": body.max_output_tokens, "max_tool_calls": body.max_tool_calls,
+        "temperature": float(sampling.temperature), "top_p": float(sampling.top_p),
+        "presence_penalty": float(sampling.presence_penalty),
+        "frequency_penalty": float(sampling.frequency_penalty),
+        "top_logprobs": body.top_logprobs or 0,
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "tool_choice": body.tool_choice if body.tool_choice is not None else ("auto" if tools else "none"),
         "tools": tools, "text": {"format": fmt, "verbosity": "medium"},
-        "reasoning": {"effort": effort, "summary": None}, "truncation": "disabled",
+        "reasoning": {"effort": effort, "summary": None}, "truncation": body.truncation or "disabled",
         "store": store, "previous_response_id": body.previous_response_id, "background": False,
         "service_tier": "default", "user": body.user, "safety_identifier": body.safety_identifier,
         "prompt_cache_key": body.prompt_cache_key,
@@ -240,9 +257,10 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
         budget=Budget(explicit=body.max_output_tokens is not None, param="max_output_tokens",
                       reasoning_tokens=reasoning_budget(body)),
         id_prefix=ID_PREFIX, output=output_format(fmt),
-        tools=ToolUse(callable_tools, choice, body.parallel_tool_calls, format_answer=True),
+        tools=ToolUse(callable_tools, choice, body.parallel_tool_calls, format_answer=True,
+                      max_calls=body.max_tool_calls),
         logprobs=logprobs_wanted(body), close_on_length=body.afm_close_on_length,
         delivery=Delivery(stream=body.stream, include_usage=True, profile=profile_key),
         paths=PATHS)
-    echo = Echo(echo_fields(body, model, declared.echo, store), declared.custom)
+    echo = Echo(echo_fields(body, model, declared.echo, store, plan.sampling), declared.custom)
     return plan, echo

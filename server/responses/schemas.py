@@ -58,6 +58,8 @@ class ResponsesRequest(BaseModel):
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     seed: int | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     include: list[str] | None = None
@@ -73,12 +75,14 @@ class ResponsesRequest(BaseModel):
     background: bool | None = None
     conversation: Any = None
     prompt: Any = None
-    max_tool_calls: Any = None
+    max_tool_calls: Annotated[int, Field(ge=1)] | None = None
     service_tier: str | None = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     prompt_cache_retention: str | None = None
+    # The client's own bookkeeping (Codex CLI's thread and turn ids): accepted, never echoed.
+    client_metadata: dict[str, Any] | None = None
     # Extensions shared with chat: false lets max_output_tokens cut constrained output
     # mid-value; extra chat-template variables (they win over reasoning.effort's switch).
     afm_close_on_length: bool | None = None

@@ -80,3 +80,21 @@ def response_object(ident: ResponseIdentity, echo: dict[str, Any], *, status: st
             "status": status, "completed_at": completed_at, "error": error,
             "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
             "output": output, "usage": usage, **echo, "model": ident.model}
+
+
+# The settings a response object states that a record stored before they were stated lacks
+# (or holds as null): the defaults that ran then.  Fields the spec lets be null are not here.
+IN_EFFECT_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_p": 1.0, "top_logprobs": 0,
+                                      "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                                      "truncation": "disabled"}
+
+
+def with_defaults(response: dict[str, Any]) -> dict[str, Any]:
+    """``response`` with each setting the spec requires as a value that is missing or null set
+    to the default that ran, and ``max_tool_calls`` (nullable) present."""
+    out = dict(response)
+    for key, default in IN_EFFECT_DEFAULTS.items():
+        if out.get(key) is None:
+            out[key] = default
+    out.setdefault("max_tool_calls", None)
+    return out

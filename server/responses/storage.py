@@ -16,6 +16,8 @@ from typing import Any
 from afm_struct.errors import NotFoundError
 from afm_struct.store import Item, StoredResponse
 
+from .shapes import with_defaults
+
 # Response-object fields the record keeps in its own columns (the rest go to ``extra``).
 COLUMNS = ("id", "object", "status", "created_at", "model", "output", "metadata", "previous_response_id")
 
@@ -59,8 +61,9 @@ def record(owner: str, response: dict[str, Any], inputs: list[Item]) -> StoredRe
 
 
 def response_of(stored: StoredResponse) -> dict[str, Any]:
-    """The wire's response object of a stored record."""
-    return {"id": stored.id, "object": "response", "created_at": stored.created_at,
-            "status": stored.status, **stored.extra, "output": stored.output_items,
-            "metadata": stored.metadata, "previous_response_id": stored.previous_response_id,
-            "model": stored.model}
+    """The wire's response object of a stored record (one kept before a setting was stated
+    states the default that ran: :func:`.shapes.with_defaults`)."""
+    return with_defaults({"id": stored.id, "object": "response", "created_at": stored.created_at,
+                          "status": stored.status, **stored.extra, "output": stored.output_items,
+                          "metadata": stored.metadata, "previous_response_id": stored.previous_response_id,
+                          "model": stored.model})
