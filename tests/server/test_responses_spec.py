@@ -291,6 +291,20 @@ def test_compact_refusals_name_the_field(stored, body, param):
     assert r.json()["error"]["param"] == param
 
 
+def test_compact_bounds_what_it_would_keep(stored):
+    # The bounds of a create apply: an overlong id is refused before its lookup (a 404 would
+    # quote it), and so is model output passed back past its total.
+    live = stored()
+    r = httpx.post(f"{live.url}/v1/responses/compact",
+                   json={"model": "scripted", "previous_response_id": "r" * 100_000}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id", r.text
+    assert "r" * 300 not in r.text
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "x" * 1_100_000}
+    r = httpx.post(f"{live.url}/v1/responses/compact",
+                   json={"model": "scripted", "input": [{"role": "user", "content": "hi"}, call]}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "string_above_max_length", r.text
+
+
 def test_compact_is_not_a_response_id(serve):
     live = serve()
     r = httpx.post(f"{live.url}/v1/responses/compact", json={"model": "scripted", "input": "hi"}, timeout=60)

@@ -113,6 +113,17 @@ def test_a_refused_request_never_runs(tokenizer: Any, store_spec: str) -> None:
         live.stop()
 
 
+def test_a_compaction_is_kept_within_the_quota(serve) -> None:
+    # A compaction is kept like a response, so the tenant's quota bounds it too.
+    live, _ = serve(store_quota_responses=1)
+    body = {"model": "scripted", "input": "hi"}
+    first = httpx.post(f"{live.url}/v1/responses/compact", json=body, headers=A, timeout=60)
+    assert first.status_code == 200, first.text
+    _refused(httpx.post(f"{live.url}/v1/responses/compact", json=body, headers=A, timeout=60))
+    assert _stored_ids(live, [first.json()["id"]], A) == [first.json()["id"]]
+    assert httpx.post(f"{live.url}/v1/responses/compact", json=body, headers=B, timeout=60).status_code == 200
+
+
 def test_an_expired_response_is_gone_and_frees_its_room(serve) -> None:
     live, clock = serve(ttl_s=3600, store_quota_responses=1)
     first = post(live.url, {"input": "hi"}, A).json()
