@@ -19,7 +19,8 @@ import re
 # Text an engine or library quotes from the request or the output, by its shape.
 _BLOCKS = [
     # llguidance's dump of the request's grammar (its schema, regex or Lark text).
-    (re.compile(r"<grammar>.*?(</grammar>|\Z)", re.DOTALL), lambda m: f"<grammar {len(m.group(0))} chars redacted>"),
+    (re.compile(r"<grammar>.*?(</grammar>|\Z)", re.DOTALL),
+     lambda m: f"<grammar {len(m.group(0))} chars redacted>"),
     # llguidance's token dump: ⟦tok‧tok‧…⟧.
     (re.compile(r"⟦.*?(⟧|\Z)", re.DOTALL), lambda m: f"⟦{len(m.group(0)) - 2} chars redacted⟧"),
 ]
