@@ -18,7 +18,6 @@ from typing import Any
 from ..errors import InvalidRequestError
 from .user_text import Located, SpecialTokens
 
-
 # Texts at least this long are encoded with the GIL released (see encode_released).
 RELEASE_GIL_CHARS = 2048
 

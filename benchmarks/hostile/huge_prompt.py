@@ -12,6 +12,7 @@ stream's longest gap between two chunks is the pause; its median gap the baselin
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import threading
@@ -46,7 +47,7 @@ def one_run(url: str, prompt: str) -> tuple[float, float, int]:
             if line.startswith("data: "):
                 arrivals.append(time.perf_counter())
     sender.join()
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     return max(gaps), statistics.median(gaps), status[0]
 
 
