@@ -38,6 +38,10 @@ from .sequence import SequenceState
 # greedy row samples from those logits alone (step_sampling.py).  Listed here, on the CPU while
 # the forward pass runs, not after it.
 LIST_ALLOWED_MAX = 4096
+# Masks of at most this many tokens are checked for special tokens the parser rejects: the
+# engine names one only where it forced text, in a one-token mask (grammar/special_text.py);
+# a wider mask naming special tokens is a grammar referring to them (a tool format's markup).
+RESPELL_MAX = 8
 
 
 # A group's fill is split when each chunk gets at least CHUNK_ROWS rows, into CHUNKS engine
@@ -237,7 +241,7 @@ class MaskFiller:
                     tokens = np.union1d(tokens, ids) if accepting else np.setdiff1d(tokens, ids)
         if allowed <= LIST_ALLOWED_MAX:
             seq.mask_tokens = allowed_tokens(row) if tokens is None else tokens
-            if self._respell(matcher, row, seq.mask_tokens, stray):
+            if (stray or allowed <= RESPELL_MAX) and self._respell(matcher, row, seq.mask_tokens, stray):
                 allowed = allowed_count(row)
                 seq.mask_tokens = allowed_tokens(row)
             if allowed == 0:
@@ -255,7 +259,9 @@ class MaskFiller:
         respell = getattr(matcher, "respell", None)
         if respell is None:
             return False
-        fixes = respell([*stray, *(t for t in listed.tolist() if t not in self.eos_ids)])
+        # (An EOS id among the listed ones is there because the grammar accepts: the parser
+        # takes it.  The engine's test of the list is vectorized: no Python loop per token.)
+        fixes = [*respell(listed), *(respell(stray) if stray else ())]
         if not fixes:
             return False
         set_tokens(row, [t for t, _ in fixes], False)

@@ -182,9 +182,8 @@ class LLGuidanceMatcher:
         if spelling is None or not spelling.any_in(tokens):
             return []
         out: list[tuple[int, int | None]] = []
-        for t in tokens:
-            token = int(t)
-            if token not in spelling.ids or self._m.deep_copy().consume_token(token):
+        for token in spelling.among(tokens):
+            if self._m.deep_copy().consume_token(token):
                 continue
             plain = spelling.plain_first(token)
             if plain is not None and not self._m.deep_copy().consume_token(plain):

@@ -55,6 +55,12 @@ class SpecialSpelling:
         arr = arr[(arr >= 0) & (arr < self.table.shape[0])]
         return bool(self.table[arr].any())
 
+    def among(self, tokens: Sequence[int] | np.ndarray) -> list[int]:
+        """The special ids among ``tokens``."""
+        arr = np.asarray(tokens, dtype=np.int64)
+        arr = arr[(arr >= 0) & (arr < self.table.shape[0])]
+        return [int(t) for t in arr[self.table[arr]]]
+
     def plain_first(self, token: int) -> int | None:
         """The first token of special ``token``'s text read as plain text (None if that
         reading is itself special or empty)."""
