@@ -259,9 +259,11 @@ class MaskFiller:
         respell = getattr(matcher, "respell", None)
         if respell is None:
             return False
-        # (An EOS id among the listed ones is there because the grammar accepts: the parser
-        # takes it.  The engine's test of the list is vectorized: no Python loop per token.)
-        fixes = [*respell(listed), *(respell(stray) if stray else ())]
+        # An EOS id among the listed ones was set by the EOS policy above (the grammar accepts):
+        # it ends the turn, whatever the engine's parser says of it (llguidance takes only its
+        # own EOS id, not the other end-of-turn ids).
+        fixes = [*respell([t for t in listed.tolist() if t not in self.eos_ids]),
+                 *(respell(stray) if stray else ())]
         if not fixes:
             return False
         set_tokens(row, [t for t, _ in fixes], False)
