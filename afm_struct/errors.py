@@ -10,6 +10,7 @@ public boundary::
     │   ├── ContextOverflowError
     │   ├── SchemaError         (invalid JSON Schema / grammar, with the JSON path of the problem)
     │   ├── GrammarLimitError   (the constraint needs more grammar-engine work than its limits)
+    │   ├── UnsatisfiableError  (no output can satisfy the constraint: an empty language)
     │   └── UnknownToolError
     ├── NotFoundError           (404)
     ├── RequestTimeoutError     (408: the request body did not arrive in time)
@@ -87,6 +88,14 @@ class GrammarLimitError(InvalidRequestError):
     generation with ``param`` at the schema part, or during it (``param`` unknown then)."""
 
     code = "grammar_too_complex"
+
+
+class UnsatisfiableError(InvalidRequestError):
+    """No output satisfies the constraint: its language is empty (a rule that only refers to
+    itself, a range holding no multiple of ``multipleOf``), found when it is compiled (with
+    ``param``) or when generation reaches a point no token can extend."""
+
+    code = "constraint_unsatisfiable"
 
 
 class UnknownToolError(InvalidRequestError):

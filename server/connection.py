@@ -17,6 +17,13 @@
   fails, which is the disconnect that cancels the generation.  A stream's own chunks are those
   writes; before a response starts, the connection is probed with an interim
   ``100 Continue`` (HTTP/1.1 clients accept unexpected 1xx responses, RFC 9110 section 15.2).
+* **Chunk sizes.**  A chunked body's size is known only chunk by chunk: a chunk header
+  declaring more than ``max_body_bytes`` (``40000000`` hex: 1 GiB), or more than what is left
+  of it after the body read so far, left the body reader waiting
+  for data that would be refused anyway, until the body timeout (408 after 30 s).  Such a
+  header is noted in the request's scope (``state["declared_body_bytes"]``) the moment h11
+  parses it, and the body reader woken: :class:`server.middleware.BodyLimitMiddleware` answers
+  413 at once.
 * **Lingering close.**  A connection closed while its client is still sending (a 408 or 413
   mid-body, a 503 over the cap) was reset by the kernel, which can destroy the response
   before the client reads it.  Closing now shuts the sending side, reads and drops what still
@@ -85,6 +92,7 @@ class BoundedH11Protocol(H11Protocol):
 
     header_timeout_s: float = 10.0
     max_connections: int = 128
+    max_body_bytes: int = 8 * 1024 * 1024
     retry_after_s: int = 1
     # Before a response starts, a half-closed connection is probed this often.
     probe_interval_s: float = 0.5
@@ -118,6 +126,24 @@ class BoundedH11Protocol(H11Protocol):
         if self.cycle is not cycle:
             self._cancel(self._head_timer)
             self._head_timer = None
+        self._check_chunk_size()
+
+    def _check_chunk_size(self) -> None:
+        """Wake the body reader when the chunk being read declares more than the body limit."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_started or not cycle.more_body:
+            return
+        # h11 keeps the declared size of the chunk it is reading in its (private) reader; an
+        # h11 without it just leaves the check to the body reader's byte count.
+        remaining = getattr(getattr(self.conn, "_reader", None), "_bytes_in_chunk", 0)
+        if not isinstance(remaining, int) or remaining <= 0:
+            return
+        state = cycle.scope.setdefault("state", {})
+        # The body read so far (the body reader's count) plus the rest of this chunk.
+        declared = state.get("body_bytes_seen", 0) + len(cycle.body) + remaining
+        if declared > self.max_body_bytes:
+            state["declared_body_bytes"] = declared
+            cycle.message_event.set()
 
     def on_response_complete(self) -> None:
         """Arm the next request's header deadline (before uvicorn runs a pipelined request)."""
@@ -193,4 +219,5 @@ def http_protocol(settings: ServerSettings) -> type[BoundedH11Protocol]:
     return type("BoundedH11Protocol", (BoundedH11Protocol,), {
         "header_timeout_s": settings.header_timeout_s,
         "max_connections": settings.max_connections,
+        "max_body_bytes": settings.max_body_bytes,
         "retry_after_s": settings.retry_after_s})

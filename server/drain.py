@@ -176,6 +176,6 @@ def run(app: Any, settings: ServerSettings) -> int:
     """Serve ``app`` until SIGTERM (drained) or SIGINT; 0 after a drain."""
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             timeout_graceful_shutdown=5, http=http_protocol(settings),
-                            log_config=uvicorn_log_config(settings.log_format))
+                            log_config=uvicorn_log_config(settings.log_format, settings.log_content))
     DrainingServer(config, app, settings.drain_seconds).run()
     return 0

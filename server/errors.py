@@ -4,6 +4,7 @@ Ollama's routes (:func:`server.sse.error_json`)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -155,16 +156,51 @@ async def _on_http(_request: Request, exc: Exception) -> Response:
         response.headers["Allow"] = allow  # RFC 9110: a 405 carries Allow
         return response
     elif exc.status_code == 400 and exc.__cause__ is not None:
-        err = body_parse_error(exc.__cause__)
+        err = body_parse_error(exc.__cause__, getattr(_request, "_body", None))
     else:
         err = InvalidRequestError(str(exc.detail))
         err.status = exc.status_code
     return error_response(err, _request)
 
 
-def body_parse_error(cause: BaseException) -> InvalidRequestError:
+class _LongDigits:
+    """A JSON integer too long for Python to read (stands in for it while finding its path)."""
+
+    def __init__(self, digits: str) -> None:
+        self.digits = len(digits.lstrip("-"))
+
+
+def _long_number_at(body: bytes | None) -> tuple[str, int] | None:
+    """Where ``body`` holds an integer over Python's digit limit: its dotted path and digits."""
+    if not body:
+        return None
+    try:
+        value = json.loads(body, parse_int=lambda s: _LongDigits(s) if len(s) > 4000 else int(s))
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, _LongDigits):
+            return path or "body", node.digits
+        if isinstance(node, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((f"{path}.{i}" if path else str(i), v) for i, v in enumerate(node))
+    return None
+
+
+def body_parse_error(cause: BaseException, body: bytes | None = None) -> InvalidRequestError:
     """The 400 for a JSON body FastAPI could not parse for a reason other than its syntax
-    (its own text, "There was an error parsing the body", names neither the cause nor a fix)."""
+    (its own text, "There was an error parsing the body", names neither the cause nor a fix);
+    ``body``, when at hand, finds the field of an integer too long to read."""
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        found = _long_number_at(body)
+        where, digits = found if found is not None else ("body", None)
+        count = f"{digits:,} digits" if digits is not None else "too many digits"
+        return InvalidRequestError(
+            f"{where} is a number with {count}; a request's integers have at most 4,300 digits",
+            param=where, code="invalid_value")
     if isinstance(cause, RecursionError):
         why = "it nests arrays or objects deeper than the JSON parser follows (about 1,000 levels)"
     elif isinstance(cause, UnicodeDecodeError):

@@ -9,10 +9,13 @@ go through the same formatter (its access log is off in JSON: the request line r
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
+
+from .log_redaction import ContentRedaction
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -32,7 +35,9 @@ class JsonFormatter(logging.Formatter):
         fields = getattr(record, "afm", None)
         if isinstance(fields, dict):
             out.update(fields)
-        if record.exc_info:
+        if record.exc_text:  # already formatted (and redacted: log_redaction.py)
+            out["exc"] = record.exc_text
+        elif record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str, ensure_ascii=False)
 
@@ -46,24 +51,37 @@ def formatter(log_format: str) -> logging.Formatter:
     raise ValueError(f"log format must be one of {LOG_FORMATS}")
 
 
-def configure(log_format: str, level: str) -> None:
-    """Route the root logger to stderr in ``log_format`` (replacing earlier handlers)."""
-    handler = logging.StreamHandler()
+def configure(log_format: str, level: str, *, log_content: bool = False,
+              stream: IO[str] | None = None) -> logging.Handler:
+    """Route the root logger to ``stream`` (stderr) in ``log_format``, replacing earlier
+    handlers; every record goes through the content redaction unless ``log_content``
+    (log_redaction.py).  Returns the handler."""
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter(log_format))
+    if not log_content:
+        handler.addFilter(ContentRedaction())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    return handler
 
 
-def uvicorn_log_config(log_format: str) -> dict[str, Any]:
-    """uvicorn's ``log_config``: its own default for text; for JSON its loggers propagate to
-    the root's JSON handler, the access log silenced."""
+def uvicorn_log_config(log_format: str, log_content: bool = False) -> dict[str, Any]:
+    """uvicorn's ``log_config``: its own default for text (its handlers through the content
+    redaction unless ``log_content``); for JSON its loggers propagate to the root's JSON
+    handler, the access log silenced."""
     if log_format == "text":
         from uvicorn.config import LOGGING_CONFIG
 
-        return LOGGING_CONFIG
+        if log_content:
+            return LOGGING_CONFIG
+        config = copy.deepcopy(LOGGING_CONFIG)
+        config.setdefault("filters", {})["redact"] = {"()": ContentRedaction}
+        for handler in config.get("handlers", {}).values():
+            handler["filters"] = [*handler.get("filters", []), "redact"]
+        return config
     return {
         "version": 1,
         "disable_existing_loggers": False,

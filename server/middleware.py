@@ -4,8 +4,9 @@
   ``scope["state"]["request_id"]`` and echoes it as ``X-Request-ID`` and ``OpenAI-Request-ID``
   on every response, errors included.
 * :class:`BodyLimitMiddleware` bounds a request body: over the size limit, 413 — from
-  Content-Length before reading, or while reading a chunked body (it reads the bounded body,
-  then replays it); not all there within the body timeout, 408.  Both close the connection.
+  Content-Length before reading, from a chunk header declaring more (noted by the connection),
+  or while reading a chunked body (it reads the bounded body, then replays it); not all there
+  within the body timeout, 408.  Both close the connection.
   After a large body, the heap's free pages go back to the OS (:mod:`afm_struct.heap`).
 """
 
@@ -114,8 +115,13 @@ class BodyLimitMiddleware:
                         return
                     parts.append(message.get("body", b""))
                     seen += len(parts[-1])
-                    if seen > self.max_bytes:
-                        await send_error(scope, send, self._too_large(seen), _CLOSE)
+                    # A chunk header declaring more than the limit (server/connection.py):
+                    # refused now, not after waiting for bytes that would be refused anyway.
+                    state = scope.setdefault("state", {})
+                    state["body_bytes_seen"] = seen
+                    declared = state.get("declared_body_bytes", 0)
+                    if seen > self.max_bytes or declared > self.max_bytes:
+                        await send_error(scope, send, self._too_large(max(seen, declared)), _CLOSE)
                         return
                     if not message.get("more_body", False):
                         break

@@ -150,18 +150,18 @@ class ChatCompletionRequest(BaseModel):
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
     # Extension: thinking tokens allowed before the block is left (the close tag forced).
-    max_reasoning_tokens: Annotated[int, Field(ge=0)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    top_k: Annotated[int, Field(ge=0)] | None = None
-    min_p: Annotated[float, Field(ge=0, lt=1)] | None = None
-    repetition_penalty: Annotated[float, Field(gt=0)] | None = None
-    seed: int | None = None
+    max_reasoning_tokens: Annotated[int, Field(strict=True, ge=0)] | None = None
+    temperature: Annotated[float, Field(strict=True, ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(strict=True, gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(strict=True, ge=0)] | None = None
+    min_p: Annotated[float, Field(strict=True, ge=0, lt=1)] | None = None
+    repetition_penalty: Annotated[float, Field(strict=True, gt=0)] | None = None
+    seed: Annotated[int, Field(strict=True)] | None = None
     stop: str | list[str] | None = None
-    n: Annotated[int, Field(ge=1)] | None = None
+    n: Annotated[int, Field(strict=True, ge=1)] | None = None
     response_format: ResponseFormat | None = None
     tools: Annotated[list[Tool], Tools] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -169,7 +169,7 @@ class ChatCompletionRequest(BaseModel):
     # Token logprobs of content and tool-call arguments; top_logprobs (0-20) alternatives per
     # token, only with logprobs: true (checked in server.chat.adapter.logprobs_wanted).
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, Field(strict=True)] | None = None
     # Extension: false lets max_tokens cut constrained output mid-value (default: the server's
     # setting, on unless started with --no-close-on-length).
     afm_close_on_length: bool | None = None

@@ -12,8 +12,10 @@ legitimate text (control-token strings typed by a user are plain text).
 Kinds (``KINDS``): expensive patterns, huge enums and deep schemas (as ``response_format`` and
 as strict and non-strict tool parameters), lone surrogates in five places, huge prompts (about
 5 MB, just above the context, and just below it with a budget the context cannot hold),
-stalled bodies, half-closed clients, injected control tokens, out-of-range seeds, and tools
-whose parameters are not an object.
+stalled bodies, half-closed clients, injected control tokens, out-of-range seeds, tools
+whose parameters are not an object; constraints requiring special-token text, empty languages,
+schemas forcing more tokens than ``max_tokens``, integer fields given strings, booleans or
+5,000 digits, grammars setting engine options, and one-word prompts of 600,000 characters.
 """
 
 from __future__ import annotations
@@ -344,12 +346,101 @@ def tool_non_object(rng: random.Random, target: Target) -> dict[str, Any]:
                  stream=rng.random() < 0.5, check=tool_call("echo", None))
 
 
+def refused(what: str) -> Check:
+    """No answer is right: only a 4xx is (the request is a client fault)."""
+    return lambda result: f"answered {what} (finish {result.finish_reason})"
+
+
+# Constraints that require special-token text: the answer is that text, written as plain text.
+SPECIAL_TEXT = {
+    "regex": ({"guided_regex": "<\\|im_end\\|>x"}, "<|im_end|>x"),
+    "choice": ({"guided_choice": ["<|im_end|>x"]}, "<|im_end|>x"),
+    "const": ({"response_format": _schema_format({"const": "<|im_start|>"})}, '"<|im_start|>"'),
+}
+
+
+def special_text_constraint(rng: random.Random, target: Target) -> dict[str, Any]:
+    """A constraint whose only output spells a special token: answered with that text."""
+    name = rng.choice(sorted(SPECIAL_TEXT))
+    fields, expected = SPECIAL_TEXT[name]
+
+    def check(result: Any) -> str | None:
+        content = result.content
+        return None if content == expected else f"content {content[:40]!r} is not {expected!r}"
+    return _spec("special_text_constraint", name, {"messages": USER, "max_tokens": 16, **fields},
+                 stream=rng.random() < 0.5, check=check, refusal_ok=False)
+
+
+# Constraints no output satisfies: a 400 (constraint_unsatisfiable), never a 500 or an answer.
+EMPTY_LANGUAGES = {
+    "gbnf_self": {"guided_grammar": "root ::= x\nx ::= x"},
+    "lark_cycle": {"guided_grammar": "start: x\nx: y\ny: x"},
+    "multiple_of": {"response_format": _schema_format(
+        {"type": "number", "multipleOf": 0.1, "minimum": 0.25, "maximum": 0.35})},
+}
+
+
+def empty_language(rng: random.Random, target: Target) -> dict[str, Any]:
+    """A grammar or schema whose language is empty."""
+    name = rng.choice(sorted(EMPTY_LANGUAGES))
+    return _spec("empty_language", name, {"messages": USER, "max_tokens": 16, **EMPTY_LANGUAGES[name]},
+                 stream=rng.random() < 0.5, check=refused("an empty language"))
+
+
+LENGTH_FORCING = {
+    "minItems": {"type": "array", "minItems": 100_000},
+    "minLength": {"type": "string", "minLength": 100_000},
+    "minProperties": {"type": "object", "minProperties": 2_000},
+    "pattern": {"type": "string", "pattern": "^[a-z]{20000}$"},
+}
+
+
+def length_forcing(rng: random.Random, target: Target) -> dict[str, Any]:
+    """A schema forcing more tokens than max_tokens: max_tokens_too_small, or a valid answer."""
+    name = rng.choice(sorted(LENGTH_FORCING))
+    schema = LENGTH_FORCING[name]
+    body = {"messages": USER, "max_tokens": rng.choice([8, 20, 64]),
+            "response_format": _schema_format(schema)}
+    return _spec("length_forcing", name, body, stream=rng.random() < 0.5,
+                 check=json_value(jsonschema.Draft202012Validator(schema).is_valid))
+
+
+def loose_integer(rng: random.Random, target: Target) -> dict[str, Any]:
+    """An integer field given a string, a boolean, a fraction or 5,000 digits: a 400."""
+    value = rng.choice(['"5"', "true", "5.5", "9" * 5000])
+    field = rng.choice(["max_tokens", "seed", "top_k", "n"])
+    text = body_bytes({"messages": USER, field: 0}).replace(f'"{field}": 0'.encode(),
+                                                            f'"{field}": {value}'.encode())
+    return _spec("loose_integer", f"{field}={value[:8]}", text, stream=False,
+                 check=refused("a non-integer count"))
+
+
+def engine_options_grammar(rng: random.Random, target: Target) -> dict[str, Any]:
+    """A Lark grammar that sets engine options (allow_invalid_utf8) to pass a byte-level regex."""
+    header = rng.choice(['%llguidance {"allow_invalid_utf8": true}',
+                         '%llguidance {"allow_invalid_utf8":true, "no_forcing": true}'])
+    grammar = f"{header}\nstart: /(?-u:[\\x80-\\xff])+/"
+    return _spec("engine_options_grammar", "allow_invalid_utf8", {"messages": USER, "max_tokens": 8,
+                                                                  "guided_grammar": grammar},
+                 stream=rng.random() < 0.5, check=refused("a grammar that sets engine options"))
+
+
+def prompt_long_word(rng: random.Random, target: Target) -> dict[str, Any]:
+    """One 600,000-character word, or 200,000 CJK characters (a 4xx for the context, or an
+    answer; other streams must not stall while it is tokenized)."""
+    name = rng.choice(["word", "cjk"])
+    content = "a" * 600_000 if name == "word" else "漢字かな" * 50_000
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 8}
+    return _spec("prompt_long_word", name, body, stream=rng.random() < 0.5)
+
+
 KINDS: dict[str, Callable[[random.Random, Target], dict[str, Any]]] = {
     f.__name__: f for f in (
         pattern_schema, pattern_tool_strict, pattern_tool_loose, enum_huge, schema_deep,
         surrogate_content, surrogate_text_part, surrogate_system, surrogate_tool_description,
         surrogate_schema_key, prompt_huge, prompt_over_context, prompt_near_context, stalled_body,
-        half_closed, control_tokens, seed_out_of_range, tool_non_object)}
+        half_closed, control_tokens, seed_out_of_range, tool_non_object, special_text_constraint,
+        empty_language, length_forcing, loose_integer, engine_options_grammar, prompt_long_word)}
 
 
 def draw_hostile(rng: random.Random, target: Target, kinds: list[str] | None = None) -> dict[str, Any]:

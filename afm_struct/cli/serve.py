@@ -242,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
             store_quota_bytes=args.store_quota_bytes)
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
-    server_module("logging_json").configure(settings.log_format, settings.log_level)
+    server_module("logging_json").configure(settings.log_format, settings.log_level,
+                                            log_content=settings.log_content)
     say = _Say(settings.log_format == "json")
     if not api_keys and not auth.is_loopback(settings.host):
         say(f"afm-struct: warning: serving on {settings.host} without an API key: anyone who can "

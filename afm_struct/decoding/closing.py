@@ -50,7 +50,7 @@ from ..grammar.closing import accepts, closing_vocab_for, shortest_completion
 from ..grammar.closing_vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engine import Matcher
 from .masking import allows_most
-from .output_floor import output_floor
+from .output_floor import length_floor, output_floor
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -318,8 +318,14 @@ def check_budget(constraint: Any, tokenizer: Tokenizer, budget: int, *, param: s
     :func:`~.output_floor.output_floor`): no output could then be valid.  ``param`` names the
     request field that set the budget; ``limited_by_context``: the model's context, not that
     field, left it."""
-    minimum = min_output_tokens(constraint, tokenizer, usable)
-    bound = "the shortest output the requested format allows is"
+    # What the schema's own keywords force (minItems, minLength, ...): the grammar search
+    # gives up on such lengths, and a downgraded grammar allows shorter (invalid) outputs.
+    forced = length_floor(constraint, tokenizer)
+    if forced > budget:
+        minimum, bound = forced, "every output the requested format allows needs at least"
+    else:
+        minimum = min_output_tokens(constraint, tokenizer, usable)
+        bound = "the shortest output the requested format allows is"
     if minimum is None:
         # The search gave up on this grammar: refuse what is provably too small (a call cut
         # before its name, say), from the floor under every output (output_floor.py).

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..errors import AfmError, GrammarLimitError, internal_error
+from ..errors import AfmError, GrammarLimitError, UnsatisfiableError, internal_error
 from ..grammar.engine import MatcherError
 
 log = logging.getLogger("afm_struct")
@@ -35,5 +35,11 @@ def request_error(exc: BaseException, request_ids: Sequence[str]) -> AfmError:
                 "the output's constraint needs more work at this point than the grammar engine's "
                 "limits allow (a pattern or literal that forces a very long run of text, or a "
                 "grammar that is too ambiguous); simplify that part of the schema")
+        if exc.dead_end:
+            log.warning("%s (request %s): %s", exc.what, ids, exc.detail)
+            return UnsatisfiableError(
+                "the output's constraint allows no further text at this point: no output can "
+                "satisfy it (a grammar rule that only refers to itself, a numeric range holding no "
+                "multiple of multipleOf, text the model's tokenizer cannot write); fix the constraint")
         return internal_error(exc.detail, request_ids, what=exc.what)
     return internal_error(exc, request_ids)

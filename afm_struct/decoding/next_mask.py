@@ -43,6 +43,10 @@ from .sequence import SequenceState
 # greedy row samples from those logits alone (step_sampling.py).  Listed here, on the CPU while
 # the forward pass runs, not after it.
 LIST_ALLOWED_MAX = 4096
+# Masks of at most this many tokens are checked for special tokens the parser rejects: the
+# engine names one only where it forced text, in a one-token mask (grammar/special_text.py);
+# a wider mask naming special tokens is a grammar referring to them (a tool format's markup).
+RESPELL_MAX = 8
 
 
 # A group's fill is split when each chunk gets at least CHUNK_ROWS rows, into CHUNKS engine
@@ -241,6 +245,9 @@ class MaskFiller:
             raise matcher_failure(matcher, "the grammar failed to compute the next mask")
         # EOS policy lives here, not in each engine: any end-of-turn id iff the grammar accepts.
         accepting = matcher.is_accepting()
+        # An EOS id the engine allows where its grammar does not accept is special-token text
+        # it tokenized as the special token (grammar/special_text.py): respelled below.
+        stray = [] if accepting else [t for t in self.eos_ids if allows_token(row, t)]
         changed: list[int] = []
         if counted is not None:  # corrected for the EOS bits set or cleared below
             changed = [t for t in self.eos_ids if t >> 5 < row.shape[0] and allows_token(row, t) != accepting]
@@ -263,11 +270,36 @@ class MaskFiller:
                 if changed:
                     ids = np.asarray(changed, dtype=np.int64)
                     tokens = np.union1d(tokens, ids) if accepting else np.setdiff1d(tokens, ids)
+        if allowed <= LIST_ALLOWED_MAX:
+            seq.mask_tokens = allowed_tokens(row) if tokens is None else tokens
+            if (stray or allowed <= RESPELL_MAX) and self._respell(matcher, row, seq.mask_tokens, stray):
+                allowed = allowed_count(row)
+                seq.mask_tokens = allowed_tokens(row)
+            if allowed == 0:
+                # Nothing can follow (an empty language, an unsatisfiable range, text the
+                # tokenizer cannot spell): a sampled token would be one the grammar rejects.
+                raise matcher_failure(matcher, "the grammar allows no next token", dead_end=True)
         if not seq.request.stops_cut_grammar:
             # Free text (more than half the vocabulary), as opposed to a structure.
             seq.mask_free = seq.mask_all or allowed * 2 > self.vocab_size
-        if allowed <= LIST_ALLOWED_MAX:
-            seq.mask_tokens = allowed_tokens(row) if tokens is None else tokens
+
+    def _respell(self, matcher: Any, row: np.ndarray, listed: np.ndarray, stray: list[int]) -> bool:
+        """Replace in ``row`` the special tokens the engine allows but its parser rejects
+        (``stray`` EOS ids, special ids among the ``listed`` tokens) by their plain spellings
+        (grammar/special_text.py); True if the row changed."""
+        respell = getattr(matcher, "respell", None)
+        if respell is None:
+            return False
+        # An EOS id among the listed ones was set by the EOS policy above (the grammar accepts):
+        # it ends the turn, whatever the engine's parser says of it (llguidance takes only its
+        # own EOS id, not the other end-of-turn ids).
+        fixes = [*respell([t for t in listed.tolist() if t not in self.eos_ids]),
+                 *(respell(stray) if stray else ())]
+        if not fixes:
+            return False
+        set_tokens(row, [t for t, _ in fixes], False)
+        set_tokens(row, [p for _, p in fixes if p is not None], True)
+        return True
 
 
 def _fill_chunks(fill_fn: Callable[..., None], chunks: list[list[tuple[Any, int]]], bitmask: np.ndarray,

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..grammar.closing_search import allowed_ids, fork_of, is_complete
 from ..grammar.engine import allocate_bitmask
+from ..grammar.min_length import min_json_bytes, min_pattern_chars
 
 # A state allowing more tokens than this is not expanded (it needs at least one more token).
 BRANCHES = 24
@@ -51,6 +52,27 @@ def output_floor(constraint: Any, tokenizer: Any, usable: Callable[[str], bool] 
     with _FLOORS_LOCK:
         _FLOORS[grammar] = found
     return found
+
+
+def length_floor(constraint: Any, tokenizer: Any) -> int:
+    """Fewest tokens any valid output of a schema or pattern can have, from the length its
+    keywords force (:mod:`~afm_struct.grammar.min_length`: ``minItems``, ``minLength``,
+    ``minProperties``, required members, counted repeats, ``const``/``enum`` values, ...)
+    over the most bytes one token spells; 0 for other constraints.  Whatever rung serves the
+    schema: a downgraded grammar does not make a shorter answer valid."""
+    if constraint is None:
+        return 0
+    kind = getattr(constraint, "kind", None)
+    if kind == "json_schema" and getattr(constraint, "schema", None) is not None:
+        least = min_json_bytes(constraint.schema)
+    elif kind == "regex" and isinstance(getattr(constraint, "pattern", None), str):
+        least = min_pattern_chars(constraint.pattern)  # a character is at least one byte
+    else:
+        return 0
+    derived = getattr(tokenizer, "derived", None)
+    if derived is None or least <= 0:
+        return 0
+    return -(-least // derived.longest_token_bytes)
 
 
 def _floor(constraint: Any, tokenizer: Any, usable: Callable[[str], bool] | None) -> int:

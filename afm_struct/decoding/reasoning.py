@@ -48,6 +48,8 @@ from ..text.reasoning import (
 from .masking import set_tokens
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..models.tokenizer import Tokenizer
 
 __all__ = ["SYNTAXES", "THINK_TAGS", "ReasoningGate", "ReasoningTags", "detect_reasoning_tags"]
@@ -260,6 +262,20 @@ class ReasoningGate:
         """The inner matcher's verdict: did its engine stop on its budgets?"""
         over = getattr(self.inner, "over_limits", None)
         return bool(over is not None and over())
+
+    def dead_end(self) -> bool:
+        """The inner matcher's verdict: can no token extend the answer?"""
+        stuck = getattr(self.inner, "dead_end", None)
+        return bool(stuck is not None and stuck())
+
+    def respell(self, tokens: Sequence[int]) -> list[tuple[int, int | None]]:
+        """The inner matcher's respelling of rejected special tokens (answer phase only: the
+        gate's own phases allow what the turn's rules say)."""
+        respell = getattr(self.inner, "respell", None)
+        self._sync()
+        if respell is None or self.state not in ("answer", "watch"):
+            return []
+        return list(respell(tokens))
 
     def fork(self) -> ReasoningGate | None:
         """An independent copy in the same state (None if the inner matcher cannot fork)."""

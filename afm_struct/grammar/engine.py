@@ -49,20 +49,27 @@ class MatcherError(Exception):
     client can act on by simplifying the schema.
     """
 
-    def __init__(self, what: str, detail: str, *, over_limits: bool = False) -> None:
+    def __init__(self, what: str, detail: str, *, over_limits: bool = False, dead_end: bool = False) -> None:
         super().__init__(f"{what}: {detail}")
         self.what = what
         self.detail = detail
         self.over_limits = over_limits
+        # No token can extend the text: the constraint admits no (further) output, which the
+        # client can act on (the constraint is unsatisfiable), unlike an engine failure.
+        self.dead_end = dead_end
 
 
-def matcher_failure(matcher: Matcher, what: str, context: str = "") -> MatcherError:
+def matcher_failure(matcher: Matcher, what: str, context: str = "", *,
+                    dead_end: bool = False) -> MatcherError:
     """The :class:`MatcherError` for ``matcher``'s current failure (``what`` says which step
-    failed, ``context`` e.g. the token it rejected)."""
+    failed, ``context`` e.g. the token it rejected; ``dead_end``: no token can follow, also
+    when the engine says so itself)."""
     over = getattr(matcher, "over_limits", None)
+    stuck = getattr(matcher, "dead_end", None)
     detail = matcher.error() or "no reason given"
     return MatcherError(what, f"{context}{': ' if context else ''}{detail}",
-                        over_limits=bool(over is not None and over()))
+                        over_limits=bool(over is not None and over()),
+                        dead_end=dead_end or bool(stuck is not None and stuck()))
 
 
 def mask_words(vocab_size: int) -> int:

@@ -22,6 +22,7 @@ from .closing_hints import NO_HINTS, ClosingHints, grammar_hints
 from .engine import EXACT_COMPILE, BatchFill, SchemaCompileOptions, buffer_address, mask_words
 from .engine_numbers import NumberIssue, lark_json_issues, number_issues, widen
 from .spec import CompileOptions
+from .special_text import SpecialSpelling
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -140,12 +141,13 @@ def json_options(options: CompileOptions, *, relaxed: bool = False) -> dict[str,
 class LLGuidanceMatcher:
     """Per-sequence state over one llguidance ``LLMatcher``."""
 
-    __slots__ = ("_fill", "_m", "_words", "closing_hints")
+    __slots__ = ("_fill", "_m", "_spelling", "_words", "closing_hints")
 
     def __init__(self, matcher: llguidance.LLMatcher, words: int,
-                 closing_hints: ClosingHints = NO_HINTS) -> None:
+                 closing_hints: ClosingHints = NO_HINTS, spelling: SpecialSpelling | None = None) -> None:
         self._m = matcher
         self._words = words
+        self._spelling = spelling  # special ids and their plain spellings (special_text.py)
         self._fill: BatchFill | None = None  # made once, offered every step
         # The grammar's patterns (the closing search completes strings under them).
         self.closing_hints = closing_hints
@@ -185,7 +187,43 @@ class LLGuidanceMatcher:
         """Tokens the grammar forces next (not consumed)."""
         if self._m.is_stopped() or self._m.is_error():
             return []
-        return list(self._m.compute_ff_tokens())
+        run = list(self._m.compute_ff_tokens())
+        if self._spelling is not None and self._spelling.any_in(run):
+            # Forced special-token text is tokenized into the special token, which the parser
+            # rejects (special_text.py): the run stops before it, the mask then respells it.
+            probe = self._m.deep_copy()
+            for i, t in enumerate(run):
+                if not probe.consume_token(t):
+                    return run[:i]
+        return run
+
+    def respell(self, tokens: Sequence[int]) -> list[tuple[int, int | None]]:
+        """For each special token among ``tokens`` (a mask's allowed ones) that the parser
+        rejects: ``(token, plain)``, ``plain`` the first token of its text's plain spelling
+        when the parser takes it, else None (see special_text.py)."""
+        spelling = self._spelling
+        if spelling is None or not spelling.any_in(tokens):
+            return []
+        out: list[tuple[int, int | None]] = []
+        for token in spelling.among(tokens):
+            if self._m.deep_copy().consume_token(token):
+                continue
+            plain = spelling.plain_first(token)
+            if plain is not None and not self._m.deep_copy().consume_token(plain):
+                plain = None
+            out.append((token, plain))
+        return out
+
+    def dead_end(self) -> bool:
+        """True when the engine stopped because no token can extend the text (the grammar's
+        language is empty from here: a rule that only refers to itself, a range holding no
+        multiple of ``multipleOf``)."""
+        # Stopped with "NoExtensionBias" while consuming; while computing a mask the stop
+        # reason is InternalError and only the message's first line says why.
+        if self._m.stop_reason() == "NoExtensionBias":
+            return True
+        error = self.error()
+        return error is not None and error.split("\n", 1)[0].strip() == "NoExtensionBias"
 
     def is_accepting(self) -> bool:
         """True when the text so far is complete."""
@@ -213,7 +251,7 @@ class LLGuidanceMatcher:
 
     def fork(self) -> LLGuidanceMatcher:
         """An independent copy at the same state (~1 µs): the closing search steps forks."""
-        return LLGuidanceMatcher(self._m.deep_copy(), self._words, self.closing_hints)
+        return LLGuidanceMatcher(self._m.deep_copy(), self._words, self.closing_hints, self._spelling)
 
 
 class LLGuidanceGrammar:
@@ -236,7 +274,8 @@ class LLGuidanceGrammar:
 
     def new_matcher(self) -> LLGuidanceMatcher:
         """A fresh matcher at the start of the grammar."""
-        return LLGuidanceMatcher(self._template.deep_copy(), self._backend.words, self.closing_hints)
+        return LLGuidanceMatcher(self._template.deep_copy(), self._backend.words, self.closing_hints,
+                                 self._backend.spelling)
 
 
 class LLGuidanceBackend:
@@ -249,6 +288,7 @@ class LLGuidanceBackend:
         self.vocab_size = int(tokenizer.vocab_size)
         self.words = mask_words(self.vocab_size)
         self.ll_tokenizer = ll_tokenizer_for(tokenizer)
+        self.spelling = SpecialSpelling(tokenizer, self.ll_tokenizer)
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
         options = options or CompileOptions()
         # llguidance's JSON options per rung, built once: they also go into Lark ``%json{...}``.

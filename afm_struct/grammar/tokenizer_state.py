@@ -95,6 +95,16 @@ class TokenizerState:
 
         return self._part("token_table", "token_table", lambda: TokenTable(self.tokenizer))
 
+    @property
+    def longest_token_bytes(self) -> int:
+        """The most bytes one (non-special) token spells: a text of n bytes needs at least
+        n / this many tokens (the budget check's length floor, decoding/output_floor.py)."""
+        def build() -> int:
+            ll = self.ll_tokenizer
+            return max((len(ll.decode_bytes([i])) for i in range(int(self.tokenizer.vocab_size))
+                        if not ll.is_special_token(i)), default=1) or 1
+        return self._part("longest_token_bytes", "longest_token_bytes", build)
+
     def hidden_tokens(self, keep: frozenset[str]) -> frozenset[int]:
         """The ids a response's text never shows, but those written ``keep``
         (:mod:`afm_struct.decoding.hidden_tokens`); one set per ``keep`` (the tool formats' and

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from ..decoding.sampling import SamplingParams
 from ..errors import AfmError
+from ..grammar.engine_options import without_engine_options
 from ..grammar.spec import (
     ConstraintRequest,
     JsonObjectRequest,
@@ -109,7 +110,8 @@ class OutputFormat:
         if self.kind == "regex":
             return RegexRequest(self.text or "")
         if self.kind == "grammar":
-            return LarkRequest(self.text or "")
+            # The request's grammar sets no engine option (grammar/engine_options.py).
+            return LarkRequest(without_engine_options(self.text or ""))
         return None
 
 

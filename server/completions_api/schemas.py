@@ -24,19 +24,19 @@ class CompletionRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     # OpenAI's and vLLM's default for text completions.
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    top_k: Annotated[int, Field(ge=0)] | None = None
-    min_p: Annotated[float, Field(ge=0, lt=1)] | None = None
-    repetition_penalty: Annotated[float, Field(gt=0)] | None = None
-    seed: int | None = None
+    max_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
+    temperature: Annotated[float, Field(strict=True, ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(strict=True, gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(strict=True, ge=0)] | None = None
+    min_p: Annotated[float, Field(strict=True, ge=0, lt=1)] | None = None
+    repetition_penalty: Annotated[float, Field(strict=True, gt=0)] | None = None
+    seed: Annotated[int, Field(strict=True)] | None = None
     stop: str | list[str] | None = None
-    n: Annotated[int, Field(ge=1)] | None = None
-    best_of: Annotated[int, Field(ge=1)] | None = None
+    n: Annotated[int, Field(strict=True, ge=1)] | None = None
+    best_of: Annotated[int, Field(strict=True, ge=1)] | None = None
     # The legacy integer form: how many alternatives per token (0-20), the sampled token's
     # logprob always included.
-    logprobs: int | None = None
+    logprobs: Annotated[int, Field(strict=True)] | None = None
     echo: bool = False
     response_format: ResponseFormat | None = None
     afm_close_on_length: bool | None = None

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from afm_struct.errors import AfmError, InvalidRequestError
 
 from ..admission import prepare
-from ..errors import error_response, validation_error
+from ..errors import body_parse_error, error_response, validation_error
 from ..routes import respond
 from ..state import ServerState
 from .adapter import ollama_model, plan_ollama_chat, plan_ollama_generate
@@ -41,6 +41,8 @@ async def read_body(request: Request, model: type[Body]) -> Body:
     try:
         data = json.loads(raw or b"{}")
     except ValueError as exc:
+        if "integer string conversion" in str(exc):  # an integer too long to read: name its field
+            raise body_parse_error(exc, raw) from None
         # Where the JSON breaks, from the decoder's position (not its exception text).
         where = (f" at line {exc.lineno} column {exc.colno}"
                  if isinstance(exc, json.JSONDecodeError) else " (not UTF-8)")

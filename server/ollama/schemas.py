@@ -53,7 +53,7 @@ class OllamaBase(BaseModel):
     keep_alive: float | str | None = None
     think: bool | str | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Annotated[int, Field(strict=True)] | None = None
 
 
 class OllamaChatRequest(OllamaBase):

@@ -55,13 +55,13 @@ class ResponsesRequest(BaseModel):
     instructions: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
-    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
-    seed: int | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    max_output_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
+    temperature: Annotated[float, Field(strict=True, ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(strict=True, gt=0, le=1)] | None = None
+    presence_penalty: Annotated[float, Field(strict=True, ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(strict=True, ge=-2, le=2)] | None = None
+    seed: Annotated[int, Field(strict=True)] | None = None
+    top_logprobs: Annotated[int, Field(strict=True, ge=0, le=20)] | None = None
     include: list[str] | None = None
     metadata: dict[str, Any] | None = None
     text: TextConfig | None = None

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -210,3 +211,33 @@ def test_closing_a_connection_whose_peer_is_gone_closes_it_without_raising() -> 
     wrapped = _LingeringTransport(real, protocol)  # type: ignore[arg-type]
     wrapped.close()
     assert real.closed and wrapped.is_closing() and not protocol.lingering
+
+
+@pytest.mark.parametrize(("size_hex", "path"), [("40000000", "/v1/chat/completions"),
+                                                 ("100001", "/v1/responses"),
+                                                 ("ffffffffffffffffffff", "/api/chat")])
+def test_a_chunk_declaring_more_than_the_limit_is_413_at_once(serve: Any, size_hex: str,
+                                                             path: str) -> None:
+    # Issue 46, finding 9: a chunk header of 1 GiB waited for its data until the body timeout
+    # (408 after 30 s).  The body timeout here is longer than the socket's: a server that waits
+    # for the data fails the test with a socket timeout, not a late 408.
+    live = serve(body_timeout_s=120, max_body_bytes=1 << 20)
+    with connect(live.url) as sock:
+        sock.sendall((f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                      f"Transfer-Encoding: chunked\r\n\r\n{size_hex}\r\n").encode() + b'{"messages": [')
+        response = read_until_closed(sock)
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), response[:300]
+    assert b"connection: close" in head.lower()
+    assert b"limit is 1048576 bytes" in body
+
+
+def test_chunks_within_the_limit_still_serve(serve: Any) -> None:
+    live = serve("Hi", max_body_bytes=1 << 20)
+    data = json.dumps({"messages": USER, "max_tokens": 2}).encode()
+    with connect(live.url) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                     + f"{len(data):x}\r\n".encode() + data + b"\r\n0\r\n\r\n")
+        response = read_until_closed(sock)
+    assert response.startswith(b"HTTP/1.1 200"), response[:300]
