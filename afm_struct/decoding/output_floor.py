@@ -58,9 +58,13 @@ def length_floor(constraint: Any, tokenizer: Any) -> int:
     """Fewest tokens any valid output of a schema or pattern can have, from the length its
     keywords force (:mod:`~afm_struct.grammar.min_length`: ``minItems``, ``minLength``,
     ``minProperties``, required members, counted repeats, ``const``/``enum`` values, ...)
-    over the most bytes one token spells; 0 for other constraints.  Whatever rung serves the
-    schema: a downgraded grammar does not make a shorter answer valid."""
+    over the most bytes one token spells; 0 for other constraints.  For a strict request
+    whatever rung serves it (a downgraded grammar does not make a shorter answer valid), and
+    for one served exact (its grammar allows nothing shorter); 0 for a non-strict request
+    served best-effort, whose answer need not meet the keywords its grammar dropped."""
     if constraint is None:
+        return 0
+    if not getattr(constraint, "strict", False) and getattr(constraint, "mode", "exact") != "exact":
         return 0
     kind = getattr(constraint, "kind", None)
     if kind == "json_schema" and getattr(constraint, "schema", None) is not None:

@@ -101,7 +101,9 @@ def test_logits_match_mlx_lm_from_a_fresh_thread(built, family: str) -> None:
     eos = loaded.tokenizer.eos_token_ids
     reference = [t for t in _greedy_reference(tiny, prompt, 10, eos) if t not in eos]
     text = "".join(e.text for e in got["events"] if isinstance(e, TextDelta))
-    assert text == loaded.tokenizer.decode(reference)
+    # Random weights end on any bytes: a character the end cuts is dropped, not sent as U+FFFD
+    # (StreamingDetokenizer.flush), so the two agree up to the last whole character.
+    assert text.rstrip("\ufffd") == loaded.tokenizer.decode(reference).rstrip("\ufffd")
 
 
 def test_the_routing_is_exercised(built) -> None:

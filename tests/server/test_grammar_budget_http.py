@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from afm_struct.decoding import closing as closing_module
 from afm_struct.grammar import compiler as compiler_module
 from afm_struct.grammar import llguidance_backend
 from afm_struct.grammar.compiler import ConstraintCompiler
@@ -137,6 +138,8 @@ def test_a_budget_hit_while_decoding_ends_only_that_request(serve, monkeypatch, 
     """The backstop: should an engine budget be hit in mid-output anyway (the compile-time check
     is bypassed here), only that request fails, with grammar_too_complex and no internals."""
     monkeypatch.setattr(compiler_module, "longest_forced_run", lambda *_args: None)
+    # ... and so is the admission's length floor, which refuses this budget before any run.
+    monkeypatch.setattr(closing_module, "length_floor", lambda *_args: 0)
     compilers: dict[int, ConstraintCompiler] = {}
 
     def compile_fn(tokenizer: Any, request: Any) -> Any:  # a compiler of its own: no shared cache

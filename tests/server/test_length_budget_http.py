@@ -60,7 +60,8 @@ DOORS = [
     ("/v1/completions", {"prompt": "x", "max_tokens": 20,
                          "guided_json": {"type": "string", "minLength": 100000}}, "max_tokens"),
     ("/v1/responses", {"input": "hi", "max_output_tokens": 20, "text": {"format": {
-        "type": "json_schema", "name": "x", "schema": {"type": "array", "minItems": 100000}}}},
+        "type": "json_schema", "name": "x", "strict": True,
+        "schema": {"type": "array", "minItems": 100000}}}},
      "max_output_tokens"),
 ]
 

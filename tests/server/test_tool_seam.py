@@ -49,6 +49,8 @@ class ToyToolRouter:
     # What the generator reads of a turn besides its events: where the model is (this format
     # has no thinking block; the generator counts reasoning tokens and gates masks by it).
     phase = "content"
+    # A turn whose calls reach max_tool_calls ends there; this format has no such limit.
+    calls_exhausted = False
 
     # What the generator tells a turn besides its text (held stop text, hidden tokens, a stop).
     def hold(self, held: str) -> None:
