@@ -45,7 +45,9 @@ def test_a_huge_prompt_is_tokenized_with_the_gil_released(tokenizer: Any, text: 
     # The old call: the counter runs only in the hand-offs around it (a switch interval, 5 ms).
     held = _counted_during(lambda: backend.encode(text, add_special_tokens=False))
     released = _counted_during(lambda: encode_released(backend, text))
-    assert released > 10 * held, (released, held)
+    # Quiet: ten times and more; beside another busy test process, 6x was seen: 3x still
+    # tells a released call from a held one.
+    assert released > 3 * held, (released, held)
 
 
 def test_released_encoding_is_the_same_encoding(tokenizer: Any) -> None:
