@@ -236,7 +236,8 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
     check_unsupported(body)
     check_values(body)
     check_metadata(body.metadata)
-    model = check_model(body.model, state.settings.model_names(state.loaded.info.id))
+    model = check_model(body.model, state.settings.model_names(state.loaded.info.id),
+                        aliases=state.settings.model_aliases)
     if body.input is None or (isinstance(body.input, list) and not body.input and not history):
         raise InvalidRequestError("input is required: a string or a list of input items", param="input",
                                   code="missing_required_parameter")
