@@ -44,7 +44,8 @@ def _valid_person(value: object) -> None:
 def test_create_and_stream(serve) -> None:
     client = _sdk(serve("Hello there, world!").url)
     message = client.messages.create(model="scripted", max_tokens=64, messages=USER,
-                                     system=[{"type": "text", "text": "Be brief."}], metadata={"user_id": "u1"})
+                                     system=[{"type": "text", "text": "Be brief."}],
+                                     metadata={"user_id": "u1"})
     assert message.type == "message" and message.role == "assistant" and message.model == "scripted"
     assert [b.type for b in message.content] == ["text"] and message.content[0].text == "Hello there, world!"
     assert message.stop_reason == "end_turn" and message.stop_sequence is None
@@ -177,7 +178,8 @@ def test_bad_input_gets_anthropics_error_shape(serve) -> None:
         assert payload["type"] == "error" and payload["error"]["type"] == "invalid_request_error", payload
         assert where in payload["error"]["message"], payload
     with pytest.raises(anthropic.BadRequestError) as err:
-        client.messages.create(model="scripted", max_tokens=10, messages=[{"role": "user", "content": [image]}])
+        client.messages.create(model="scripted", max_tokens=10,
+                               messages=[{"role": "user", "content": [image]}])
     assert "text models" in err.value.message
     with pytest.raises(anthropic.NotFoundError) as missing:
         client.messages.create(model="claude-opus-4-8", max_tokens=10, messages=USER)
@@ -218,7 +220,8 @@ def test_cancel_by_request_id(serve) -> None:
                       json={"model": "scripted", "max_tokens": 400, "messages": USER, "stream": True}) as r:
         lines = r.iter_lines()
         assert next(lines) == "event: message_start"
-        assert wait_until(lambda: httpx.post(f"{live.url}/v1/messages/msg-cancel-1/cancel").status_code == 200)
+        cancel = f"{live.url}/v1/messages/msg-cancel-1/cancel"
+        assert wait_until(lambda: httpx.post(cancel).status_code == 200)
         data = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
     assert data[-2]["delta"]["stop_reason"] == "cancelled" and data[-1]["type"] == "message_stop"
     gone = httpx.post(f"{live.url}/v1/messages/msg-cancel-1/cancel")
@@ -238,7 +241,8 @@ def test_real_model_structured_output_valid_in_every_case(real_server) -> None:
         with client.messages.stream(model=MODEL, max_tokens=80, messages=messages,
                                     extra_body={"temperature": 0.7}, output_config=fmt) as stream:
             _valid_person(json.loads("".join(stream.text_stream)))
-    parsed = client.messages.parse(model=MODEL, max_tokens=80, messages=[{"role": "user", "content": prompts[0]}],
+    parsed = client.messages.parse(model=MODEL, max_tokens=80,
+                                   messages=[{"role": "user", "content": prompts[0]}],
                                    output_format=Person)
     assert isinstance(parsed.parsed_output, Person)
 
@@ -249,7 +253,8 @@ def test_real_model_strict_tool_input_valid_and_count_tokens(real_server) -> Non
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     choice = {"type": "tool", "name": "get_weather"}
     # The count takes the same tool_choice: a forced call changes the prompt's tool instructions.
-    counted = client.messages.count_tokens(model=MODEL, messages=messages, tools=[WEATHER], tool_choice=choice)
+    counted = client.messages.count_tokens(model=MODEL, messages=messages, tools=[WEATHER],
+                                           tool_choice=choice)
     message = client.messages.create(model=MODEL, max_tokens=60, messages=messages, tools=[WEATHER],
                                      tool_choice=choice, extra_body={"temperature": 0})
     assert message.usage.input_tokens == counted.input_tokens
