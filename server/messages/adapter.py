@@ -5,7 +5,8 @@ The one place the request's fields are read.  Checks that need no model run here
 ``messages.0.content.2.type``).  Mapped: ``thinking`` onto the reasoning channel (``enabled``
 with ``budget_tokens``: thinking on with that budget; ``adaptive`` and ``between_tools``: on,
 no budget; ``disabled``: off), ``tool_choice.disable_parallel_tool_use`` onto one call per
-turn, ``output_config.format`` and the older ``output_format`` onto the JSON-schema constraint (enforced, never ignored).
+turn, ``output_config.format`` and the older ``output_format`` onto the JSON-schema
+constraint (enforced, never ignored).
 Accepted and ignored (they cannot change what the model may emit): ``metadata``,
 ``context_management``, ``output_config.effort``, ``service_tier``, ``cache_control`` (top level
 and on blocks), ``diagnostics``, ``inference_geo``, ``speed``,
