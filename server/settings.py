@@ -82,6 +82,8 @@ class ServerSettings:
             raise ValueError("body_timeout_s and header_timeout_s must be > 0")
         if not 0 < self.grammar_budget_s <= 3600:
             raise ValueError("grammar_budget_s must be in (0, 3600]")
+        if self.default_max_tokens < 1:
+            raise ValueError("default_max_tokens must be >= 1")
         if self.max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         if not 0 <= self.join_wait_ms <= 1000:

@@ -11,8 +11,10 @@ Accepted and ignored (they cannot change what the model may emit): ``metadata``,
 ``context_management``, ``output_config.effort``, ``service_tier``, ``cache_control`` (top level
 and on blocks), ``diagnostics``, ``inference_geo``, ``speed``,
 the ``anthropic-beta`` and ``anthropic-version`` headers.  Hosted tools are left out
-(:mod:`.tools`); a ``max_tokens`` beyond the model's context is clamped to what fits
-(:data:`CLAMPED_HEADER` says so).  Any other field is refused by name.
+(:mod:`.tools`).  ``max_tokens`` is required by Anthropic's API, and agent harnesses send a
+large one whatever the model (Claude Code: 64,000): here it is a ceiling, lowered to what the
+context leaves after the prompt (``X-AFM-Max-Tokens-Clamped`` says when: :mod:`server.notes`).
+Any other field is refused by name.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from .tools import read_choice, read_tools
 
 ID_PREFIX = "msg_"
 PATHS = RequestPaths(conversation="messages")
-CLAMPED_HEADER = "X-AFM-Max-Tokens-Clamped"
 THINKING_TYPES = ("enabled", "adaptive", "between_tools", "disabled")
 FORMAT_KEYS = frozenset({"type", "schema"})
 OUTPUT_CONFIG_KEYS = frozenset({"format", "effort"})
@@ -51,11 +52,9 @@ EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 @dataclass(frozen=True)
 class Notes:
-    """What the response says about how the request was read: the hosted tools left out, and
-    the ``max_tokens`` asked for when it was clamped to the context (None: not clamped)."""
+    """What the response says about how the request was read: the hosted tools left out."""
 
     ignored_tools: tuple[str, ...] = ()
-    clamped_from: int | None = None
 
 
 def check_unsupported(body: MessagesBase) -> None:
@@ -167,18 +166,16 @@ async def plan_messages(state: ServerState, body: MessagesBase, *, request_id: s
     request = body if isinstance(body, MessagesRequest) else None
     asked = request.max_tokens if request is not None else 1
     switch, reasoning_budget = thinking(body, asked if request is not None else None)
-    # A budget the context can never hold (Claude Code asks for 64,000) is a ceiling, lowered to
-    # what the prompt leaves; one that could fit stays explicit: 400 when this prompt leaves less.
+    # A ceiling, lowered to what the prompt leaves (the route says when it was).
     context = state.loaded.info.context_length
-    clamped = asked > context
     plan = GenerationPlan(
         request_id=request_id, model=model,
         conversation=Conversation(turns, thinking=switch),
         sampling=sampling_params(request, min(asked, context)) if request is not None
         else SamplingParams(max_tokens=1),
-        budget=Budget(explicit=not clamped, param="max_tokens", reasoning_tokens=reasoning_budget),
+        budget=Budget(explicit=False, param="max_tokens", reasoning_tokens=reasoning_budget),
         id_prefix=ID_PREFIX, output=output_format(body),
         tools=ToolUse(declared.defs, choice, parallel, format_answer=True),
         delivery=Delivery(stream=bool(request and request.stream), include_usage=True, profile=profile_key),
         paths=PATHS)
-    return plan, Notes(declared.ignored, asked if clamped else None)
+    return plan, Notes(declared.ignored)

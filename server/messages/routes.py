@@ -6,7 +6,7 @@ The adapter makes the plan, the core admits and runs it (:func:`server.routes.re
 same admission, cancel registry, downgrade and constraint-mode headers as every door), the
 Messages encoder writes its events or its message.  Headers of its own: ``X-AFM-Ignored-Tools``
 (the hosted tools left out) and ``X-AFM-Max-Tokens-Clamped`` (the ``max_tokens`` asked for,
-beyond the context; the budget that ran is what the prompt left).
+more than the context left after the prompt; the budget that ran is what it left).
 """
 
 from __future__ import annotations
@@ -29,30 +29,20 @@ from ..admission import (
     response_headers,
     tokenize_prompt,
 )
+from ..notes import note_headers
 from ..profile import parse_profile_header
 from ..routes import SSEResponse, _close_on_disconnect
 from ..run import collect, sse_body
 from ..state import ServerState
 from ..tenants import tenant_of
-from .adapter import CLAMPED_HEADER, Notes, plan_messages
+from .adapter import plan_messages
 from .encoder import MessagesBody, MessagesStream
 from .schemas import CountTokensRequest, MessagesRequest
-from .tools import IGNORED_TOOLS_HEADER
 
 router = APIRouter()
 log = logging.getLogger("afm_struct.server")
 _ERRORS: dict[int | str, dict[str, Any]] = {status: {"description": "Anthropic's error shape"}
                                             for status in (400, 401, 404, 409, 413, 503)}
-
-
-def note_headers(notes: Notes) -> dict[str, str]:
-    """The headers that say how the request was read (hosted tools left out, a clamped budget)."""
-    headers: dict[str, str] = {}
-    if notes.ignored_tools:
-        headers[IGNORED_TOOLS_HEADER] = ", ".join(notes.ignored_tools)
-    if notes.clamped_from is not None:
-        headers[CLAMPED_HEADER] = str(notes.clamped_from)
-    return headers
 
 
 @router.post("/v1/messages", response_model=None,
@@ -66,7 +56,9 @@ async def create_message(body: MessagesRequest, request: Request) -> StreamingRe
     prepared = await prepare(state, plan, started=started)
     if notes.ignored_tools:
         log.info("request %s: hosted tools left out: %s", plan.request_id, ", ".join(notes.ignored_tools))
-    return await respond(request, state, prepared, note_headers(notes))
+    ran = state.scheduler.generator.max_tokens_for(prepared.generation)
+    clamped_from = body.max_tokens if ran < body.max_tokens else None
+    return await respond(request, state, prepared, note_headers(notes.ignored_tools, clamped_from))
 
 
 async def respond(request: Request, state: ServerState, prepared: Prepared,
@@ -104,7 +96,7 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> JSONRespon
         tool_plan = await plan_request_tools(state, plan)
         ids = await asyncio.get_running_loop().run_in_executor(
             TOKENIZER_THREAD, tokenize_prompt, state, plan.conversation, tool_plan)
-    return JSONResponse({"input_tokens": len(ids)}, headers=note_headers(notes))
+    return JSONResponse({"input_tokens": len(ids)}, headers=note_headers(notes.ignored_tools))
 
 
 @router.post("/v1/messages/{request_id}/cancel", response_model=None, responses=_ERRORS)

@@ -8,8 +8,9 @@ has it) asks for exact enforcement, reported by the downgrade header when it run
 Tools with another ``type`` are Anthropic's hosted or versioned tools (``web_search_*``,
 ``web_fetch_*``, ``code_execution_*``, ``computer_*``, ``bash_*``, ``text_editor_*``, ``memory_*``,
 ...): this server cannot run them and does not know their schemas, so they are left out of the
-tool set, and their names go back in the ``X-AFM-Ignored-Tools`` response header: a client that
-sends them (agent harnesses do, on every turn) is served with the tools it can use.
+tool set, and their names go back in the ``X-AFM-Ignored-Tools`` response header
+(:mod:`server.notes`): a client that sends them (agent harnesses do, on every turn) is served
+with the tools it can use.
 
 ``tool_choice``: ``auto``, ``any`` (a call is required), ``tool`` (that tool), ``none``;
 ``disable_parallel_tool_use: true`` allows one call per turn.
@@ -28,7 +29,6 @@ CLIENT_TYPES = (None, "custom")
 TOOL_KEYS = frozenset({"type", "name", "description", "input_schema", "strict", "cache_control"})
 CHOICES = {"auto": "auto", "any": "required", "tool": "function", "none": "none"}
 CHOICE_KEYS = frozenset({"type", "name", "disable_parallel_tool_use"})
-IGNORED_TOOLS_HEADER = "X-AFM-Ignored-Tools"
 
 
 @dataclass(frozen=True)
