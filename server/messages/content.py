@@ -31,6 +31,10 @@ def _bad(message: str, param: str, code: str = "invalid_value") -> InvalidReques
     return InvalidRequestError(message, param=param, code=code)
 
 
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
 def _string(value: Any, param: str) -> str:
     if not isinstance(value, str):
         raise _bad(f"{param} must be a string", param)
@@ -48,7 +52,7 @@ def text_of(content: Any, param: str) -> str:
         where = f"{param}.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind in MEDIA_BLOCKS:
-            raise _bad(f"{where} is an {kind} block: this server serves text models; send text blocks",
+            raise _bad(f"{where} is {_article(kind)} {kind} block: this server serves text models; send text blocks",
                        f"{where}.type", "unsupported_content")
         if kind != "text":
             raise _bad(f"{where}.type must be 'text' here, not {kind!r}", f"{where}.type")
@@ -149,7 +153,7 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
 
 def _refuse_block(kind: Any, at: str, allowed: str) -> None:
     if kind in MEDIA_BLOCKS:
-        raise _bad(f"{at} is an {kind} block: this server serves text models; send text blocks",
+        raise _bad(f"{at} is {_article(kind)} {kind} block: this server serves text models; send text blocks",
                    f"{at}.type", "unsupported_content")
     raise _bad(f"{at}.type {kind!r} is not supported here: this message may hold {allowed} blocks",
                f"{at}.type", "unsupported_content")

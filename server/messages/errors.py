@@ -5,7 +5,7 @@ middleware's 401 / 413 / 503, the framework's 404 and 422), and so does an ``err
 stream.  The error's type is Anthropic's name for its status (``invalid_request_error``,
 ``authentication_error``, ``not_found_error``, ``request_too_large``, ``rate_limit_error``,
 ``overloaded_error``, ``api_error``); the parameter, which Anthropic's shape has no field for,
-leads the message when the message does not already name it.
+leads the message when the message does not already name it (or the object holding it).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def error_type(err: AfmError) -> str:
 def anthropic_error(err: AfmError) -> dict[str, Any]:
     """The body (and stream ``error`` event) for ``err``."""
     message = err.message
-    if err.param and err.param not in message:
+    if err.param and err.param not in message and err.param.rsplit(".", 1)[0] not in message:
         message = f"{err.param}: {message}"
     return {"type": "error", "error": {"type": error_type(err), "message": message}}
 
