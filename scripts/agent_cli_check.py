@@ -40,19 +40,25 @@ from server.settings import ServerSettings
 TOKEN = "hello-from-afm-42"
 
 
-def call(tool: str, key: str) -> str:
+# Each client's shell tool and the arguments that run ``echo TOKEN`` (every required one).
+SHELL_TOOLS = {"codex": ("exec_command", {"cmd": f"echo {TOKEN}"}),
+               "claude": ("Bash", {"command": f"echo {TOKEN}"}),
+               "opencode": ("bash", {"command": f"echo {TOKEN}", "description": "Print the token"})}
+
+
+def call(tool: str, arguments: dict[str, str]) -> str:
     """The Hermes tool call SmolLM2's template reads (the served model's own syntax)."""
-    body = json.dumps({"name": tool, "arguments": {key: f"echo {TOKEN}"}})
+    body = json.dumps({"name": tool, "arguments": arguments})
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
-def scripted(tokenizer, tool: str, key: str) -> Script:
+def scripted(tokenizer, tool: str, arguments: dict[str, str]) -> Script:
     def answer(prompt_ids: list[int]) -> str:
         prompt = tokenizer.decode(prompt_ids)
         # The command's output is in the prompt once the client sent the tool result back.
         if prompt.count(TOKEN) > prompt.count(f"echo {TOKEN}"):
             return f"The command printed {TOKEN}."
-        return call(tool, key)
+        return call(tool, arguments)
 
     return Script(answer)
 
@@ -108,12 +114,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--bin-dir", required=True, help="where the codex and claude executables are")
     p.add_argument("--record", type=Path, default=None, help="save the requests under this folder")
+    p.add_argument("clients", nargs="*", default=["codex", "claude"], choices=sorted(SHELL_TOOLS),
+                   help="the clients to run (default: codex claude)")
     args = p.parse_args()
     tokenizer = load_tokenizer()
     work = tempfile.mkdtemp(prefix="afm-agents-")
     failed = 0
-    for client, tool, key in (("codex", "exec_command", "cmd"), ("claude", "Bash", "command")):
-        loaded = scripted_loaded_model(tokenizer, scripted(tokenizer, tool, key), context_length=65536)
+    for client in args.clients:
+        tool, arguments = SHELL_TOOLS[client]
+        loaded = scripted_loaded_model(tokenizer, scripted(tokenizer, tool, arguments), context_length=65536)
         live = start_server(loaded, ServerSettings(model_aliases=parse_aliases(["*=scripted"])))
         home = Path(work) / client
         home.mkdir()
@@ -128,6 +137,17 @@ def main() -> int:
                 cmd = [f"{args.bin_dir}/codex", "exec", "--skip-git-repo-check", "--sandbox",
                        "danger-full-access", f"Run the shell command: echo {TOKEN}"]
                 env = {"CODEX_HOME": str(home), "OPENAI_API_KEY": "dummy"}
+            elif client == "opencode":
+                config = {"$schema": "https://opencode.ai/config.json", "model": "afm/scripted",
+                          "provider": {"afm": {"npm": "@ai-sdk/openai-compatible", "name": "afm-struct",
+                                               "options": {"baseURL": f"{url}/v1"},
+                                               "models": {"scripted": {"name": "scripted"}}}},
+                          "permission": {"bash": "allow"}}
+                (Path(work) / "opencode.json").write_text(json.dumps(config))
+                cmd = [f"{args.bin_dir}/opencode", "run", "-m", "afm/scripted",
+                       f"Run the shell command: echo {TOKEN}"]
+                env = {"HOME": str(home), "OPENAI_API_KEY": "dummy",
+                       "OPENCODE_CONFIG": str(Path(work) / "opencode.json")}
             else:
                 cmd = [f"{args.bin_dir}/claude", "-p", f"Run the shell command: echo {TOKEN}",
                        "--allowedTools", "Bash", "--max-turns", "3"]
