@@ -52,8 +52,8 @@ def text_of(content: Any, param: str) -> str:
         where = f"{param}.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind in MEDIA_BLOCKS:
-            raise _bad(f"{where} is {_article(kind)} {kind} block: this server serves text models; send text blocks",
-                       f"{where}.type", "unsupported_content")
+            raise _bad(f"{where} is {_article(kind)} {kind} block: this server serves text models; "
+                       "send text blocks", f"{where}.type", "unsupported_content")
         if kind != "text":
             raise _bad(f"{where}.type must be 'text' here, not {kind!r}", f"{where}.type")
         texts.append(_string(block.get("text"), f"{where}.text"))
