@@ -25,6 +25,7 @@ from .auth import ApiKeyMiddleware
 from .cancel import InflightRegistry
 from .completions_api.route import router as completions_router
 from .errors import install_error_handlers
+from .messages.routes import router as messages_router
 from .middleware import BodyLimitMiddleware, RequestIdMiddleware
 from .ollama.route import router as ollama_router
 from .operations import install as install_operations
@@ -90,9 +91,10 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app.include_router(responses_router)
     app.include_router(completions_router)
     app.include_router(ollama_router)
+    app.include_router(messages_router)
     add_operations_middleware = install_operations(
         app, settings, [*router.routes, *responses_router.routes, *completions_router.routes,
-                        *ollama_router.routes])
+                        *ollama_router.routes, *messages_router.routes])
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
                        timeout_s=settings.body_timeout_s)

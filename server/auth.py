@@ -1,4 +1,5 @@
-"""API keys: ``Authorization: Bearer <key>`` on every route but ``/health``.
+"""API keys: ``Authorization: Bearer <key>`` (or Anthropic's ``x-api-key: <key>``) on every
+route but ``/health``.
 
 Keys come from ``--api-key`` (repeatable), the ``AFM_STRUCT_API_KEYS`` environment variable
 and ``--api-key-file``; any of them is accepted.  The file and the variable hold keys separated
@@ -143,14 +144,17 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-        token = bearer_token(header)
+        # Anthropic's clients send the key as x-api-key: the same keys, the same tenants.
+        api_key = next((v.strip() for k, v in scope["headers"] if k == b"x-api-key"), None)
+        token = bearer_token(header) or api_key or None
         tenant = match_key(token, self.keys) if token is not None else None
         if tenant is not None:
             scope.setdefault("state", {})["tenant"] = tenant
             await self.app(scope, receive, send)
             return
         err = AuthenticationError(
-            "missing API key: send the header 'Authorization: Bearer <key>'" if header is None else
-            "invalid API key: the Authorization header must be 'Bearer <key>' with a key this "
-            "server accepts")
+            "missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')"
+            if header is None and api_key is None else
+            "invalid API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>' with a key "
+            "this server accepts")
         await send_error(scope, send, err, [(b"www-authenticate", b'Bearer realm="afm-struct"')])

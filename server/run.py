@@ -141,7 +141,7 @@ class Run:
         usage, and the profile when asked for."""
         assert self._outcome is not None, "ending() before the answer ended"
         reason, finished, err = self._outcome
-        yield Failed(err) if err is not None else Finish(reason)
+        yield Failed(err) if err is not None else Finish(reason, stop=finished.stop)
         yield UsageReport(finished.usage)
         report = self.profile(finished)
         key = self.prepared.plan.delivery.profile

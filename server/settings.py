@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from afm_struct.decoding.grammar_budget import DEFAULT_GRAMMAR_BUDGET_S
 from afm_struct.store import StoreQuota
 
+from .model_alias import ModelAlias
 from .tenants import ApiKey, distinct_keys
 
 
@@ -53,6 +54,8 @@ class ServerSettings:
     grammar_budget_s: float = DEFAULT_GRAMMAR_BUDGET_S
     # Names the server answers to in ``model`` and lists in /v1/models (empty: the model's id).
     served_model_names: tuple[str, ...] = ()
+    # Glob patterns of other names served as one of those (--model-alias 'claude-*=NAME').
+    model_aliases: tuple[ModelAlias, ...] = ()
     # Bearer keys accepted on every route but /health (empty: no authentication), each naming
     # its tenant or not (a bare string is an unnamed key). Kept out of the repr so settings can
     # be logged.
@@ -79,6 +82,8 @@ class ServerSettings:
             raise ValueError("body_timeout_s and header_timeout_s must be > 0")
         if not 0 < self.grammar_budget_s <= 3600:
             raise ValueError("grammar_budget_s must be in (0, 3600]")
+        if self.default_max_tokens < 1:
+            raise ValueError("default_max_tokens must be >= 1")
         if self.max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         if not 0 <= self.join_wait_ms <= 1000:
@@ -87,6 +92,11 @@ class ServerSettings:
             raise ValueError("a served model name must not be empty")
         if len(set(self.served_model_names)) != len(self.served_model_names):
             raise ValueError("served model names must be distinct")
+        if self.served_model_names:
+            for alias in self.model_aliases:
+                if alias.target not in self.served_model_names:
+                    raise ValueError(f"model alias {alias.pattern!r} maps to {alias.target!r}, which is not "
+                                     f"a served model name ({', '.join(self.served_model_names)})")
         if not 0 <= self.drain_seconds <= 3600:
             raise ValueError("drain_seconds must be in [0, 3600]")
         if self.log_format not in ("text", "json"):

@@ -15,6 +15,8 @@ from typing import Any
 
 from afm_struct.errors import AfmError
 
+from .messages.errors import anthropic_error, is_messages_path
+
 DONE = b"data: [DONE]\n\n"
 
 
@@ -52,8 +54,11 @@ OLLAMA_API_PREFIX = "/api/"
 
 def error_json(err: AfmError, path: str) -> dict[str, Any]:
     """The JSON body of ``err`` answering a request for ``path``: Ollama's
-    ``{"error": "message"}`` under :data:`OLLAMA_API_PREFIX`, else :func:`error_envelope`.
-    Every error body goes through here, whichever layer answers (middleware or route)."""
+    ``{"error": "message"}`` under :data:`OLLAMA_API_PREFIX`, Anthropic's ``{"type": "error",
+    "error": {...}}`` on the Messages API's paths, else :func:`error_envelope`.  Every error
+    body goes through here, whichever layer answers (middleware or route)."""
     if path.startswith(OLLAMA_API_PREFIX):
         return {"error": err.message}
+    if is_messages_path(path):
+        return anthropic_error(err)
     return error_envelope(err)

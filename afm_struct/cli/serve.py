@@ -93,6 +93,13 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
         metavar="NAME",
         help="a name clients may send as `model` (repeatable; the first is echoed in "
              "responses and all are listed by /v1/models; default: the model's own id)")
+    add("--model-alias", dest="model_aliases", action="append", default=[], metavar="PATTERN=NAME",
+        help="serve requests naming a model that matches the glob PATTERN as the served NAME "
+             "(repeatable, first match wins; e.g. 'claude-*=SmolLM2-135M-Instruct' for Claude "
+             "Code, '*=NAME' to answer to any name)")
+    add("--default-max-tokens", type=int, default=d.default_max_tokens, metavar="N",
+        help="the output budget of a request that sets none (Codex CLI sends none), lowered to "
+             f"what the context leaves (default {d.default_max_tokens})")
     add("--weights", default="auto",
         help="auto, float32, float16, bfloat16 or quantized (default auto)")
     add("--log-level", default=d.log_level,
@@ -237,6 +244,8 @@ def run(args: argparse.Namespace) -> int:
             header_timeout_s=args.header_timeout_s, max_connections=args.max_connections,
             close_on_length=args.close_on_length, grammar_budget_s=args.grammar_budget_s,
             served_model_names=tuple(args.served_model_names),
+            model_aliases=server_module("model_alias").parse_aliases(args.model_aliases),
+            default_max_tokens=args.default_max_tokens,
             api_keys=api_keys, drain_seconds=args.drain_seconds, log_format=args.log_format,
             log_content=args.log_content, store_quota_responses=args.store_quota_responses,
             store_quota_bytes=args.store_quota_bytes)

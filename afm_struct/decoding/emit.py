@@ -162,7 +162,8 @@ def finish(seq: SequenceState, reason: FinishReason, *, error: AfmError | None =
     try:
         seq.sink(Finished(reason=reason, usage=seq.usage, timings=seq.timings, text="".join(seq.text),
                           error=error, grammar_complete=grammar_complete,
-                          whole=whole and reason != FinishReason.ERROR, events=events))
+                          whole=whole and reason != FinishReason.ERROR, events=events,
+                          stop=seq.stops.matched if reason == FinishReason.STOP else None))
     except Exception:  # the consumer cannot take its end: nothing else to tell it
         log.exception("could not deliver the end of request %s", seq.request.request_id or "-")
 

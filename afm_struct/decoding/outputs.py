@@ -128,6 +128,8 @@ class Finished:
     whole: bool = False
     # The answer events the request's turn held until the end (a partial tag, a call cut short).
     events: list[Any] | None = None
+    # STOP only: the stop sequence that ended the text (None: EOS, a grammar, the turn).
+    stop: str | None = None
 
 
 Event = TextDelta | Finished

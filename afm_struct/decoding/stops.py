@@ -18,6 +18,8 @@ class StopMatcher:
         self.stops = tuple(s for s in stops if s)
         self._scan = MarkerScanner(self.stops)
         self.stopped = False
+        # The stop sequence that matched (Anthropic's ``stop_sequence`` names it).
+        self.matched: str | None = None
 
     @property
     def held(self) -> str:
@@ -40,6 +42,7 @@ class StopMatcher:
         for piece in pieces:
             if isinstance(piece, Marker):
                 self.stopped = True
+                self.matched = piece.text
                 self._scan.take()  # the stop and what follows are never emitted
                 break
             out += piece

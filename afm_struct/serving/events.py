@@ -87,9 +87,10 @@ AnswerEvent = Text | Reasoning | CallOpened | CallArguments | CallClosed
 @dataclass
 class Finish:
     """The answer ended normally: ``reason`` as the wire reports it (stop, length, tool_calls,
-    cancelled)."""
+    cancelled).  ``stop``: the stop sequence that ended it, if one did."""
 
     reason: FinishReason
+    stop: str | None = None
 
 
 @dataclass

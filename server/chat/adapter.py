@@ -49,7 +49,8 @@ async def plan_chat(state: ServerState, body: ChatCompletionRequest, *, request_
     event loop)."""
     check_values(body)
     check_n(body.n)
-    model = check_model(body.model, state.settings.model_names(state.loaded.info.id))
+    model = check_model(body.model, state.settings.model_names(state.loaded.info.id),
+                        aliases=state.settings.model_aliases)
     messages = template_messages(body.messages)
     # Tools and tool_choice are parsed and checked once, here (400s naming the parameter).
     tools = await asyncio.to_thread(parse_tools, body.tools) if body.tools else ()

@@ -35,7 +35,8 @@ async def plan_completion(state: ServerState, body: CompletionRequest, *, reques
     check_values(body)
     check_n(body.n)
     check_unsupported(body)
-    model = check_model(body.model, state.settings.model_names(state.loaded.info.id))
+    model = check_model(body.model, state.settings.model_names(state.loaded.info.id),
+                        aliases=state.settings.model_aliases)
     prompt = prompt_text(body.prompt)
     return GenerationPlan(
         request_id=request_id, model=model, conversation=Conversation.raw(prompt),

@@ -27,6 +27,7 @@ from afm_struct.serving.plan import (
     ToolUse,
 )
 
+from ..notes import clamped
 from ..request import check_model, check_values
 from ..state import ServerState
 from .bounds import check_input_totals
@@ -69,6 +70,10 @@ class Echo:
     fields: dict[str, Any]
     custom_tools: frozenset[str] = frozenset()
     input_items: list[dict[str, Any]] = field(default_factory=list)
+    # Said in response headers (server/notes.py): the hosted tools left out, and the
+    # max_output_tokens asked for when the context can never hold it (None: not clamped).
+    ignored_tools: tuple[str, ...] = ()
+    clamped_from: int | None = None
 
 
 def refuse(message: str, param: str, code: str = "unsupported_parameter") -> InvalidRequestError:
@@ -185,9 +190,14 @@ def reasoning_budget(body: ResponsesRequest) -> int | None:
     return None if effort is None else EFFORT_BUDGETS[effort]
 
 
-def sampling_params(body: ResponsesRequest, *, default_max_tokens: int) -> SamplingParams:
-    """SamplingParams from the request (SamplingParams re-validates and raises 400s)."""
-    kwargs: dict[str, Any] = {"max_tokens": body.max_output_tokens or default_max_tokens, "seed": body.seed}
+def sampling_params(body: ResponsesRequest, *, default_max_tokens: int,
+                    context_length: int | None = None) -> SamplingParams:
+    """SamplingParams from the request (SamplingParams re-validates and raises 400s); a
+    ``max_output_tokens`` beyond ``context_length`` runs as the context."""
+    asked = body.max_output_tokens or default_max_tokens
+    if context_length is not None:
+        asked = min(asked, context_length)
+    kwargs: dict[str, Any] = {"max_tokens": asked, "seed": body.seed}
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = getattr(body, name)
         if value is not None:
@@ -236,7 +246,8 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
     check_unsupported(body)
     check_values(body)
     check_metadata(body.metadata)
-    model = check_model(body.model, state.settings.model_names(state.loaded.info.id))
+    model = check_model(body.model, state.settings.model_names(state.loaded.info.id),
+                        aliases=state.settings.model_aliases)
     if body.input is None or (isinstance(body.input, list) and not body.input and not history):
         raise InvalidRequestError("input is required: a string or a list of input items", param="input",
                                   code="missing_required_parameter")
@@ -250,11 +261,16 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
     declared = await asyncio.to_thread(read_tools, body.tools) if body.tools else read_tools(None)
     choice, callable_tools = read_choice(body.tool_choice, declared)
     fmt = body.text.format if body.text else None
+    # A budget the context can never hold is a ceiling, lowered to what the prompt leaves (and
+    # said in a header); one that could fit stays explicit: 400 when this prompt leaves less.
+    context = state.loaded.info.context_length
+    ceiling = clamped(body.max_output_tokens, context)
     plan = GenerationPlan(
         request_id=request_id, model=model,
         conversation=Conversation(turns, body.chat_template_kwargs or None, thinking=thinking(body)),
-        sampling=sampling_params(body, default_max_tokens=state.settings.default_max_tokens),
-        budget=Budget(explicit=body.max_output_tokens is not None, param="max_output_tokens",
+        sampling=sampling_params(body, default_max_tokens=state.settings.default_max_tokens,
+                                 context_length=context),
+        budget=Budget(explicit=body.max_output_tokens is not None and not ceiling, param="max_output_tokens",
                       reasoning_tokens=reasoning_budget(body)),
         id_prefix=ID_PREFIX, output=output_format(fmt),
         tools=ToolUse(callable_tools, choice, body.parallel_tool_calls, format_answer=True,
@@ -262,5 +278,6 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
         logprobs=logprobs_wanted(body), close_on_length=body.afm_close_on_length,
         delivery=Delivery(stream=body.stream, include_usage=True, profile=profile_key),
         paths=PATHS)
-    echo = Echo(echo_fields(body, model, declared.echo, store, plan.sampling), declared.custom)
+    echo = Echo(echo_fields(body, model, declared.echo, store, plan.sampling), declared.custom,
+                ignored_tools=declared.ignored, clamped_from=body.max_output_tokens if ceiling else None)
     return plan, echo

@@ -25,6 +25,7 @@ from afm_struct.errors import AfmError, InvalidRequestError, NotFoundError
 from afm_struct.store import ResponseStore, stored_size
 
 from ..admission import Prepared, admit, response_headers
+from ..notes import note_headers
 from ..profile import parse_profile_header
 from ..routes import SSEResponse, _close_on_disconnect
 from ..run import collect, sse_body
@@ -118,6 +119,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Streaming
             await asyncio.to_thread(store.put, record(owner, response, inputs))
 
     extra = {TRUNCATED_HEADER: str(dropped)} if dropped else {}
+    extra.update(note_headers(echo.ignored_tools, echo.clamped_from))
     return await respond(request, state, prepared, stream, keep, owner, extra)
 
 

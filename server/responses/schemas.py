@@ -83,6 +83,9 @@ class ResponsesRequest(BaseModel):
     prompt_cache_retention: str | None = None
     # The client's own bookkeeping (Codex CLI's thread and turn ids): accepted, never echoed.
     client_metadata: dict[str, Any] | None = None
+    # Server-side context editing (Anthropic's and OpenAI's agent harnesses): accepted and
+    # ignored; the conversation is served as sent (truncation: auto drops whole turns).
+    context_management: dict[str, Any] | list[Any] | None = None
     # Extensions shared with chat: false lets max_output_tokens cut constrained output
     # mid-value; extra chat-template variables (they win over reasoning.effort's switch).
     afm_close_on_length: bool | None = None

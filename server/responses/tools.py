@@ -15,8 +15,11 @@ grammar holds it rewritten to the JSON escaping of what it matches
 (:mod:`afm_struct.tools.lark_input`); what that rewrite does not support is a 400 naming
 ``tools.N.format.definition``.
 
-Built-in tools (web search, file search, computer use, code interpreter, ...) are refused
-with a 400 naming ``tools.N.type``.
+Hosted tools (``web_search``, ``file_search``, ``computer_use_preview``, ``code_interpreter``,
+``image_generation``, ``mcp``, ...) and tool ``namespace`` groups (Codex CLI's multi-agent tools)
+are tools this server cannot run or does not serve: they are left out of the tool set, and the
+response names them in ``X-AFM-Ignored-Tools`` (an agent harness sends them on every turn; a
+refusal would stop it).  A ``tool_choice`` naming one is still a 400.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class DeclaredTools:
     defs: tuple[ToolDef, ...]
     custom: frozenset[str]
     echo: list[dict[str, Any]]
+    # The hosted tools and namespaces left out (by name, or by type when they have none).
+    ignored: tuple[str, ...] = ()
 
 
 def custom_parameters(fmt: Any, where: str) -> tuple[dict[str, Any], str, str]:
@@ -102,6 +107,7 @@ def read_tools(tools: list[Any] | None) -> DeclaredTools:
     specs: list[ToolSpec] = []
     custom: set[str] = set()
     echo: list[dict[str, Any]] = []
+    ignored: list[str] = []
     for i, tool in enumerate(tools or ()):
         where = f"tools.{i}"
         if not isinstance(tool, dict):
@@ -131,12 +137,12 @@ def read_tools(tools: list[Any] | None) -> DeclaredTools:
                 custom.add(name)
             echo.append({"type": "custom", "name": name, "description": description or None,
                          "format": tool.get("format") or {"type": "text"}})
+        elif isinstance(kind, str) and kind:
+            ignored.append(name if isinstance(name, str) and name else kind)
         else:
-            raise InvalidRequestError(
-                f"{where}.type {kind!r} is not supported here: this server runs function and custom "
-                "tools only (no built-in tools such as web_search, file_search or computer_use)",
-                param=f"{where}.type", code="unsupported_value")
-    return DeclaredTools(check_tools(specs), frozenset(custom), echo)
+            raise InvalidRequestError(f"{where}.type must name a tool type (function or custom)",
+                                      param=f"{where}.type")
+    return DeclaredTools(check_tools(specs), frozenset(custom), echo, tuple(ignored))
 
 
 def read_choice(choice: Any, declared: DeclaredTools) -> tuple[Choice, tuple[ToolDef, ...]]:
