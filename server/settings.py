@@ -53,6 +53,9 @@ class ServerSettings:
     grammar_budget_s: float = DEFAULT_GRAMMAR_BUDGET_S
     # Names the server answers to in ``model`` and lists in /v1/models (empty: the model's id).
     served_model_names: tuple[str, ...] = ()
+    # Other names the model answers to when no --served-model-name is given (a hub id's short
+    # name); listed after its id.  create_app fills it from the loaded model.
+    model_aliases: tuple[str, ...] = ()
     # Bearer keys accepted on every route but /health (empty: no authentication), each naming
     # its tenant or not (a bare string is an unnamed key). Kept out of the repr so settings can
     # be logged.
@@ -109,4 +112,4 @@ class ServerSettings:
 
     def model_names(self, model_id: str) -> tuple[str, ...]:
         """The names requests may send as ``model``, the first one echoed by default."""
-        return self.served_model_names or (model_id,)
+        return self.served_model_names or (model_id, *(a for a in self.model_aliases if a != model_id))
