@@ -23,6 +23,8 @@ from afm_struct.errors import InvalidRequestError
 from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.serving.events import ResponseIdentity
 from afm_struct.serving.plan import ENGINE_CONVERSATION, Conversation, GenerationPlan
+from afm_struct.serving.reasoning_budget import HEADER as REASONING_HEADER
+from afm_struct.serving.reasoning_budget import DefaultReasoningBudget, default_reasoning_budget
 from afm_struct.serving.turn import Turn
 from afm_struct.text.reasoning import SYNTAXES, for_prompt, syntax_of
 from afm_struct.tools import ToolPlan, plan_tools
@@ -50,6 +52,8 @@ class Prepared:
     started: float
     reasoning: ReasoningTags | None = None
     tools: ToolPlan | None = None
+    # The default thinking budget applied (a constrained request that set none), for its header.
+    default_reasoning: DefaultReasoningBudget | None = None
 
     @property
     def downgraded(self) -> bool:
@@ -114,15 +118,23 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
                                    # the mask governs the answer, after any thinking block
                                    reasoning=reasoning,
                                    turn=request_turn(state, reasoning, tool_plan))
+    answer_floor = 0
     if close and constraint is not None:
         # No output can be valid when the budget is below the shortest one the grammar allows:
         # refused now (a 400 naming both numbers) rather than closed to text that cannot parse.
         with plan.paths.naming():
-            await asyncio.to_thread(check_request_budget, state, plan, generation, tool_plan)
+            answer_floor = await asyncio.to_thread(check_request_budget, state, plan, generation, tool_plan)
+    default_reasoning = None
+    if reasoning is not None and constraint is not None and not plan.budget.reasoning_set:
+        # Thinking must leave the constrained answer room (serving/reasoning_budget.py).
+        default_reasoning = default_reasoning_budget(
+            state.scheduler.generator.max_tokens_for(generation), answer_floor)
+        reasoning = generation.reasoning = replace(reasoning, budget=default_reasoning.tokens)
     ident = ResponseIdentity(id=state.ids.new_id(plan.id_prefix), created=state.ids.created(),
                              model=plan.model)
     return Prepared(plan=plan, ident=ident, generation=generation, structured=structured,
-                    counter=counter, started=started, reasoning=reasoning, tools=tool_plan)
+                    counter=counter, started=started, reasoning=reasoning, tools=tool_plan,
+                    default_reasoning=default_reasoning)
 
 
 def request_turn(state: ServerState, reasoning: ReasoningTags | None, tool_plan: ToolPlan | None) -> Turn:
@@ -189,15 +201,16 @@ def tokenize_prompt(state: ServerState, conversation: Conversation, tool_plan: T
 
 
 def check_request_budget(state: ServerState, plan: GenerationPlan, generation: GenerationRequest,
-                         tool_plan: ToolPlan | None) -> None:
+                         tool_plan: ToolPlan | None) -> int:
     """400 when the completion budget (the generator's: the plan's, or what the context leaves
     after the prompt) cannot hold the shortest output the constraint allows (see
     decoding/closing.py); with tools, the shortest whose calls are already whole and valid.
-    The error names the field that set the budget (:attr:`Budget.param`)."""
+    The error names the field that set the budget (:attr:`Budget.param`).  Returns the
+    shortest output's length."""
     budget = state.scheduler.generator.max_tokens_for(generation)  # its own 400 on overflow
     usable = None if tool_plan is None else (lambda text: calls_are_whole(tool_plan, text))
-    check_budget(generation.constraint, state.loaded.tokenizer, budget, param=plan.budget.param,
-                 limited_by_context=budget < generation.params.max_tokens, usable=usable)
+    return check_budget(generation.constraint, state.loaded.tokenizer, budget, param=plan.budget.param,
+                        limited_by_context=budget < generation.params.max_tokens, usable=usable)
 
 
 def calls_are_whole(tool_plan: ToolPlan, text: str) -> bool:
@@ -247,4 +260,6 @@ def response_headers(prepared: Prepared) -> dict[str, str]:
     if prepared.downgraded:
         headers["X-Grammar-Constraints"] = "downgraded"
     headers.update(mode_headers(prepared.structured, prepared.tools))
+    if prepared.default_reasoning is not None:
+        headers[REASONING_HEADER] = prepared.default_reasoning.header()
     return headers

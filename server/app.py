@@ -7,6 +7,7 @@ the model) and stops it on shutdown; handlers reach them through ``app.state.afm
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -58,6 +59,8 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     options, tests).  ``response_store`` (None: responses are not stored) is the app's from
     then on, in ``app.state.response_store``, and closed at shutdown."""
     settings = settings or ServerSettings()
+    if loaded.info.aliases and not settings.model_short_names:
+        settings = dataclasses.replace(settings, model_short_names=loaded.info.aliases)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from afm_struct import __version__
+from afm_struct.models.loader import ModelInfo
 
 from .admission import Prepared, admit, prepare, response_headers
 from .chat.adapter import plan_chat
@@ -133,8 +134,13 @@ def get_route(path: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callab
     return register
 
 
-def _model_card(name: str, created: int) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": created, "owned_by": "afm-struct"}
+def _model_card(name: str, created: int, info: ModelInfo) -> dict[str, Any]:
+    metadata = {"source": info.source, "path": info.path, "device": info.device, "stored": info.stored,
+                "weights": info.weights, "weights_reason": info.weights_reason,
+                "weight_bytes": info.weight_bytes, "context_length": info.context_length,
+                "aliases": list(info.aliases)}
+    return {"id": name, "object": "model", "created": created, "owned_by": "afm-struct",
+            "metadata": metadata}
 
 
 @get_route("/v1/models", response_model=ModelList)
@@ -142,7 +148,7 @@ async def list_models(request: Request) -> dict[str, Any]:
     """The one loaded model, under each name it is served as (``--served-model-name``)."""
     state = _state(request)
     created = int(request.app.state.started_at)
-    return {"object": "list", "data": [_model_card(name, created)
+    return {"object": "list", "data": [_model_card(name, created, state.loaded.info)
                                        for name in state.settings.model_names(state.loaded.info.id)]}
 
 
@@ -153,7 +159,7 @@ async def retrieve_model(model: str, request: Request) -> dict[str, Any]:
     ``model_not_found`` (``param: model``) for a name this server does not answer to."""
     state = _state(request)
     name = check_model(model, state.settings.model_names(state.loaded.info.id))
-    return _model_card(name, int(request.app.state.started_at))
+    return _model_card(name, int(request.app.state.started_at), state.loaded.info)
 
 
 @get_route("/health", response_model=None)

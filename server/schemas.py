@@ -267,6 +267,20 @@ class CancellationResponse(BaseModel):
     error: ErrorBody | None = None
 
 
+class ModelMetadata(BaseModel):
+    """What was loaded and how (an afm-struct extension of OpenAI's model object)."""
+
+    source: str  # "mlx", "gguf", "embedded"
+    path: str
+    device: str
+    stored: str  # what the source holds ("bfloat16", "4-bit affine"...; "" for GGUF)
+    weights: str  # how it is held: "float32", "as-stored", "quantized"...
+    weights_reason: str
+    weight_bytes: int
+    context_length: int
+    aliases: list[str]
+
+
 class ModelCard(BaseModel):
     """One entry of ``GET /v1/models``."""
 
@@ -274,6 +288,7 @@ class ModelCard(BaseModel):
     object: Literal["model"]
     created: int
     owned_by: str
+    metadata: ModelMetadata | None = None
 
 
 class ModelList(BaseModel):

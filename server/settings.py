@@ -56,6 +56,9 @@ class ServerSettings:
     served_model_names: tuple[str, ...] = ()
     # Glob patterns of other names served as one of those (--model-alias 'claude-*=NAME').
     model_aliases: tuple[ModelAlias, ...] = ()
+    # Other names the model answers to when no --served-model-name is given (a hub id's short
+    # name); listed after its id.  create_app fills it from the loaded model.
+    model_short_names: tuple[str, ...] = ()
     # Bearer keys accepted on every route but /health (empty: no authentication), each naming
     # its tenant or not (a bare string is an unnamed key). Kept out of the repr so settings can
     # be logged.
@@ -119,4 +122,4 @@ class ServerSettings:
 
     def model_names(self, model_id: str) -> tuple[str, ...]:
         """The names requests may send as ``model``, the first one echoed by default."""
-        return self.served_model_names or (model_id,)
+        return self.served_model_names or (model_id, *(a for a in self.model_short_names if a != model_id))

@@ -101,7 +101,14 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
         help="the output budget of a request that sets none (Codex CLI sends none), lowered to "
              f"what the context leaves (default {d.default_max_tokens})")
     add("--weights", default="auto",
-        help="auto, float32, float16, bfloat16 or quantized (default auto)")
+        help="auto, float32, float16, bfloat16 or quantized (default auto: on the CPU backend fp32, "
+             "dequantized, when it fits in half the available memory; on GPUs as stored; the load "
+             "log says which and why)")
+    add("--chat-template", default=None, metavar="FILE",
+        help="a Jinja chat template for an mlx-lm directory, replacing its own (a directory "
+             "without one is refused at load unless this or --default-chat-template is given)")
+    add("--default-chat-template", action="store_true",
+        help="serve an mlx-lm directory that ships no chat template with ChatML (logged)")
     add("--log-level", default=d.log_level,
         choices=["critical", "error", "warning", "info", "debug"], help="log level")
     add("--max-queue", type=int, default=d.max_queue,
@@ -268,11 +275,18 @@ def run(args: argparse.Namespace) -> int:
 
         loaded = served_scripted_model(tokens_per_s)
     else:
-        loaded = load_model(args.model, weights=args.weights, progress=say.progress)
+        from ..models.loader import ChatTemplateOptions
+        from ..models.mlx_dir import read_template
+
+        templates = ChatTemplateOptions(read_template(args.chat_template), args.default_chat_template)
+        loaded = load_model(args.model, weights=args.weights, progress=say.progress, templates=templates)
     info = loaded.info
-    say(f"afm-struct: model {info.id} ({info.source}, {info.weights}, "
+    stored = f" stored {info.stored} →" if info.stored else ""
+    aliases = f", also as {', '.join(info.aliases)}" if info.aliases else ""
+    say(f"afm-struct: model {info.id}{aliases} ({info.source},{stored} {info.weights}, "
         f"{info.weight_bytes / 1e6:.0f} MB, context {info.context_length}) "
-        f"loaded in {info.load_seconds:.1f}s")
+        f"loaded in {info.load_seconds:.1f}s"
+        + (f"; weights: {info.weights_reason}" if info.weights_reason else ""))
     say(f"afm-struct: MLX device {info.device}; BLAS {blas_in_use()}")
     warn_if_reference_blas()
     keys = f"API key required ({len(api_keys)} accepted)" if api_keys else "no API key"

@@ -312,12 +312,12 @@ def min_output_tokens(constraint: Any, tokenizer: Tokenizer,
 
 
 def check_budget(constraint: Any, tokenizer: Tokenizer, budget: int, *, param: str,
-                 limited_by_context: bool = False, usable: Callable[[str], bool] | None = None) -> None:
+                 limited_by_context: bool = False, usable: Callable[[str], bool] | None = None) -> int:
     """Raise a 400 when ``budget`` tokens cannot hold the shortest output ``constraint`` allows
     (:func:`min_output_tokens`; when that is unknown, the proven floor of
     :func:`~.output_floor.output_floor`): no output could then be valid.  ``param`` names the
     request field that set the budget; ``limited_by_context``: the model's context, not that
-    field, left it."""
+    field, left it.  Returns that shortest length (the floor the answer needs)."""
     # What the schema's own keywords force (minItems, minLength, ...): the grammar search
     # gives up on such lengths, and a downgraded grammar allows shorter (invalid) outputs.
     forced = length_floor(constraint, tokenizer)
@@ -332,7 +332,7 @@ def check_budget(constraint: Any, tokenizer: Tokenizer, budget: int, *, param: s
         minimum = output_floor(constraint, tokenizer, usable)
         bound = "every output the requested format allows needs at least"
     if minimum <= budget:
-        return
+        return minimum
     if limited_by_context:
         raise InvalidRequestError(
             f"the prompt leaves {budget} tokens of the model's context for the completion, but "

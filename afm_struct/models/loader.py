@@ -14,6 +14,7 @@ import mlx.nn as nn
 from ..errors import ModelLoadError
 from .embedded import EMBEDDED_NAME, embedded_model_path
 from .tokenizer import Tokenizer
+from .weights import WeightChoice
 
 WEIGHT_MODES = ("auto", "float32", "float16", "bfloat16", "quantized")
 
@@ -30,6 +31,9 @@ class ModelInfo:
     weight_bytes: int
     device: str
     load_seconds: float
+    stored: str = ""  # what the source holds (mlx directories: "bfloat16", "4-bit affine"...)
+    weights_reason: str = ""  # why ``weights`` was chosen, for the load log and /v1/models
+    aliases: tuple[str, ...] = ()  # other names it answers to (a hub id's short name)
 
 
 @dataclass
@@ -68,6 +72,14 @@ def choose_weights(mode: str) -> str:
     return "quantized" if mx.default_device().type == mx.gpu else "float32"
 
 
+def _gguf_reason(mode: str, chosen: str) -> str:
+    if mode != "auto":
+        return f"--weights {mode}"
+    if chosen == "float32":
+        return "cpu: fp32 with an optimized BLAS decodes fastest"
+    return f"{device_name()}: packed quantized kernels read less memory"
+
+
 def _nbytes(model: nn.Module) -> int:
     from mlx.utils import tree_flatten
 
@@ -94,22 +106,49 @@ def _load_gguf(path: Path, weights: str, progress: Callable[[str], None]) -> tup
     return model, tokenizer, int(config["max_position_embeddings"])
 
 
-def _load_mlx(spec: str, weights: str, progress: Callable[[str], None]) -> tuple[nn.Module, Tokenizer, int]:
+@dataclass(frozen=True)
+class ChatTemplateOptions:
+    """``--chat-template`` (the file's text) and ``--default-chat-template`` (ChatML when a model
+    ships no template: opt-in, logged)."""
+
+    template: str | None = None
+    default: bool = False
+
+
+def _load_mlx(path: Path, mode: str, templates: ChatTemplateOptions,
+              progress: Callable[[str], None]) -> tuple[nn.Module, Tokenizer, int, WeightChoice]:
     import mlx_lm
 
-    progress(f"loading {spec} with mlx_lm")
+    from . import mlx_dir
+    from . import weights as weights_mod
+
+    mlx_dir.check_files(path)
+    progress(f"loading {path} with mlx_lm")
     try:
-        model, wrapper, config = mlx_lm.load(spec, return_config=True)
-    except Exception as exc:  # mlx_lm raises many kinds: missing files, network, arch
-        raise ModelLoadError(f"cannot load model {spec!r}: {exc}") from exc
-    if weights != "quantized" and weights in ("float16", "bfloat16", "float32"):
-        _cast(model, weights)
+        model, wrapper, config = mlx_lm.load(str(path), return_config=True)
+    except Exception as exc:  # mlx_lm raises many kinds: unreadable files, architectures
+        raise ModelLoadError(f"cannot load model {str(path)!r}: {mlx_dir._one_line(exc)}") from exc
     hf = wrapper._tokenizer
+    mlx_dir.check_tokenizer(hf, path, chat_template=templates.template,
+                            default_template=templates.default, say=progress)
+    device = device_name()
+    choice = weights_mod.choose(mode, model, device, weights_mod.available_memory())
+    if choice.weights in ("float16", "bfloat16", "float32"):
+        dtype = getattr(mx, choice.weights)
+        replaced = weights_mod.dequantize(model, dtype)
+        if replaced:
+            progress(f"dequantized {replaced} layers to {choice.weights}")
+        _cast(model, choice.weights)
+    if device == "cpu":
+        cast = weights_mod.cast_for_cpu(model)
+        if cast:
+            choice = WeightChoice(choice.weights, choice.stored,
+                                  f"{choice.reason}; cast to fp32: {', '.join(cast)}")
     eos = list(getattr(wrapper, "eos_token_ids", []) or [])
     tokenizer = Tokenizer(hf, eos_ids=eos, add_bos=bool(getattr(hf, "add_bos_token", False)),
                           vocab_size=config.get("vocab_size"))
     ctx = int(config.get("max_position_embeddings") or config.get("context_length") or 4096)
-    return model, tokenizer, ctx
+    return model, tokenizer, ctx, choice
 
 
 def evaluate_arrays(model: nn.Module) -> None:
@@ -125,11 +164,14 @@ def evaluate_arrays(model: nn.Module) -> None:
 
 
 def load_model(spec: str | None = None, *, weights: str = "auto",
-               progress: Callable[[str], None] | None = None) -> LoadedModel:
-    """Load ``spec`` (GGUF path, mlx-lm directory or hub id), or the embedded model when None."""
+               progress: Callable[[str], None] | None = None,
+               templates: ChatTemplateOptions | None = None) -> LoadedModel:
+    """Load ``spec`` (GGUF path, mlx-lm directory or hub id), or the embedded model when None;
+    ``templates`` applies to mlx-lm directories (a GGUF carries its template)."""
     progress = progress or (lambda _msg: None)
     chosen = choose_weights(weights)
     start = time.perf_counter()
+    stored, reason, aliases = "", "", ()
     if spec is None:
         path = embedded_model_path()
         model, tokenizer, ctx = _load_gguf(path, chosen, progress)
@@ -138,12 +180,14 @@ def load_model(spec: str | None = None, *, weights: str = "auto",
         path = Path(spec)
         model, tokenizer, ctx = _load_gguf(path, chosen, progress)
         ident, source = path.stem, "gguf"
+        reason = _gguf_reason(weights, chosen)
     else:
-        path = Path(spec)
-        if chosen == "float32" and weights == "auto":
-            chosen = "as-stored"
-        model, tokenizer, ctx = _load_mlx(spec, chosen, progress)
-        ident, source = spec.rstrip("/").split("/")[-1], "mlx"
+        from .mlx_dir import locate, names
+
+        path = locate(spec)
+        model, tokenizer, ctx, choice = _load_mlx(path, weights, templates or ChatTemplateOptions(), progress)
+        chosen, stored, reason = choice.weights, choice.stored, choice.reason
+        (ident, aliases), source = names(spec, path), "mlx"
     model.eval()
     from .blas import blas_in_use, warn_if_reference_blas
 
@@ -160,7 +204,8 @@ def load_model(spec: str | None = None, *, weights: str = "auto",
     evaluate_arrays(model)
     info = ModelInfo(id=ident, path=str(path), source=source, context_length=ctx, weights=chosen,
                      weight_bytes=_nbytes(model), device=device_name(),
-                     load_seconds=time.perf_counter() - start)
+                     load_seconds=time.perf_counter() - start, stored=stored, weights_reason=reason,
+                     aliases=aliases)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
 
 

@@ -145,6 +145,9 @@ class Budget:
     param: str
     # Thinking tokens allowed before the close tag is forced (chat's max_reasoning_tokens).
     reasoning_tokens: int | None = None
+    # The request set the thinking budget itself (max_reasoning_tokens, reasoning.effort; None
+    # then means no limit): no default budget applies (serving/reasoning_budget.py).
+    reasoning_set: bool = False
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,8 @@ async def plan_messages(state: ServerState, body: MessagesBase, *, request_id: s
         conversation=Conversation(turns, thinking=switch),
         sampling=sampling_params(request, min(asked, context)) if request is not None
         else SamplingParams(max_tokens=1),
-        budget=Budget(explicit=False, param="max_tokens", reasoning_tokens=reasoning_budget),
+        budget=Budget(explicit=False, param="max_tokens", reasoning_tokens=reasoning_budget,
+                      reasoning_set=reasoning_budget is not None),
         id_prefix=ID_PREFIX, output=output_format(body),
         tools=ToolUse(declared.defs, choice, parallel, format_answer=True),
         delivery=Delivery(stream=bool(request and request.stream), include_usage=True, profile=profile_key),

@@ -141,8 +141,10 @@ def test_tool_choice_any_forces_a_call(serve) -> None:
     client = _sdk(serve("I will not call anything.").url)
     message = client.messages.create(model="scripted", max_tokens=100, messages=USER, tools=[WEATHER],
                                      tool_choice={"type": "any"})
-    assert message.stop_reason == "tool_use" and message.content[-1].type == "tool_use"
-    assert set(message.content[-1].input) == {"city"}
+    # Off its script the stand-in writes arbitrary text, so the forced call's string argument
+    # may run to the budget (then closed valid by the length closer): a call either way.
+    assert message.stop_reason in ("tool_use", "max_tokens") and message.content[-1].type == "tool_use"
+    assert message.content[-1].name == "get_weather" and set(message.content[-1].input) == {"city"}
 
 
 def test_count_tokens_equals_the_input_tokens_used(serve) -> None:

@@ -97,8 +97,13 @@ def test_retrieve_model_returns_the_listed_object_for_every_served_name(serve) -
         assert model == listed[name]
         assert model.object == "model" and model.owned_by == "afm-struct"
     body: dict[str, Any] = httpx.get(f"{live.url}/v1/models/gpt-4o-mini").json()
+    metadata = body.pop("metadata")
     assert body == {"id": "gpt-4o-mini", "object": "model", "created": listed["gpt-4o-mini"].created,
                     "owned_by": "afm-struct"}
+    # What was loaded and how: afm-struct's extension, the same under every name.
+    info = live.loaded.info
+    assert metadata["source"] == info.source and metadata["weights"] == info.weights
+    assert metadata["weight_bytes"] == info.weight_bytes
 
 
 def test_retrieve_an_unknown_model_is_a_404_naming_the_param(serve) -> None:

@@ -113,11 +113,13 @@ def test_strict_calls_valid_streamed_and_not(live, choice) -> None:
 def test_harmony_max_tokens_in_analysis_closes(live) -> None:
     """max_tokens runs out inside Harmony's analysis channel (a random model never leaves it):
     the closer leaves the channel first, then writes the shortest valid call; the turn was
-    cut, so it finishes with ``length``, its call whole and valid, streamed and not."""
+    cut, so it finishes with ``length``, its call whole and valid, streamed and not.
+    ``max_reasoning_tokens`` beyond ``max_tokens`` turns the default thinking budget off (which
+    would leave the channel at half of max_tokens: ``test_default_reasoning_budget_*``)."""
     syntax, server = live
     assert syntax == "harmony"
     body = {"messages": USER, "tools": TOOLS, "tool_choice": "required", "max_tokens": 64,
-            "temperature": 1.0, "seed": 3}
+            "max_reasoning_tokens": 1000, "temperature": 1.0, "seed": 3}
     r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text[:400]
     choice0 = r.json()["choices"][0]
