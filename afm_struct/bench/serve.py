@@ -4,7 +4,9 @@ For each concurrency level, ``--requests`` requests (a rotating mix of free, jso
 strict-tool requests, each json_schema with its own schema) are sent by that many concurrent
 workers over real HTTP with the contract-following client.  Measured: aggregate output
 tokens/s, TTFT and latency percentiles, HTTP errors, 503 rejections (before streaming),
-downgrades, invalid outputs, mixed streams, cancellations honoured, and /health during load.
+downgrades, invalid outputs, mixed streams, cancellations honoured, /health during load, and
+the server's CPU seconds per generated token (from its ``/metrics``).  ``--mixes`` runs several
+mixes back to back at each level (e.g. ``free`` and ``json_schema``) and reports their ratios.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import httpx
 import jsonschema
 
 from .environment import environment
+from .server_cost import comparison_markdown, cost_fields, mix_comparison, mix_label, read_cpu_seconds
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
@@ -184,16 +187,20 @@ async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_to
                     health_failures += 1
                 await asyncio.sleep(0.5)
 
+        cpu_before = await read_cpu_seconds(http)
         start = time.perf_counter()
         probe = asyncio.create_task(health())
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - start
         probe.cancel()
+        cpu_after = await read_cpu_seconds(http)
     ok = [r for r in rows if r.get("status") == 200 and not r.get("error")]
     cancels = [r for r in rows if "cancel_sent" in r]
+    tokens = sum(r["tokens"] for r in rows)
     return {
-        "concurrency": concurrency, "requests": n, "wall_s": wall,
-        "throughput_tok_s": sum(r["tokens"] for r in rows) / wall,
+        "concurrency": concurrency, "requests": n, "wall_s": wall, "mix": mix_label(kinds),
+        "tokens": tokens, "throughput_tok_s": tokens / wall,
+        **cost_fields(cpu_before, cpu_after, tokens),
         "ttft_ms": {k: v * 1000 if v is not None else None
                     for k, v in percentiles([r["ttft_s"] for r in ok if r["ttft_s"] is not None]).items()},
         "latency_ms": {k: v * 1000 if v is not None else None
@@ -214,9 +221,9 @@ async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_to
 
 def markdown(runs: list[dict[str, Any]]) -> str:
     """The summary table."""
-    lines = ["| concurrency | requests | tok/s | TTFT p50/p95 ms | latency p50/p95 ms | completed | 503 | "
-             "errors | invalid | downgrades | cancels honoured |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| mix | concurrency | requests | tok/s | server CPU µs/token | TTFT p50/p95 ms | "
+             "latency p50/p95 ms | completed | 503 | errors | invalid | downgrades | cancels honoured |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.0f}"
@@ -224,7 +231,8 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     for r in runs:
         c = r["cancellations"]
         lines.append(
-            f"| {r['concurrency']} | {r['requests']} | {r['throughput_tok_s']:.1f} | "
+            f"| {r.get('mix', '-')} | {r['concurrency']} | {r['requests']} | {r['throughput_tok_s']:.1f} | "
+            f"{f(r.get('server_cpu_us_per_token'))} | "
             f"{f(r['ttft_ms']['p50'])}/{f(r['ttft_ms']['p95'])} | "
             f"{f(r['latency_ms']['p50'])}/{f(r['latency_ms']['p95'])} | {r['completed']} | "
             f"{r['rejected_503']} | {r['errors']} | {r['invalid']} | {r['downgrades']} | "
@@ -264,7 +272,8 @@ def scaling_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """All levels (``--rounds`` times, round-robin), then JSON + Markdown."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
-    kinds = [k.strip() for k in args.mix.split(",") if k.strip()]
+    mixes = [[k.strip() for k in mix.split(",") if k.strip()]
+             for mix in (getattr(args, "mixes", None) or args.mix).split(";") if mix.strip()]
     levels = [int(c) for c in str(args.concurrency).split(",")]
     runs = []
     # Rounds go through every level in turn, so a machine whose speed drifts over minutes
@@ -272,18 +281,23 @@ def run(args: argparse.Namespace) -> int:
     for rnd in range(1, args.rounds + 1):
         for c in levels:
             n = args.requests or c * 4
-            print(f"[bench serve] round {rnd}/{args.rounds}, concurrency {c}: {n} requests ...",
-                  file=sys.stderr)
-            level = asyncio.run(run_level(args.url, c, n, kinds, args.max_tokens, args.seed,
-                                          args.cancel_every, args.prompts))
-            level["round"] = rnd
-            runs.append(level)
-            print(markdown(runs[-1:]).splitlines()[-1], file=sys.stderr)
-    result: dict[str, Any] = {"url": args.url, "mix": kinds, "prompts": args.prompts,
+            for kinds in mixes:  # back to back, so the mixes' ratios share the machine's state
+                print(f"[bench serve] round {rnd}/{args.rounds}, concurrency {c}, mix "
+                      f"{mix_label(kinds)}: {n} requests ...", file=sys.stderr)
+                level = asyncio.run(run_level(args.url, c, n, kinds, args.max_tokens, args.seed,
+                                              args.cancel_every, args.prompts))
+                level["round"] = rnd
+                runs.append(level)
+                print(markdown(runs[-1:]).splitlines()[-1], file=sys.stderr)
+    result: dict[str, Any] = {"url": args.url, "mix": mixes[0], "mixes": [mix_label(m) for m in mixes],
+                              "prompts": args.prompts,
                               "max_tokens": args.max_tokens,
                               "seed": args.seed, "rounds": args.rounds, "runs": runs,
                               "environment": environment()}
-    summary = scaling_summary(runs)
+    summary = scaling_summary([r for r in runs if r["mix"] == mix_label(mixes[0])])
+    comparison = mix_comparison(runs)
+    if comparison:
+        result["mix_comparison"] = comparison
     if summary:
         result["scaling"] = {c: v["throughput"] for c, v in summary["by_round"][0].items()}
         result["scaling_by_round"] = summary["by_round"]
@@ -291,6 +305,8 @@ def run(args: argparse.Namespace) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(markdown(runs))
+    if comparison:
+        print("\n" + comparison_markdown(comparison))
     if summary and args.rounds > 1:
         print("\n| concurrency | throughput vs 1, per round | median | TTFT p95 vs 1, per round | median |")
         print("|---|---|---|---|---|")
@@ -310,6 +326,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", default="1,2,4,8", help="one level or a comma-separated list")
     p.add_argument("--requests", type=int, default=None, help="requests per level (default 4 x C)")
     p.add_argument("--mix", default="free,json_schema,tool", help="request kinds, rotated")
+    p.add_argument("--mixes", default=None,
+                   help="several mixes run back to back at each level, separated by ';' (e.g. "
+                        "'free;json_schema'): each reported alone, then as ratios to the first")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cancel-every", type=int, default=0, help="cancel every k-th request mid-stream")
