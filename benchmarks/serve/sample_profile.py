@@ -2,9 +2,12 @@
 ``sys._current_frames()`` every ``--interval-ms`` and counts, per thread, the functions on the
 stack (inclusive) and at its top (self).
 
-    python benchmarks/serve/sample_profile.py --tokens-per-s 200 --max-active 64 --seconds 40 \
-        --url-file /tmp/url &
+    python benchmarks/serve/sample_profile.py --tokens-per-s 200 --max-active 64 \
+        --url-file /tmp/url --start-file /tmp/go --stop-file /tmp/stop &
+    afm-struct bench serve --url $(cat /tmp/url) ... (a warm-up run)
+    touch /tmp/go
     afm-struct bench serve --url $(cat /tmp/url) --concurrency 32 --max-tokens 200 --mix json_schema ...
+    touch /tmp/stop
 
 The server runs in this process (``server.live``), on an ephemeral 127.0.0.1 port, and stops
 after ``--seconds``.  Sampling costs some CPU of its own: compare shares, not absolute times.
@@ -24,8 +27,10 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--tokens-per-s", type=float, default=200.0)
     p.add_argument("--max-active", type=int, default=64)
-    p.add_argument("--seconds", type=float, default=40.0)
+    p.add_argument("--seconds", type=float, default=600.0)
     p.add_argument("--start-after", type=float, default=5.0, help="seconds before sampling starts")
+    p.add_argument("--start-file", default=None, help="sample once this file exists (after a warm-up run)")
+    p.add_argument("--stop-file", default=None, help="stop sampling once this file exists (else --seconds)")
     p.add_argument("--interval-ms", type=float, default=2.0)
     p.add_argument("--url-file", required=True)
     p.add_argument("--top", type=int, default=30)
@@ -43,8 +48,10 @@ def main() -> int:
     samples: collections.Counter[str] = collections.Counter()
     names = {}
     time.sleep(args.start_after)
+    while args.start_file and not Path(args.start_file).exists():
+        time.sleep(0.05)
     end = time.monotonic() + args.seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and not (args.stop_file and Path(args.stop_file).exists()):
         names = {t.ident: t.name for t in threading.enumerate()}
         for ident, frame in sys._current_frames().items():
             if ident == me:
