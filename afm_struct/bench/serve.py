@@ -121,6 +121,29 @@ def validate(spec: dict[str, Any], result: Any) -> str | None:
     return None
 
 
+async def one_light(http: httpx.AsyncClient, spec: dict[str, Any]) -> dict[str, Any]:
+    """Send one streamed request with the light client (:mod:`.light_client`) and time it."""
+    from ..client import AfmHTTPError
+    from .light_client import light_stream
+
+    rid = f"bench-{uuid.uuid4().hex[:12]}"
+    start = time.perf_counter()
+    row: dict[str, Any] = {"kind": spec["kind"], "request_id": rid}
+    try:
+        result = await light_stream(http, spec["messages"], request_id=rid, **spec["params"])
+        row.update(status=200, finish_reason=result.finish_reason,
+                   tokens=(result.usage or {}).get("completion_tokens", 0),
+                   downgraded=result.headers.get("x-grammar-constraints") == "downgraded",
+                   error=result.error, invalid=validate(spec, result))
+        row["ttft_s"] = result.first_delta_s
+    except AfmHTTPError as exc:
+        row.update(status=exc.status, error=str(exc), tokens=0, ttft_s=None)
+    except (httpx.HTTPError, ValueError) as exc:
+        row.update(status=-1, error=f"{type(exc).__name__}: {exc}", tokens=0, ttft_s=None)
+    row["latency_s"] = time.perf_counter() - start
+    return row
+
+
 async def one(client: Any, spec: dict[str, Any], cancel_after: int | None) -> dict[str, Any]:
     """Send one streamed request; time it; optionally cancel it after some deltas."""
     from ..client import AfmClientError, AfmHTTPError
@@ -154,8 +177,9 @@ async def one(client: Any, spec: dict[str, Any], cancel_after: int | None) -> di
 
 
 async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_tokens: int, seed: int,
-                    cancel_every: int, prompts: str = "fixed") -> dict[str, Any]:
-    """One concurrency level."""
+                    cancel_every: int, prompts: str = "fixed", light: bool = False) -> dict[str, Any]:
+    """One concurrency level (``light``: free and json_schema requests that are not cancelled
+    go through the light client)."""
     from ..client import AsyncClient
 
     specs = [make_request(i, kinds, max_tokens, seed, prompts) for i in range(n)]
@@ -175,7 +199,10 @@ async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_to
                 except asyncio.QueueEmpty:
                     return
                 cancel_after = 3 if cancel_every and i % cancel_every == cancel_every - 1 else None
-                rows.append(await one(client, specs[i], cancel_after))
+                if light and cancel_after is None and specs[i]["kind"] != "tool":
+                    rows.append(await one_light(http, specs[i]))
+                else:
+                    rows.append(await one(client, specs[i], cancel_after))
 
         async def health() -> None:
             nonlocal health_failures
@@ -285,12 +312,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[bench serve] round {rnd}/{args.rounds}, concurrency {c}, mix "
                       f"{mix_label(kinds)}: {n} requests ...", file=sys.stderr)
                 level = asyncio.run(run_level(args.url, c, n, kinds, args.max_tokens, args.seed,
-                                              args.cancel_every, args.prompts))
+                                              args.cancel_every, args.prompts,
+                                              getattr(args, "client", "full") == "light"))
                 level["round"] = rnd
                 runs.append(level)
                 print(markdown(runs[-1:]).splitlines()[-1], file=sys.stderr)
     result: dict[str, Any] = {"url": args.url, "mix": mixes[0], "mixes": [mix_label(m) for m in mixes],
-                              "prompts": args.prompts,
+                              "prompts": args.prompts, "client": getattr(args, "client", "full"),
                               "max_tokens": args.max_tokens,
                               "seed": args.seed, "rounds": args.rounds, "runs": runs,
                               "environment": environment()}
@@ -337,5 +365,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", choices=("fixed", "equal", "random"), default="fixed",
                    help="fixed: one prompt per schema; equal: same token length within a kind "
                         "(digit-numbered); random: a seeded 0-240-word context before the task")
+    p.add_argument("--client", choices=("full", "light"), default="full",
+                   help="full: the contract-following client; light: raw streaming, one json.loads "
+                        "per chunk (free and json_schema; tool requests and cancels keep the full one)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=run)

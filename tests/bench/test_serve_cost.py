@@ -82,3 +82,32 @@ def test_two_mixes_in_one_run_report_cpu_per_token_and_ratios(tokenizer, tmp_pat
     text = report.read_text()
     assert "server CPU per token" in text and "json_schema" in text
     assert (tmp_path / "report" / "serve_latency.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_the_light_client_reads_what_the_full_client_reads(tokenizer):
+    # Same requests, greedy and scripted: the same tokens, completions and validity either way.
+    import asyncio
+
+    from afm_struct.bench.light_client import light_stream
+    from afm_struct.bench.serve import run_level
+
+    answer = '{"name": "Ada", "age": 36, "city": "Paris"}'
+    live = start_server(scripted_loaded_model(tokenizer, answer), ServerSettings(max_active=4))
+    try:
+        full = asyncio.run(run_level(live.url, 2, 6, ["free", "json_schema"], 24, 0, 0))
+        light = asyncio.run(run_level(live.url, 2, 6, ["free", "json_schema"], 24, 0, 0, light=True))
+
+        async def one_text():
+            async with httpx.AsyncClient(base_url=live.url) as http:
+                return await light_stream(http, [{"role": "user", "content": "hi"}], max_tokens=40,
+                                          temperature=0.0, stream_options={"include_usage": True})
+
+        single = asyncio.run(one_text())
+    finally:
+        live.stop()
+    for key in ("completed", "tokens", "errors", "invalid", "by_kind"):
+        assert full[key] == light[key], key
+    assert light["completed"] == 6 and light["invalid"] == 0 and light["tokens"] > 0
+    assert single.content == answer and single.finish_reason == "stop"
+    assert single.usage["completion_tokens"] == len(tokenizer.encode(answer))
+    assert single.deltas > 1 and single.first_delta_s is not None
