@@ -3,11 +3,22 @@
 It favours the next token of a script (a string, or a function of the prompt) at every
 position, with fixed pseudo-random logits elsewhere, so masks and samplers behave as with a
 real model while the output is known in advance.  It can also fail or slow down on purpose.
+
+As a benchmark stand-in (``serve --model scripted:N``) it costs what it declares: a script's
+token ids are encoded once per distinct text (not per sequence, and the served script before
+the first request), a call builds its logits in a fixed handful of lazy MLX ops whatever the
+batch, and ``Script.forward_s`` is spent like a device's forward pass, asynchronously: the
+pass is "done" that long after it was launched (passes queue one after another), and
+:meth:`ScriptedModel.settle` waits for it where the generator reads logits, so the CPU work the
+loop overlaps with a real pass overlaps with this one too.  Its own measured cost per step is in
+docs/benchmarks.md ("The scripted stand-in").
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -119,6 +130,15 @@ class Script:
     text: str | Callable[[list[int]], str]
     fail_at: int | None = None  # raise after generating this many tokens
     delay_s: float = 0.0  # sleep per forward call (to make cancellation observable)
+    # A device's forward time per call: spent asynchronously (see the module docstring).
+    forward_s: float = 0.0
+
+
+# Distinct script texts whose token ids a model keeps (callable scripts may answer per prompt).
+_ENCODED_TEXTS = 256
+# Logits rows kept ready, one per favoured token (~200 KB each at a 49k vocabulary): a call is
+# then one gather; a call favouring a token past them builds its rows instead (same values).
+_READY_ROWS = 128
 
 
 class ScriptedModel:
@@ -142,6 +162,38 @@ class ScriptedModel:
         header = with_header[len(tokenizer.apply_chat_template(probe, add_generation_prompt=False)):]
         self._marker = tokenizer.encode(header) if header else []
         self._marker_head = self._marker[0] if self._marker else -1
+        self._arange = mx.arange(self.vocab_size)
+        self._row_slot: dict[int, int] = {-1: 0}  # favoured token -> its row of _rows (-1: noise)
+        self._rows = self._noise[None]
+        # Evaluated here: a lazy array made on this thread cannot be evaluated on the
+        # scheduler's (MLX streams are per thread).
+        mx.eval(self._arange, self._rows)
+        self._encoded: OrderedDict[str, list[int]] = OrderedDict()
+        self._encoded_lock = threading.Lock()
+        self._device_free_at = 0.0  # when the last launched pass is done (forward_s)
+        if not callable(script.text):
+            self.script_ids_of(script.text)  # encoded now, not on the decoding thread
+
+    def script_ids_of(self, text: str) -> list[int]:
+        """The token ids of ``text`` (encoded once per text; the caller appends EOS)."""
+        with self._encoded_lock:
+            ids = self._encoded.get(text)
+            if ids is not None:
+                self._encoded.move_to_end(text)
+                return ids
+        ids = list(self.tokenizer.encode(text))
+        with self._encoded_lock:
+            self._encoded[text] = ids
+            while len(self._encoded) > _ENCODED_TEXTS:
+                self._encoded.popitem(last=False)
+        return ids
+
+    def settle(self) -> None:
+        """Wait until the passes launched so far would be done (``Script.forward_s``); the
+        generator calls it before it reads logits."""
+        wait = self._device_free_at - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
 
     def make_cache(self) -> list[ScriptedCache]:
         """One scripted cache per sequence."""
@@ -156,19 +208,45 @@ class ScriptedModel:
         if cache.script is None:
             prompt = cache.fed[: cache.prompt_len]
             text = self.script.text(prompt) if callable(self.script.text) else self.script.text
-            cache.script = [*self.tokenizer.encode(text), self._eos]
+            cache.script = [*self.script_ids_of(text), self._eos]
         return cache.script
 
     def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
         self.calls += 1
         if self.script.delay_s:
             time.sleep(self.script.delay_s)
-        out = []
-        for c, tokens, pad in _rows_of(inputs, cache):
-            out.append(mx.stack([*self._row_logits(c, tokens), *([self._noise] * pad)]))
-        return mx.stack(out)
+        if self.script.forward_s:
+            self._device_free_at = (max(self._device_free_at, time.perf_counter())
+                                    + self.script.forward_s)
+        rows = _rows_of(inputs, cache)
+        width = max(len(tokens) + pad for _, tokens, pad in rows)
+        # The favoured token of every (row, position), -1 where the row sees noise: one
+        # compare, select and add for the whole call (noise + 30 at the favoured id).
+        targets = [[*self._row_logits(c, tokens), *([-1] * pad)] for c, tokens, pad in rows]
+        flat = [t for row in targets for t in row]
+        if self._ready(flat):
+            slots = mx.array([self._row_slot[t] for t in flat], dtype=mx.int32)
+            return mx.take(self._rows, slots, axis=0).reshape(len(rows), width, self.vocab_size)
+        wanted = mx.array(targets, dtype=mx.int32).reshape(len(rows), width, 1)
+        return self._noise + mx.where(self._arange == wanted, 30.0, 0.0)
 
-    def _row_logits(self, c: ScriptedCache, tokens: list[int]) -> list[mx.array]:
+    def _ready(self, targets: list[int]) -> bool:
+        """Whether every target has a ready row (adding the missing ones while there is room)."""
+        new = [t for t in dict.fromkeys(targets) if t not in self._row_slot]
+        if not new:
+            return True
+        if len(self._row_slot) + len(new) > _READY_ROWS:
+            return False
+        built = self._noise + mx.where(self._arange == mx.array(new, dtype=mx.int32)[:, None], 30.0, 0.0)
+        self._rows = mx.concatenate([self._rows, built])
+        mx.eval(self._rows)
+        for t in new:
+            self._row_slot[t] = len(self._row_slot)
+        return True
+
+    def _row_logits(self, c: ScriptedCache, tokens: list[int]) -> list[int]:
+        """Row ``c`` fed ``tokens``: the token favoured at each position (-1: noise), from which
+        the call builds that row's logits (subclasses of tests hook here)."""
         start = c.offset
         first_call = c.calls == 0
         c.calls += 1
@@ -181,19 +259,18 @@ class ScriptedModel:
                 c.prompt_len = c.offset
             elif first_call and self._marker_head not in c.fed:
                 c.prompt_len = c.offset
-        rows = []
+        targets = []
         for i in range(len(tokens)):
             pos = start + i + 1  # tokens seen once this position is consumed
             if c.prompt_len is None or pos < c.prompt_len:
-                rows.append(self._noise)
+                targets.append(-1)
                 continue
             generated = pos - c.prompt_len
             if self.script.fail_at is not None and generated >= self.script.fail_at:
                 raise RuntimeError(f"scripted failure after {generated} tokens")
             ids = self._script_ids(c)
-            target = ids[generated] if generated < len(ids) else self._eos
-            rows.append(self._noise + mx.where(mx.arange(self.vocab_size) == target, 30.0, 0.0))
-        return rows
+            targets.append(ids[generated] if generated < len(ids) else self._eos)
+        return targets
 
 
 def scripted_loaded_model(tokenizer: Tokenizer, script: Script | str, *,
@@ -261,9 +338,9 @@ SERVED_SCRIPT = " ".join(str(i) for i in range(1, 2001))
 
 def served_scripted_model(tokens_per_s: float, *, tokenizer: Tokenizer | None = None) -> LoadedModel:
     """The scripted model as ``serve`` runs it: the embedded tokenizer, :data:`SERVED_SCRIPT`,
-    and one forward call (a batch step: one token for every running sequence) per
-    ``1 / tokens_per_s`` seconds."""
+    and one forward pass (a batch step: one token for every running sequence) costing
+    ``1 / tokens_per_s`` seconds of device time, spent asynchronously like a real pass."""
     from .models.loader import load_tokenizer
 
     return scripted_loaded_model(tokenizer or load_tokenizer(),
-                                 Script(SERVED_SCRIPT, delay_s=1.0 / tokens_per_s))
+                                 Script(SERVED_SCRIPT, forward_s=1.0 / tokens_per_s))

@@ -4,7 +4,8 @@ Each app has its own :class:`CollectorRegistry` (tests run many apps in one proc
 default global registry would refuse the second).  Counters and histograms are fed once per
 request by :mod:`server.observe` from a :class:`~server.observe.RequestRecord`; the load gauges
 (queue depth, active rows, capacity, in flight, draining) are read from the scheduler when
-Prometheus scrapes, so they are never stale.
+Prometheus scrapes, so they are never stale; the standard ``process_*`` metrics (CPU seconds,
+memory, file descriptors) are the process's own.
 
 Labels stay bounded: ``endpoint`` is the route template (``other`` for unknown paths),
 ``mode`` one of :data:`MODES`, ``tenant`` the tenant's label (never the key),
@@ -17,7 +18,14 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -77,6 +85,9 @@ class ServerMetrics:
         self.errors = counter("errors", "Error envelopes sent (HTTP status or in-band stream error)",
                               ("type",))
         r.register(LoadCollector(load))
+        # process_cpu_seconds_total, resident memory, open fds (Linux /proc; nothing elsewhere):
+        # `bench serve` reads the CPU seconds to report the server's cost per generated token.
+        ProcessCollector(registry=r)
 
     def observe(self, rec: RequestRecord) -> None:
         """Count one finished request."""

@@ -149,22 +149,29 @@ def plot_distributions(path: Path, title: str, data: dict[str, list[float]], *, 
 
 
 def plot_serve(path: Path, results: list[Result]) -> None:
-    """TTFT, end-to-end latency (p50/p95/p99) and throughput against concurrency."""
+    """TTFT, end-to-end latency (p50/p95/p99), throughput and the server's CPU per token
+    against concurrency; one line per run and mix (first round of each)."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
     styles = {"p50": "-", "p95": "--", "p99": ":"}
     for label, doc in results:
-        runs = sorted(doc["runs"], key=lambda r: r["concurrency"])
-        conc = [r["concurrency"] for r in runs]
-        for ax, key in zip(axes[:2], ("ttft_ms", "latency_ms"), strict=True):
-            for q, style in styles.items():
-                ys = [(r.get(key) or {}).get(q) for r in runs]
-                if any(y is not None for y in ys):
-                    ax.plot(conc, [y if y is not None else float("nan") for y in ys], style, marker="o",
-                            label=f"{label} {q}")
-        axes[2].plot(conc, [r.get("throughput_tok_s") or 0.0 for r in runs], marker="o", label=label)
+        for mix, runs in _serve_lines(doc).items():
+            name = f"{label} {mix}" if mix else label
+            conc = [r["concurrency"] for r in runs]
+            for ax, key in zip(axes[:2], ("ttft_ms", "latency_ms"), strict=True):
+                for q, style in styles.items():
+                    ys = [(r.get(key) or {}).get(q) for r in runs]
+                    if any(y is not None for y in ys):
+                        ax.plot(conc, [y if y is not None else float("nan") for y in ys], style,
+                                marker="o", label=f"{name} {q}")
+            axes[2].plot(conc, [r.get("throughput_tok_s") or 0.0 for r in runs], marker="o", label=name)
+            cpu = [r.get("server_cpu_us_per_token") for r in runs]
+            if any(c is not None for c in cpu):
+                axes[3].plot(conc, [c if c is not None else float("nan") for c in cpu], marker="o",
+                             label=name)
     for ax, (name, unit) in zip(axes, (("time to first token", "ms"), ("request latency", "ms"),
-                                      ("throughput", "tok/s")), strict=True):
+                                      ("throughput", "tok/s"),
+                                      ("server CPU per generated token", "µs")), strict=True):
         ax.set_title(name)
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel(unit)
@@ -174,6 +181,17 @@ def plot_serve(path: Path, results: list[Result]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _serve_lines(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """A serve document's runs by mix (first round), sorted by concurrency; files written before
+    ``--mixes`` have one unnamed mix."""
+    first = min((r.get("round", 1) for r in doc["runs"]), default=1)
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for r in doc["runs"]:
+        if r.get("round", 1) == first:
+            lines.setdefault(r.get("mix", ""), []).append(r)
+    return {m: sorted(rs, key=lambda r: r["concurrency"]) for m, rs in lines.items()}
 
 
 # -- sections ------------------------------------------------------------------------------------
@@ -303,12 +321,15 @@ def section_extract(results: list[Result], out: Path) -> list[str]:
 
 def section_serve(results: list[Result], out: Path) -> list[str]:
     """Per concurrency level: throughput, TTFT and latency percentiles, errors."""
-    lines = ["| run | concurrency | throughput (tok/s) | TTFT p50 / p95 / p99 (ms) "
-             "| latency p50 / p95 / p99 (ms) | errors | downgrades |", "|---" * 7 + "|"]
+    lines = ["| run | mix | round | concurrency | throughput (tok/s) | server CPU per token (µs) "
+             "| TTFT p50 / p95 / p99 (ms) | latency p50 / p95 / p99 (ms) | errors | downgrades |",
+             "|---" * 10 + "|"]
     for label, d in results:
-        for r in sorted(d["runs"], key=lambda r: r["concurrency"]):
+        for r in sorted(d["runs"], key=lambda r: (r.get("round", 1), r["concurrency"])):
             t, lat = _pct(r, "ttft_ms"), _pct(r, "latency_ms")
-            lines.append(f"| {label} | {r['concurrency']} | {_fmt(r.get('throughput_tok_s'))} "
+            lines.append(f"| {label} | {r.get('mix', '–')} | {r.get('round', 1)} | {r['concurrency']} "
+                         f"| {_fmt(r.get('throughput_tok_s'))} "
+                         f"| {_fmt(r.get('server_cpu_us_per_token'), '.0f')} "
                          f"| {' / '.join(_fmt(t.get(q), '.0f') for q in ('p50', 'p95', 'p99'))} "
                          f"| {' / '.join(_fmt(lat.get(q), '.0f') for q in ('p50', 'p95', 'p99'))} "
                          f"| {r.get('errors', '–')} | {r.get('downgrades', '–')} |")

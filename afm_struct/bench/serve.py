@@ -4,7 +4,9 @@ For each concurrency level, ``--requests`` requests (a rotating mix of free, jso
 strict-tool requests, each json_schema with its own schema) are sent by that many concurrent
 workers over real HTTP with the contract-following client.  Measured: aggregate output
 tokens/s, TTFT and latency percentiles, HTTP errors, 503 rejections (before streaming),
-downgrades, invalid outputs, mixed streams, cancellations honoured, and /health during load.
+downgrades, invalid outputs, mixed streams, cancellations honoured, /health during load, and
+the server's CPU seconds per generated token (from its ``/metrics``).  ``--mixes`` runs several
+mixes back to back at each level (e.g. ``free`` and ``json_schema``) and reports their ratios.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import httpx
 import jsonschema
 
 from .environment import environment
+from .server_cost import comparison_markdown, cost_fields, mix_comparison, mix_label, read_cpu_seconds
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
@@ -118,6 +121,29 @@ def validate(spec: dict[str, Any], result: Any) -> str | None:
     return None
 
 
+async def one_light(http: httpx.AsyncClient, spec: dict[str, Any]) -> dict[str, Any]:
+    """Send one streamed request with the light client (:mod:`.light_client`) and time it."""
+    from ..client import AfmHTTPError
+    from .light_client import light_stream
+
+    rid = f"bench-{uuid.uuid4().hex[:12]}"
+    start = time.perf_counter()
+    row: dict[str, Any] = {"kind": spec["kind"], "request_id": rid}
+    try:
+        result = await light_stream(http, spec["messages"], request_id=rid, **spec["params"])
+        row.update(status=200, finish_reason=result.finish_reason,
+                   tokens=(result.usage or {}).get("completion_tokens", 0),
+                   downgraded=result.headers.get("x-grammar-constraints") == "downgraded",
+                   error=result.error, invalid=validate(spec, result))
+        row["ttft_s"] = result.first_delta_s
+    except AfmHTTPError as exc:
+        row.update(status=exc.status, error=str(exc), tokens=0, ttft_s=None)
+    except (httpx.HTTPError, ValueError) as exc:
+        row.update(status=-1, error=f"{type(exc).__name__}: {exc}", tokens=0, ttft_s=None)
+    row["latency_s"] = time.perf_counter() - start
+    return row
+
+
 async def one(client: Any, spec: dict[str, Any], cancel_after: int | None) -> dict[str, Any]:
     """Send one streamed request; time it; optionally cancel it after some deltas."""
     from ..client import AfmClientError, AfmHTTPError
@@ -151,8 +177,9 @@ async def one(client: Any, spec: dict[str, Any], cancel_after: int | None) -> di
 
 
 async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_tokens: int, seed: int,
-                    cancel_every: int, prompts: str = "fixed") -> dict[str, Any]:
-    """One concurrency level."""
+                    cancel_every: int, prompts: str = "fixed", light: bool = False) -> dict[str, Any]:
+    """One concurrency level (``light``: free and json_schema requests that are not cancelled
+    go through the light client)."""
     from ..client import AsyncClient
 
     specs = [make_request(i, kinds, max_tokens, seed, prompts) for i in range(n)]
@@ -172,7 +199,10 @@ async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_to
                 except asyncio.QueueEmpty:
                     return
                 cancel_after = 3 if cancel_every and i % cancel_every == cancel_every - 1 else None
-                rows.append(await one(client, specs[i], cancel_after))
+                if light and cancel_after is None and specs[i]["kind"] != "tool":
+                    rows.append(await one_light(http, specs[i]))
+                else:
+                    rows.append(await one(client, specs[i], cancel_after))
 
         async def health() -> None:
             nonlocal health_failures
@@ -184,16 +214,20 @@ async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_to
                     health_failures += 1
                 await asyncio.sleep(0.5)
 
+        cpu_before = await read_cpu_seconds(http)
         start = time.perf_counter()
         probe = asyncio.create_task(health())
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - start
         probe.cancel()
+        cpu_after = await read_cpu_seconds(http)
     ok = [r for r in rows if r.get("status") == 200 and not r.get("error")]
     cancels = [r for r in rows if "cancel_sent" in r]
+    tokens = sum(r["tokens"] for r in rows)
     return {
-        "concurrency": concurrency, "requests": n, "wall_s": wall,
-        "throughput_tok_s": sum(r["tokens"] for r in rows) / wall,
+        "concurrency": concurrency, "requests": n, "wall_s": wall, "mix": mix_label(kinds),
+        "tokens": tokens, "throughput_tok_s": tokens / wall,
+        **cost_fields(cpu_before, cpu_after, tokens),
         "ttft_ms": {k: v * 1000 if v is not None else None
                     for k, v in percentiles([r["ttft_s"] for r in ok if r["ttft_s"] is not None]).items()},
         "latency_ms": {k: v * 1000 if v is not None else None
@@ -214,9 +248,9 @@ async def run_level(url: str, concurrency: int, n: int, kinds: list[str], max_to
 
 def markdown(runs: list[dict[str, Any]]) -> str:
     """The summary table."""
-    lines = ["| concurrency | requests | tok/s | TTFT p50/p95 ms | latency p50/p95 ms | completed | 503 | "
-             "errors | invalid | downgrades | cancels honoured |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| mix | concurrency | requests | tok/s | server CPU µs/token | TTFT p50/p95 ms | "
+             "latency p50/p95 ms | completed | 503 | errors | invalid | downgrades | cancels honoured |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.0f}"
@@ -224,7 +258,8 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     for r in runs:
         c = r["cancellations"]
         lines.append(
-            f"| {r['concurrency']} | {r['requests']} | {r['throughput_tok_s']:.1f} | "
+            f"| {r.get('mix', '-')} | {r['concurrency']} | {r['requests']} | {r['throughput_tok_s']:.1f} | "
+            f"{f(r.get('server_cpu_us_per_token'))} | "
             f"{f(r['ttft_ms']['p50'])}/{f(r['ttft_ms']['p95'])} | "
             f"{f(r['latency_ms']['p50'])}/{f(r['latency_ms']['p95'])} | {r['completed']} | "
             f"{r['rejected_503']} | {r['errors']} | {r['invalid']} | {r['downgrades']} | "
@@ -264,7 +299,8 @@ def scaling_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """All levels (``--rounds`` times, round-robin), then JSON + Markdown."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
-    kinds = [k.strip() for k in args.mix.split(",") if k.strip()]
+    mixes = [[k.strip() for k in mix.split(",") if k.strip()]
+             for mix in (getattr(args, "mixes", None) or args.mix).split(";") if mix.strip()]
     levels = [int(c) for c in str(args.concurrency).split(",")]
     runs = []
     # Rounds go through every level in turn, so a machine whose speed drifts over minutes
@@ -272,18 +308,24 @@ def run(args: argparse.Namespace) -> int:
     for rnd in range(1, args.rounds + 1):
         for c in levels:
             n = args.requests or c * 4
-            print(f"[bench serve] round {rnd}/{args.rounds}, concurrency {c}: {n} requests ...",
-                  file=sys.stderr)
-            level = asyncio.run(run_level(args.url, c, n, kinds, args.max_tokens, args.seed,
-                                          args.cancel_every, args.prompts))
-            level["round"] = rnd
-            runs.append(level)
-            print(markdown(runs[-1:]).splitlines()[-1], file=sys.stderr)
-    result: dict[str, Any] = {"url": args.url, "mix": kinds, "prompts": args.prompts,
+            for kinds in mixes:  # back to back, so the mixes' ratios share the machine's state
+                print(f"[bench serve] round {rnd}/{args.rounds}, concurrency {c}, mix "
+                      f"{mix_label(kinds)}: {n} requests ...", file=sys.stderr)
+                level = asyncio.run(run_level(args.url, c, n, kinds, args.max_tokens, args.seed,
+                                              args.cancel_every, args.prompts,
+                                              getattr(args, "client", "full") == "light"))
+                level["round"] = rnd
+                runs.append(level)
+                print(markdown(runs[-1:]).splitlines()[-1], file=sys.stderr)
+    result: dict[str, Any] = {"url": args.url, "mix": mixes[0], "mixes": [mix_label(m) for m in mixes],
+                              "prompts": args.prompts, "client": getattr(args, "client", "full"),
                               "max_tokens": args.max_tokens,
                               "seed": args.seed, "rounds": args.rounds, "runs": runs,
                               "environment": environment()}
-    summary = scaling_summary(runs)
+    summary = scaling_summary([r for r in runs if r["mix"] == mix_label(mixes[0])])
+    comparison = mix_comparison(runs)
+    if comparison:
+        result["mix_comparison"] = comparison
     if summary:
         result["scaling"] = {c: v["throughput"] for c, v in summary["by_round"][0].items()}
         result["scaling_by_round"] = summary["by_round"]
@@ -291,6 +333,8 @@ def run(args: argparse.Namespace) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(markdown(runs))
+    if comparison:
+        print("\n" + comparison_markdown(comparison))
     if summary and args.rounds > 1:
         print("\n| concurrency | throughput vs 1, per round | median | TTFT p95 vs 1, per round | median |")
         print("|---|---|---|---|---|")
@@ -310,6 +354,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", default="1,2,4,8", help="one level or a comma-separated list")
     p.add_argument("--requests", type=int, default=None, help="requests per level (default 4 x C)")
     p.add_argument("--mix", default="free,json_schema,tool", help="request kinds, rotated")
+    p.add_argument("--mixes", default=None,
+                   help="several mixes run back to back at each level, separated by ';' (e.g. "
+                        "'free;json_schema'): each reported alone, then as ratios to the first")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cancel-every", type=int, default=0, help="cancel every k-th request mid-stream")
@@ -318,5 +365,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", choices=("fixed", "equal", "random"), default="fixed",
                    help="fixed: one prompt per schema; equal: same token length within a kind "
                         "(digit-numbered); random: a seeded 0-240-word context before the task")
+    p.add_argument("--client", choices=("full", "light"), default="full",
+                   help="full: the contract-following client; light: raw streaming, one json.loads "
+                        "per chunk (free and json_schema; tool requests and cancels keep the full one)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=run)

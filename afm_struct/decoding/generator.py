@@ -110,6 +110,9 @@ class Generator:
         self.overlap = True
         # Forward-pass cost model: fixed part in positions (None: measure on first need).
         self.fixed_positions: float | None = getattr(model, "fixed_cost_positions", None)
+        # A stand-in model whose forward time is spent asynchronously (afm_struct.testing)
+        # says when its passes are done; a real model's arrays are waited on by MLX itself.
+        self._settle: Callable[[], None] | None = getattr(model, "settle", None)
 
     @classmethod
     def from_loaded(cls, loaded: Any, **kwargs: Any) -> Generator:
@@ -257,6 +260,8 @@ class Generator:
         ready = [r for r in group.rows if not r.done and r.logits is not None]
         runs = []
         if ready:
+            if self._settle is not None:
+                self._settle()
             # Each row's own steps are its own: a failure there ends that row (fail), and the
             # others carry on as if it had never been in the batch.
             tokens, stats = sample_rows(ready, on_error=lambda i, exc: fail(ready[i], exc),

@@ -31,6 +31,7 @@ from ..errors import AfmError, OverloadedError, UnavailableError, internal_error
 from ..heap import IdleRelease
 from .generator import Event, Finished, FinishReason, GenerationRequest, Generator, Timings, Usage
 from .join_wait import JoinWait
+from .loop_mailbox import mailbox_for
 
 log = logging.getLogger("afm_struct")
 
@@ -45,6 +46,8 @@ class Handle:
         self.submitted = time.perf_counter()
         self._loop = loop
         self._async_q: asyncio.Queue[Event] | None = asyncio.Queue() if loop is not None else None
+        # One wake-up of the loop carries every event posted since its last (all streams).
+        self._mailbox = mailbox_for(loop) if loop is not None else None
         self._sync_q: queue.Queue[Event] = queue.Queue()
 
     def cancel(self) -> None:
@@ -54,11 +57,9 @@ class Handle:
     def _deliver(self, event: Event) -> None:
         if isinstance(event, Finished):
             self.finished.set()
-        if self._loop is not None and self._async_q is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._async_q.put_nowait, event)
-            except RuntimeError:  # the loop closed (client gone); nothing to deliver to
-                self.cancel_event.set()
+        if self._mailbox is not None and self._async_q is not None:
+            # A closed loop (client gone) has nothing to deliver to: the request stops.
+            self._mailbox.post(self._async_q.put_nowait, event, self.cancel_event.set)
         else:
             self._sync_q.put(event)
 

@@ -13,6 +13,10 @@ itself (32 rows of a 128k vocabulary): a mask that lists its few allowed tokens
 takes the argmax of all its logits, which stands when its mask allows it (the first maximum
 overall is then the first allowed one) and is redone on the masked logits when not.  Either way
 the token is exactly the argmax of the masked logits.
+
+On the CPU those whole-row argmaxes (every free greedy row, too) are taken by numpy on the
+evaluated logits, read in place: MLX's CPU argmax cost ~90 µs a 49k row, numpy's ~6 µs, which
+at 32 streams was most of a step's sampling (issue 40).
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
     words = mask_words(vocab)
     masked = [i for i, r in enumerate(rows) if r.matcher is not None and not r.mask_all]
     argmax_only = {i for i in masked if _argmax_only(rows[i], row_failed, i)}
+    on_host = _host_argmax(rows[0].logits)
+    host: list[int] = []  # rows whose token is the argmax of all their logits, taken by numpy
     views = _masked_logits(rows, [i for i in masked if i not in argmax_only and i not in failed],
                            bitmask, words, row_failed)
     picks: dict[int, mx.array] = {}  # row -> its sampled token (1,)
@@ -84,7 +90,15 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
                         among = mx.take(r.logits[0], mx.array(ids.astype(np.int32)))
                         listed[i] = (ids, mx.argmax(among, axis=-1))
                         continue
+                if on_host:
+                    host.append(i)  # kept if its mask allows it (checked below)
+                    continue
                 picks[i] = r.sampler(r.logits)  # kept if its mask allows it (checked below)
+                continue
+            if on_host and i not in masked and _argmax_only(r, row_failed, i):
+                host.append(i)
+                continue
+            if i in failed:  # its processors' own check failed
                 continue
             row_logits = views[i] if i in views else r.logits[0:1]  # (processors write in place)
             for proc in r.processors:
@@ -103,10 +117,11 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
     stats: list[RowStats | None] = [None] * len(rows)
     tokens = [-1] * len(rows)
     order = [i for i in range(len(rows)) if i in picks]
-    if not order and not listed:
+    if not order and not listed and not host:
         return tokens, stats
     tokens_arr = mx.concatenate([picks[i] for i in order]) if order else None
     among = [k for _, k in listed.values()]
+    among += [rows[i].logits for i in host]  # evaluated in the same sync, read in place below
     if asked:
         assert tokens_arr is not None
         wants = [rows[i].request.logprobs or 0 for i in asked]
@@ -122,12 +137,20 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
             tokens[i] = int(t)
     for i, (ids, k) in listed.items():
         tokens[i] = int(ids[int(k.item())])
-    _redo_banned(rows, [i for i in order if i in argmax_only], tokens, row_failed)
+    for i in host:
+        tokens[i] = int(np.argmax(np.asarray(rows[i].logits)[0]))
+    _redo_banned(rows, [i for i in (*order, *host) if i in argmax_only], tokens, row_failed)
     now = time.perf_counter()
     for r in rows:
         if r.timings.first_token_s is None:
             r.timings.first_token_s = now - r.started
     return tokens, stats
+
+
+def _host_argmax(logits: mx.array) -> bool:
+    """Whether whole-row argmaxes go to numpy: float32 logits on the CPU device (numpy reads
+    them in place; it has no bfloat16, and a GPU's argmax is its own)."""
+    return logits.dtype == mx.float32 and mx.default_device() == mx.cpu
 
 
 def _argmax_only(row: SequenceState, row_failed: Callable[[int, Exception], None], i: int) -> bool:

@@ -157,3 +157,29 @@ def test_a_banned_argmax_is_redone_under_the_mask() -> None:
                           request=SimpleNamespace(logprobs=None), started=0.0,
                           timings=SimpleNamespace(first_token_s=None))
     assert sample_rows([row], bitmask=bitmask)[0] == [70]
+
+
+def test_whole_row_argmaxes_are_taken_on_the_host() -> None:
+    """On the CPU, free greedy rows and masked ones that do not list their tokens take the
+    argmax of their logits with numpy (read in place), not with their sampler's MLX op (~15x
+    slower on a wide row): same tokens, no sampler call (issue 40)."""
+    vocab = 4000
+    plan = [{"mask": mask, "listed": False, "sampler": "greedy", "processor": proc, "logprobs": None}
+            for mask in ("free", "most", "all") for proc in (None, "loop_idle")]
+    rows, bitmask = _rows(plan, vocab, 0, seed=5)
+    want, _ = _reference(rows, vocab)
+    calls: list[int] = []
+
+    class Spy:
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.greedy, self.params = inner, inner.greedy, inner.params
+
+        def __call__(self, logits: mx.array) -> mx.array:
+            calls.append(1)
+            return self.inner(logits)
+
+    for r in rows:
+        r.sampler = Spy(r.sampler)
+    got, _ = sample_rows(rows, bitmask=bitmask)
+    assert got == want
+    assert calls == [] or mx.default_device() != mx.cpu
