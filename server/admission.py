@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from afm_struct.decoding.closing import check_budget
@@ -29,36 +29,14 @@ from afm_struct.tools import ToolPlan, plan_tools
 
 from .channels import make_router
 from .constraint_mode import mode_headers
+from .prepared import Prepared
 from .profile import TokenCounter
 from .run import Run
 from .state import ServerState
-from .structured import StructuredPlan, plan_structured
+from .structured import plan_structured
 
 if TYPE_CHECKING:
     from afm_struct.models.tokenizer import Tokenizer
-
-
-@dataclass
-class Prepared:
-    """An admissible request, not yet submitted."""
-
-    plan: GenerationPlan
-    ident: ResponseIdentity
-    generation: GenerationRequest
-    structured: StructuredPlan
-    counter: TokenCounter
-    started: float
-    reasoning: ReasoningTags | None = None
-    tools: ToolPlan | None = None
-
-    @property
-    def downgraded(self) -> bool:
-        """A strict schema or strict tool grammar runs best-effort (``X-Grammar-Constraints``).
-
-        Each plan decided its own flag by :func:`afm_struct.downgrade.is_downgraded`; the
-        response is downgraded when either is.
-        """
-        return self.structured.downgraded or bool(self.tools and self.tools.downgraded)
 
 
 async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | None = None) -> Prepared:

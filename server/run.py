@@ -38,7 +38,7 @@ from .profile import PROFILE_EXTENDED, ProfileSampler, build_extended, build_pro
 from .state import ServerState
 
 if TYPE_CHECKING:
-    from .admission import Prepared
+    from .prepared import Prepared
 
 
 class Run:

@@ -66,6 +66,7 @@ from .sampling import make_logits_processors, make_loop_breaker, make_sampler
 from .sequence import BatchGroup, SequenceState
 from .step_sampling import sample_rows
 from .stops import StopMatcher
+from .tokenizer_parts import build_tokenizer_parts
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -405,7 +406,7 @@ class Generator:
         reuses it instead of paying for fresh memory before its first token."""
         # Only mlx-lm caches hold memory worth reusing (scripted test models hold none).
         # What every request may need from the tokenizer, built once now, not on a request.
-        self.tokenizer.derived.build_all()
+        build_tokenizer_parts(self.tokenizer)
         if not isinstance(self.cache_ops, MLXCacheOps) or self.batch.spare is not None:
             return
         cache = self.make_cache()

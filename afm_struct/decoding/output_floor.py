@@ -26,6 +26,7 @@ from typing import Any
 
 from ..grammar.closing_search import allowed_ids, fork_of, is_complete
 from ..grammar.engine import allocate_bitmask
+from ..grammar.llguidance_backend import longest_token_bytes
 from ..grammar.min_length import min_json_bytes, min_pattern_chars
 
 # A state allowing more tokens than this is not expanded (it needs at least one more token).
@@ -73,10 +74,9 @@ def length_floor(constraint: Any, tokenizer: Any) -> int:
         least = min_pattern_chars(constraint.pattern)  # a character is at least one byte
     else:
         return 0
-    derived = getattr(tokenizer, "derived", None)
-    if derived is None or least <= 0:
+    if getattr(tokenizer, "derived", None) is None or least <= 0:
         return 0
-    return -(-least // derived.longest_token_bytes)
+    return -(-least // longest_token_bytes(tokenizer))
 
 
 def _floor(constraint: Any, tokenizer: Any, usable: Callable[[str], bool] | None) -> int:

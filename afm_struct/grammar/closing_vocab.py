@@ -297,9 +297,9 @@ class ClosingVocab:
 
 
 def closing_vocab_for(tokenizer: Tokenizer) -> ClosingVocab:
-    """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once (~0.3 s):
-    its :class:`~.tokenizer_state.TokenizerState` owns it."""
-    return tokenizer.derived.closing_vocab
+    """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once (~0.3 s)
+    and kept in the tokenizer's derived parts."""
+    return tokenizer.derived.part("closing_vocab", "closing_vocab", lambda: build_closing_vocab(tokenizer))
 
 
 def build_closing_vocab(tokenizer: Tokenizer) -> ClosingVocab:

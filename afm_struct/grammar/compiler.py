@@ -422,9 +422,11 @@ _EMPTY_PARAMS = {"regex": "pattern", "lark": "grammar"}
 
 
 def get_compiler(tokenizer: Tokenizer, options: CompileOptions | None = None) -> ConstraintCompiler:
-    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``: its
-    :class:`~.tokenizer_state.TokenizerState` owns one per set of options."""
-    return tokenizer.derived.compiler(options)
+    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``: one per
+    set of options, kept in the tokenizer's derived parts."""
+    options = options or CompileOptions()
+    return tokenizer.derived.part(("compiler", options), "compiler",
+                                  lambda: ConstraintCompiler(tokenizer, options))
 
 
 def compile_constraint(tokenizer: Tokenizer, request: ConstraintRequest,

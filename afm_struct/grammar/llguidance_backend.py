@@ -59,9 +59,23 @@ _ENGINE_OPTIONS = "x-guidance"
 
 
 def ll_tokenizer_for(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
-    """llguidance's view of ``tokenizer``, built once per tokenizer (it takes ~1 s to build):
-    its :class:`~.tokenizer_state.TokenizerState` owns it."""
-    return tokenizer.derived.ll_tokenizer
+    """llguidance's view of ``tokenizer`` (its token trie), built once per tokenizer (it takes
+    ~1 s to build) and kept in the tokenizer's derived parts."""
+    def build() -> llguidance.LLTokenizer:
+        import llguidance.hf
+
+        return llguidance.hf.from_tokenizer(tokenizer.hf, n_vocab=int(tokenizer.vocab_size))
+    return tokenizer.derived.part("ll_tokenizer", "ll_tokenizer", build)
+
+
+def longest_token_bytes(tokenizer: Tokenizer) -> int:
+    """The most bytes one (non-special) token spells: a text of n bytes needs at least
+    n / this many tokens (the budget check's length floor, decoding/output_floor.py)."""
+    def build() -> int:
+        ll = ll_tokenizer_for(tokenizer)
+        return max((len(ll.decode_bytes([i])) for i in range(int(tokenizer.vocab_size))
+                    if not ll.is_special_token(i)), default=1) or 1
+    return tokenizer.derived.part("longest_token_bytes", "longest_token_bytes", build)
 
 
 _EXECUTOR: llguidance.LLExecutor | None = None

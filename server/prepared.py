@@ -1,0 +1,41 @@
+"""An admissible request, rendered and compiled but not yet submitted: :class:`Prepared`.
+
+:mod:`server.admission` makes one (``prepare``) and :mod:`server.run` runs it; the value has
+its own module so that the run never imports admission, which builds runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from afm_struct.decoding.events import GenerationRequest
+from afm_struct.decoding.reasoning import ReasoningTags
+from afm_struct.serving.events import ResponseIdentity
+from afm_struct.serving.plan import GenerationPlan
+from afm_struct.tools import ToolPlan
+
+from .profile import TokenCounter
+from .structured import StructuredPlan
+
+
+@dataclass
+class Prepared:
+    """An admissible request, not yet submitted."""
+
+    plan: GenerationPlan
+    ident: ResponseIdentity
+    generation: GenerationRequest
+    structured: StructuredPlan
+    counter: TokenCounter
+    started: float
+    reasoning: ReasoningTags | None = None
+    tools: ToolPlan | None = None
+
+    @property
+    def downgraded(self) -> bool:
+        """A strict schema or strict tool grammar runs best-effort (``X-Grammar-Constraints``).
+
+        Each plan decided its own flag by :func:`afm_struct.downgrade.is_downgraded`; the
+        response is downgraded when either is.
+        """
+        return self.structured.downgraded or bool(self.tools and self.tools.downgraded)
