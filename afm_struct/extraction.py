@@ -104,7 +104,7 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
     from .decoding.sampling import SamplingParams
     from .grammar.compiler import compile_constraint
     from .grammar.spec import JsonSchemaRequest, Mode
-    from .text.values import check_values
+    from .serving.value_checks import check_values
 
     loaded = model if model is not None else _default_model()
     json_schema, pydantic_cls = _schema_of(schema)

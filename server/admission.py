@@ -15,17 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from afm_struct.decoding.closing import check_budget
-from afm_struct.decoding.events import GenerationRequest
 from afm_struct.decoding.hidden_tokens import hidden_token_ids
-from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
+from afm_struct.decoding.length_close import check_budget
+from afm_struct.decoding.reasoning_gate import ReasoningTags, detect_reasoning_tags
+from afm_struct.decoding.requests import GenerationRequest
 from afm_struct.errors import InvalidRequestError
 from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
-from afm_struct.serving.events import ResponseIdentity
 from afm_struct.serving.plan import ENGINE_CONVERSATION, Conversation, GenerationPlan
-from afm_struct.serving.turn import Turn
-from afm_struct.text.reasoning import SYNTAXES, for_prompt, syntax_of
 from afm_struct.tools import ToolPlan, plan_tools
+from afm_struct.turn.events import ResponseIdentity
+from afm_struct.turn.reasoning import SYNTAXES, for_prompt, syntax_of
+from afm_struct.turn.turn import Turn
 
 from .channels import make_router
 from .constraint_mode import mode_headers
@@ -104,7 +104,7 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
 
 
 def request_turn(state: ServerState, reasoning: ReasoningTags | None, tool_plan: ToolPlan | None) -> Turn:
-    """The request's one :class:`~afm_struct.serving.turn.Turn`: the generator feeds it and
+    """The request's one :class:`~afm_struct.turn.turn.Turn`: the generator feeds it and
     its gate reads it; its events go to the response (``server/run.py``)."""
     opened = bool(reasoning and reasoning.opened_in_prompt)
     if tool_plan is not None:
@@ -170,7 +170,7 @@ def check_request_budget(state: ServerState, plan: GenerationPlan, generation: G
                          tool_plan: ToolPlan | None) -> None:
     """400 when the completion budget (the generator's: the plan's, or what the context leaves
     after the prompt) cannot hold the shortest output the constraint allows (see
-    decoding/closing.py); with tools, the shortest whose calls are already whole and valid.
+    decoding/length_close.py); with tools, the shortest whose calls are already whole and valid.
     The error names the field that set the budget (:attr:`Budget.param`)."""
     budget = state.scheduler.generator.max_tokens_for(generation)  # its own 400 on overflow
     usable = None if tool_plan is None else (lambda text: calls_are_whole(tool_plan, text))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from afm_struct.decoding.outputs import FinishReason
+from afm_struct.turn.outputs import FinishReason
 
 from .metrics import ServerMetrics
 from .request_record import UNAUTHENTICATED, RequestRecord

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from afm_struct.decoding.events import GenerationRequest
-from afm_struct.decoding.reasoning import ReasoningTags
-from afm_struct.serving.events import ResponseIdentity
+from afm_struct.decoding.reasoning_gate import ReasoningTags
+from afm_struct.decoding.requests import GenerationRequest
 from afm_struct.serving.plan import GenerationPlan
 from afm_struct.tools import ToolPlan
+from afm_struct.turn.events import ResponseIdentity
 
 from .profile import TokenCounter
 from .structured import StructuredPlan

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..tools.formats import load_table
-from .reasoning import THINK_TAGS
+from .reasoning_gate import THINK_TAGS
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 
 from ..models.byte_level import byte_decoder
-from .outputs import TokenLogprob, TopLogprob
+from ..turn.outputs import TokenLogprob, TopLogprob
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer

@@ -253,7 +253,7 @@ class MaskFiller:
             changed = [t for t in self.eos_ids if t >> 5 < row.shape[0] and allows_token(row, t) != accepting]
         set_tokens(row, self.eos_ids, accepting)
         if seq.closer is not None:
-            # Near max_tokens: the shortest completion takes over (decoding/closing.py).
+            # Near max_tokens: the shortest completion takes over (decoding/length_close.py).
             closing = seq.closer.before_sample(matcher, seq.tokens, seq.max_tokens, row)
             if closing:
                 row[:] = 0

@@ -1,7 +1,7 @@
 """The shortest completion of a grammar from a matcher's current state.
 
 When ``max_tokens`` is about to cut a constrained output, the generator spends the last tokens
-on the fewest that make the text a complete instance (:mod:`afm_struct.decoding.closing`
+on the fewest that make the text a complete instance (:mod:`afm_struct.decoding.length_close`
 decides when).  This module answers "which tokens, and how many", in the grammar's own
 language: every step is one the matcher allows, so a completion found is an instance, whatever
 the terminal (a pattern, a format, a number lexer with ``multipleOf``, a tool format's tags).

@@ -1,6 +1,6 @@
 """A lower bound on the bytes of any JSON text a schema allows (or any match of a pattern).
 
-The admission's budget check (``decoding/closing.py``) refuses a ``max_tokens`` that cannot
+The admission's budget check (``decoding/length_close.py``) refuses a ``max_tokens`` that cannot
 hold the shortest output the constraint allows.  Its search over the grammar gives up on
 outputs that need thousands of tokens (``minItems: 100000``) and its proven floor only sees
 the first few tokens, so such a request ran, was cut at ``length`` and served text that does

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from afm_struct.decoding.grammar_budget import GrammarBudget
 from afm_struct.decoding.next_mask import LIST_ALLOWED_MAX, MaskFiller
-from afm_struct.decoding.reasoning import ReasoningGate, ReasoningTags
+from afm_struct.decoding.reasoning_gate import ReasoningGate, ReasoningTags
 from afm_struct.grammar.engine import MatcherError
 from afm_struct.grammar.llguidance_backend import LLGuidanceBackend
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.text.markers import Marker, MarkerScanner
-from afm_struct.text.reasoning import ReasoningSplitter
+from afm_struct.turn.markers import Marker, MarkerScanner
+from afm_struct.turn.reasoning import ReasoningSplitter
 
 ALPHABET = "ab<>/ "  # small, so markers overlap and partial matches are common
 markers_st = st.lists(st.text(ALPHABET, min_size=1, max_size=5), min_size=1, max_size=4, unique=True)

@@ -1,12 +1,12 @@
 """The generator's side of the turn's state machine: masks, the reasoning budget, the turn's end.
 
-:class:`ReasoningGate` reads the phase of the request's :class:`~afm_struct.serving.turn.Turn`,
+:class:`ReasoningGate` reads the phase of the request's :class:`~afm_struct.turn.turn.Turn`,
 the one object whose events the response is written from (the generator feeds it each token's
 emitted text as soon as the token is taken: ``decoding/emit.py``), so the two cannot disagree
 about where the model is; it moves on from what the turn read before each decision
 (:meth:`ReasoningGate._sync`).  A gate without a shared turn (a gate used on its own, the
 budget closer's forks, which try tokens ahead of the text) reads its own tokens' text into a
-:class:`~afm_struct.text.reasoning.TurnText`.  It is a
+:class:`~afm_struct.turn.reasoning.TurnText`.  It is a
 :class:`~afm_struct.grammar.engine.Matcher` itself, wrapping the request's matcher if it has
 one, so the loop does not change.  It works in one of two modes:
 
@@ -36,15 +36,8 @@ import numpy as np
 
 from ..grammar.closing_hints import NO_HINTS, ClosingHints
 from ..grammar.engine import BatchFill, Matcher
-from ..serving.turn import Turn
-from ..text.reasoning import (
-    SYNTAXES,
-    THINK,
-    THINK_TAGS,
-    ReasoningTags,
-    TurnText,
-    detect_reasoning,
-)
+from ..turn.reasoning import SYNTAXES, THINK, THINK_TAGS, ReasoningTags, TurnText, detect_reasoning
+from ..turn.turn import Turn
 from .masking import set_tokens
 
 if TYPE_CHECKING:
@@ -325,7 +318,7 @@ class ReasoningGate:
 
 def detect_reasoning_tags(tokenizer: Tokenizer, prompt_text: str) -> ReasoningTags | None:
     """The reasoning syntax a model uses, if its vocabulary has its tags as tokens, met by the
-    prompt's end (:func:`~afm_struct.text.reasoning.for_prompt`: a block the prompt opened, or
+    prompt's end (:func:`~afm_struct.turn.reasoning.for_prompt`: a block the prompt opened, or
     closed: None, no thinking this turn)."""
     return detect_reasoning(_token_lookup(tokenizer.hf), prompt_text)
 

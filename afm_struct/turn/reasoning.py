@@ -4,11 +4,11 @@ A model's reasoning syntax is data (:class:`ReasoningTags`, one entry of :data:`
 family): the block's open and close tags, the text that leaves the block when its budget is
 spent, the framing between messages that is never content (Harmony's ``<|start|>assistant``),
 and the texts that end the turn (Harmony's ``<|call|>``).  :class:`TurnText` follows generated
-text through it, over the :class:`~afm_struct.text.markers.MarkerScanner`, in the phases
+text through it, over the :class:`~afm_struct.turn.markers.MarkerScanner`, in the phases
 ``think`` / ``content`` / ``done``, and cuts it into ``(channel, text)`` pieces.  It is the
-reasoning layer of the request's :class:`afm_struct.serving.turn.Turn`, whose phase the
+reasoning layer of the request's :class:`afm_struct.turn.turn.Turn`, whose phase the
 generator's reasoning gate reads (the mask, the budget's forced close, the end of the turn;
-``afm_struct/decoding/reasoning.py``) and whose events are made from these pieces; the rules:
+``afm_struct/decoding/reasoning_gate.py``) and whose events are made from these pieces; the rules:
 
 * text between the open and close tags is reasoning; the tags are removed; whitespace right
   after a closed block is the template's, not the answer's, and is dropped;

@@ -12,9 +12,9 @@ from typing import Any, Protocol
 import mlx.core as mx
 
 from ..grammar.engine import Matcher
+from ..turn.outputs import Event, Finished, FinishReason, TextDelta, Timings, Usage
 from .grammar_budget import DEFAULT_GRAMMAR_BUDGET_S
-from .outputs import Event, Finished, FinishReason, TextDelta, Timings, Usage
-from .reasoning import ReasoningTags
+from .reasoning_gate import ReasoningTags
 from .sampling import LogitsProcessor, SamplingParams
 
 __all__ = ["Constraint", "Event", "FinishReason", "Finished", "GenerationRequest", "LanguageModel",
@@ -57,7 +57,7 @@ class GenerationRequest:
     # call, whose arguments would otherwise be cut into invalid JSON (OpenAI's channels).
     stops_cut_grammar: bool = True
     reasoning: ReasoningTags | None = None  # thinking tags: the mask applies after the block
-    # The request's turn (afm_struct.serving.turn.Turn): the generator feeds it the text it
+    # The request's turn (afm_struct.turn.turn.Turn): the generator feeds it the text it
     # emits, its reasoning gate reads its phase, and the events it yields ride the TextDeltas.
     # None: the generator makes a plain one when ``reasoning`` is set.  One per generation.
     turn: Any = None

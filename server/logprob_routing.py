@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from afm_struct.decoding.outputs import TokenLogprob, TopLogprob
-from afm_struct.serving.events import AnswerEvent, CallArguments, CallOpened, Reasoning, Text
+from afm_struct.turn.events import AnswerEvent, CallArguments, CallOpened, Reasoning, Text
+from afm_struct.turn.outputs import TokenLogprob, TopLogprob
 
 Entries = list[TokenLogprob]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from afm_struct.serving.events import Reasoning
-from afm_struct.serving.turn import CONTENT, DONE, THINK, Turn
+from afm_struct.turn.events import Reasoning
+from afm_struct.turn.turn import CONTENT, DONE, THINK, Turn
 
 
 def test_text_held_for_a_stop_is_read_ahead_and_a_stop_ends_the_turn() -> None:

@@ -1,7 +1,7 @@
 """What a run yields, in order: the answer's parts, then how it ended.
 
-The answer events come from the request's turn (:class:`~afm_struct.serving.turn.Turn`, an
-:class:`AnswerRouter`; with tools, with the call layer of :mod:`afm_struct.tools.stream`), fed
+The answer events come from the request's turn (:class:`~afm_struct.turn.turn.Turn`, an
+:class:`AnswerRouter`; with tools, with the call layer of :mod:`afm_struct.tools.call_stream`), fed
 by the generator; they ride its text deltas.  One event per channel piece a generation step
 produced: consecutive text of one channel in a step is one
 event.  Logprob entries ride the event whose text they show (``None`` when the request did not
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..decoding.outputs import FinishReason, TokenLogprob, Usage
 from ..errors import AfmError
+from .outputs import FinishReason, TokenLogprob, Usage
 
 Entries = list[TokenLogprob]
 

@@ -1,7 +1,7 @@
 """What comes out of a generation: text deltas, then one :class:`Finished` (reason, usage, timings).
 
 These are the types the server reads (``server/run.py``, ``server/profile.py``, the
-protocol encoders through :mod:`afm_struct.serving.events`), kept apart from :mod:`.events`
+protocol encoders through :mod:`afm_struct.turn.events`), kept apart from :mod:`.events`
 (requests, the model and constraint protocols) because this module imports no MLX: the wire
 encoders and the profile stay importable, and testable, without loading the engine.
 ``tests/server/test_typed_seam.py`` holds that line.
@@ -104,7 +104,7 @@ class TextDelta:
     With ``GenerationRequest.logprobs`` set, ``logprobs`` holds the entries of the tokens whose
     last visible character is in ``text`` (see :mod:`.logprobs`); otherwise it is None.
     ``events``: the answer events the request's turn read in ``text``
-    (:class:`afm_struct.serving.turn.Turn`: text, reasoning, tool calls), when it has one.
+    (:class:`afm_struct.turn.turn.Turn`: text, reasoning, tool calls), when it has one.
     """
 
     text: str

@@ -5,17 +5,17 @@ cannot disagree about where the model is:
 
 * the generator feeds it the text each step emits (after the stop strings and the hidden
   tokens: exactly the text the client is shown) and its reasoning gate reads :attr:`Turn.phase`
-  (``afm_struct/decoding/reasoning.py``: the mask inside a thinking block, the budget's forced
+  (``afm_struct/decoding/reasoning_gate.py``: the mask inside a thinking block, the budget's forced
   close, the end of the turn);
 * the answer events it yields for that text (:class:`Text`, :class:`Reasoning`,
   :class:`CallOpened`, :class:`CallArguments`, :class:`CallClosed`) travel with the step's text
   delta to the server, which writes them in its protocol's shape (``server/run.py``).
 
 Underneath, one rule set per layer, each a pure state machine over the
-:class:`~afm_struct.text.markers.MarkerScanner`: the reasoning split
-(:class:`~afm_struct.text.reasoning.TurnText`: ``think`` until the block closes, ``done`` at a
+:class:`~afm_struct.turn.markers.MarkerScanner`: the reasoning split
+(:class:`~afm_struct.turn.reasoning.TurnText`: ``think`` until the block closes, ``done`` at a
 syntax's end text such as Harmony's ``<|call|>``) and, when the request has tools, the format's
-call routing (:class:`afm_struct.tools.stream.CallRouting`: the call parser, the markup
+call routing (:class:`afm_struct.tools.call_stream.CallRouting`: the call parser, the markup
 stripper, call ids; ``call`` between a call's start and its end).  A stop string or the end of
 generation also ends the turn (``done``).  No I/O, no MLX, no protocol shapes.
 """
@@ -24,16 +24,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..decoding.outputs import FinishReason
-from ..text.reasoning import CONTENT, DONE, REASONING, THINK, ReasoningTags, TurnText
 from .events import AnswerEvent, Reasoning, Text, add_text
+from .outputs import FinishReason
+from .reasoning import CONTENT, DONE, REASONING, THINK, ReasoningTags, TurnText
 
 CALL = "call"
 PHASES = (THINK, CONTENT, CALL, DONE)
 
 
 class Calls(Protocol):
-    """The call layer of a turn with tools (:class:`afm_struct.tools.stream.CallRouting`)."""
+    """The call layer of a turn with tools (:class:`afm_struct.tools.call_stream.CallRouting`)."""
 
     @property
     def in_call(self) -> bool:

@@ -1,6 +1,6 @@
 """The call layer of a request's turn: answer text → tool-call events, markup stripped.
 
-The request's :class:`~afm_struct.serving.turn.Turn` splits a thinking block off (the block may
+The request's :class:`~afm_struct.turn.turn.Turn` splits a thinking block off (the block may
 have been opened by the prompt) and gives the answer text to a :class:`CallRouting`, which runs
 it through the format's :class:`~afm_struct.tools.parser.CallParser` and is the turn's ``call``
 phase (between a call's start and its end).  :class:`ToolCallRouter` is that turn built from a
@@ -18,12 +18,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from ..decoding.outputs import FinishReason
-from ..serving.events import AnswerEvent, CallArguments, CallClosed, CallOpened, Text, add_text
-from ..serving.turn import Turn
-from ..text.markers import Marker, MarkerScanner
-from ..text.reasoning import ReasoningTags, syntax_of
 from ..tool_calls import ToolCall, ToolCallAssembler
+from ..turn.events import AnswerEvent, CallArguments, CallClosed, CallOpened, Text, add_text
+from ..turn.markers import Marker, MarkerScanner
+from ..turn.outputs import FinishReason
+from ..turn.reasoning import ReasoningTags, syntax_of
+from ..turn.turn import Turn
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
 from .scanner import WS
@@ -36,7 +36,7 @@ def new_call_id() -> str:
 
 
 class CallRouting:
-    """The call layer of a :class:`~afm_struct.serving.turn.Turn` with tools: answer text through
+    """The call layer of a :class:`~afm_struct.turn.turn.Turn` with tools: answer text through
     the format's parser to call events, markup stripped from the content, calls assembled.
 
     ``detect_calls=False`` (``tool_choice: none``) passes the answer through as content;
@@ -143,7 +143,7 @@ class CallRouting:
 
 
 class ToolCallRouter(Turn):
-    """The :class:`~afm_struct.serving.turn.Turn` of a request with tools, built from its format
+    """The :class:`~afm_struct.turn.turn.Turn` of a request with tools, built from its format
     (the name the tool code and its tests use): text, reasoning and streamed tool calls.  A
     format with its own reasoning channel (Harmony's analysis) splits it off itself."""
 
