@@ -100,8 +100,8 @@ MOVES: dict[str, str] = {
     "afm_struct.thread_stack": "afm_struct.models.thread_stack",
     "afm_struct.heap": "afm_struct.decoding.heap",
     "afm_struct.tool_calls": "afm_struct.tools.call_deltas",
-    "afm_struct.extraction": "afm_struct.extract.extraction",
-    "afm_struct.confidence": "afm_struct.extract.confidence",
+    "afm_struct.extraction": "afm_struct.library.extraction",
+    "afm_struct.confidence": "afm_struct.library.confidence",
     "afm_struct.bench": "afm_struct_bench",
     **{f"afm_struct.bench.{name}": f"afm_struct_bench.{name}" for name in (
         "completions", "decode", "environment", "extract", "gguf_vocab", "hostile", "hostile_client",

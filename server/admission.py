@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from afm_struct.decoding.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.decoding.hidden_tokens import hidden_token_ids
 from afm_struct.decoding.length_close import check_budget
 from afm_struct.decoding.reasoning_gate import ReasoningTags, detect_reasoning_tags
 from afm_struct.decoding.requests import GenerationRequest
 from afm_struct.errors import InvalidRequestError
-from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.serving.plan import ENGINE_CONVERSATION, Conversation, GenerationPlan
 from afm_struct.tools import ToolPlan, plan_tools
 from afm_struct.turn.events import ResponseIdentity

@@ -35,7 +35,7 @@ class Prepared:
     def downgraded(self) -> bool:
         """A strict schema or strict tool grammar runs best-effort (``X-Grammar-Constraints``).
 
-        Each plan decided its own flag by :func:`afm_struct.downgrade.is_downgraded`; the
+        Each plan decided its own flag by :func:`afm_struct.grammar.downgrade.is_downgraded`; the
         response is downgraded when either is.
         """
         return self.structured.downgraded or bool(self.tools and self.tools.downgraded)

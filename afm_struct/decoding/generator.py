@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 import mlx.core as mx
 
 from ..errors import ContextOverflowError
-from ..grammar.closing import closing_vocab_for
-from ..grammar.engine import matcher_failure
+from ..grammar.closer.completion import closing_vocab_for
+from ..grammar.engines.protocol import matcher_failure
 from ..turn.turn import Turn
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
 from .decode_batch import DecodeBatch

@@ -1,7 +1,7 @@
 """Budget-aware closing: constrained output still parses when ``max_tokens`` cuts it.
 
 Per constrained sequence a :class:`BudgetCloser` keeps the fewest tokens that complete the
-grammar from the current state (:func:`~afm_struct.grammar.closing.shortest_completion`, in the
+grammar from the current state (:func:`~afm_struct.grammar.closer.completion.shortest_completion`, in the
 grammar's own language: patterns, formats, numbers, every branch) and, once the remaining budget
 gets down to it, feeds that completion instead of what the model samples.  The sequence still
 finishes with ``length`` (the client must know it was cut), but its text is a complete instance:
@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InvalidRequestError
-from ..grammar.closing import accepts, closing_vocab_for, shortest_completion
-from ..grammar.closing_vocab import START, ClosingVocab, Depth, follow
-from ..grammar.engine import Matcher
+from ..grammar.closer.completion import accepts, closing_vocab_for, shortest_completion
+from ..grammar.closer.vocab import START, ClosingVocab, Depth, follow
+from ..grammar.engines.protocol import Matcher
 from .masking import allows_most
 from .output_floor import length_floor, output_floor
 
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
 
 # Remaining budget from which every step is checked.  Completions longer than this are not
-# searched for either (grammar/closing.py DEFAULT_MAX_TOKENS is larger).
+# searched for either (grammar/closer/completion.py DEFAULT_MAX_TOKENS is larger).
 ZONE = 256
 # Time limits of one search (they bind only on grammars with slow masks; see shortest_completion).
 STEP_SECONDS = 0.5

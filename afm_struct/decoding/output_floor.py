@@ -24,10 +24,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..grammar.closing_search import allowed_ids, fork_of, is_complete
-from ..grammar.engine import allocate_bitmask
-from ..grammar.llguidance_backend import longest_token_bytes
-from ..grammar.min_length import min_json_bytes, min_pattern_chars
+from ..grammar.closer.search import allowed_ids, fork_of, is_complete
+from ..grammar.engines.llguidance_engine import longest_token_bytes
+from ..grammar.engines.protocol import allocate_bitmask
+from ..grammar.schema.min_length import min_json_bytes, min_pattern_chars
 
 # A state allowing more tokens than this is not expanded (it needs at least one more token).
 BRANCHES = 24
@@ -57,7 +57,7 @@ def output_floor(constraint: Any, tokenizer: Any, usable: Callable[[str], bool] 
 
 def length_floor(constraint: Any, tokenizer: Any) -> int:
     """Fewest tokens any valid output of a schema or pattern can have, from the length its
-    keywords force (:mod:`~afm_struct.grammar.min_length`: ``minItems``, ``minLength``,
+    keywords force (:mod:`~afm_struct.grammar.schema.min_length`: ``minItems``, ``minLength``,
     ``minProperties``, required members, counted repeats, ``const``/``enum`` values, ...)
     over the most bytes one token spells; 0 for other constraints.  For a strict request
     whatever rung serves it (a downgraded grammar does not make a shorter answer valid), and

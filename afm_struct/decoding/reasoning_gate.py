@@ -7,7 +7,7 @@ about where the model is; it moves on from what the turn read before each decisi
 (:meth:`ReasoningGate._sync`).  A gate without a shared turn (a gate used on its own, the
 budget closer's forks, which try tokens ahead of the text) reads its own tokens' text into a
 :class:`~afm_struct.turn.reasoning.TurnText`.  It is a
-:class:`~afm_struct.grammar.engine.Matcher` itself, wrapping the request's matcher if it has
+:class:`~afm_struct.grammar.engines.protocol.Matcher` itself, wrapping the request's matcher if it has
 one, so the loop does not change.  It works in one of two modes:
 
 * **gate** (a constraint, and a syntax whose block the mask may open: ``<think>``): no grammar
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..grammar.closing_hints import NO_HINTS, ClosingHints
-from ..grammar.engine import BatchFill, Matcher
+from ..grammar.closer.hints import NO_HINTS, ClosingHints
+from ..grammar.engines.protocol import BatchFill, Matcher
 from ..turn.reasoning import SYNTAXES, THINK, THINK_TAGS, ReasoningTags, TurnText, detect_reasoning
 from ..turn.turn import Turn
 from .masking import set_tokens

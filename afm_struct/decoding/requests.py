@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import mlx.core as mx
 
-from ..grammar.engine import Matcher
+from ..grammar.engines.protocol import Matcher
 from ..turn.outputs import Event, Finished, FinishReason, TextDelta, Timings, Usage
 from .grammar_budget import DEFAULT_GRAMMAR_BUDGET_S
 from .reasoning_gate import ReasoningTags

@@ -10,7 +10,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ..grammar.engine import Matcher
+from ..grammar.engines.protocol import Matcher
 from ..turn.turn import Turn
 from .detokenizer import StreamingDetokenizer
 from .grammar_budget import GrammarBudget

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..grammar.closing_vocab import closing_vocab_for
-from ..grammar.llguidance_backend import ll_tokenizer_for
+from ..grammar.closer.vocab import closing_vocab_for
+from ..grammar.engines.llguidance_engine import ll_tokenizer_for
 from .hidden_tokens import hidden_token_ids
 from .logprobs import token_table
 

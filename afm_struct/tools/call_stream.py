@@ -18,12 +18,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from ..tool_calls import ToolCall, ToolCallAssembler
 from ..turn.events import AnswerEvent, CallArguments, CallClosed, CallOpened, Text, add_text
 from ..turn.markers import Marker, MarkerScanner
 from ..turn.outputs import FinishReason
 from ..turn.reasoning import ReasoningTags, syntax_of
 from ..turn.turn import Turn
+from .call_deltas import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
 from .scanner import WS

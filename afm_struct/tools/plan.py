@@ -59,7 +59,7 @@ class ToolPlan:
     tools: tuple[ToolDef, ...]
     parallel: bool
     constraint: CompiledConstraint | None  # for GenerationRequest.constraint
-    downgraded: bool  # a strict tool runs best-effort (afm_struct.downgrade.is_downgraded)
+    downgraded: bool  # a strict tool runs best-effort (afm_struct.grammar.downgrade.is_downgraded)
     reason: str | None
     messages: list[dict[str, Any]]  # to render with the chat template
     template_tools: list[dict[str, Any]] | None  # the template's ``tools=`` (None: in the prompt)

@@ -41,7 +41,7 @@ class Calls(Protocol):
 
     @property
     def calls(self) -> list:  # type: ignore[type-arg]
-        """The calls made so far, whole (:class:`afm_struct.tool_calls.ToolCall`)."""
+        """The calls made so far, whole (:class:`afm_struct.tools.call_deltas.ToolCall`)."""
 
     @property
     def exhausted(self) -> bool:

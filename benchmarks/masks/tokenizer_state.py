@@ -46,13 +46,13 @@ def with_state(name: str, compiles: int, row: dict[str, Any]) -> None:
     tokenizer is dropped on return."""
     import llguidance.hf
 
-    from afm_struct.bench.vocabularies import fetch
     from afm_struct.decoding.logprobs import token_table
-    from afm_struct.grammar.closing_vocab import closing_vocab_for
+    from afm_struct.grammar.closer.vocab import closing_vocab_for
     from afm_struct.grammar.compiler import compile_constraint, get_compiler
-    from afm_struct.grammar.llguidance_backend import ll_tokenizer_for
+    from afm_struct.grammar.engines.llguidance_engine import ll_tokenizer_for
     from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest
     from afm_struct.models import load_tokenizer
+    from afm_struct_bench.vocabularies import fetch
 
     source = None if name == "embedded" else str(fetch(name))
     tokenizer, load_s, load_mb = measured(lambda: load_tokenizer(source))
@@ -92,7 +92,7 @@ def with_state(name: str, compiles: int, row: dict[str, Any]) -> None:
 
 
 def one_vocab(name: str, compiles: int) -> dict[str, Any]:
-    """The figures of one vocabulary (``embedded`` or a name of afm_struct/bench/vocabularies.py)."""
+    """The figures of one vocabulary (``embedded`` or a name of afm_struct_bench/vocabularies.py)."""
     row: dict[str, Any] = {"rss_mb_before_load": round(rss_mb(), 1)}
     with_state(name, compiles, row)
     gc.collect()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from afm_struct.tool_calls import ToolCallAssembler
+from afm_struct.tools.call_deltas import ToolCallAssembler
 from afm_struct.turn.events import (
     AnswerEvent,
     CallArguments,

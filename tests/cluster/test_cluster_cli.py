@@ -18,7 +18,9 @@ import pytest
 
 from afm_struct.cli import build_parser
 from afm_struct.cli import cluster as cluster_cli
-from afm_struct.cli.cluster import MAX_SOCKET_PATH, Cluster, ClusterError, forwarded_args, free_port
+from afm_struct.cli.cluster import forwarded_args
+from afm_struct.cli.cluster_ports import free_port
+from afm_struct.cli.cluster_supervisor import MAX_SOCKET_PATH, Cluster, ClusterError
 from afm_struct.cli.serve import STORE_ENV
 from server.auth import ENV_VAR, load_api_keys
 from server.tenants import ApiKey
@@ -159,7 +161,7 @@ def test_maxconn_fits_the_open_files_limit(monkeypatch) -> None:
     (seen under `make test` with a limit of 2048): maxconn follows the limit."""
     import resource
 
-    from afm_struct.cli.cluster import haproxy_maxconn
+    from afm_struct.cli.cluster_supervisor import haproxy_maxconn
 
     monkeypatch.setattr(resource, "getrlimit", lambda _r: (2048, 2048))
     monkeypatch.setattr(resource, "setrlimit", lambda _r, _v: None)

@@ -14,7 +14,7 @@ from afm_struct.decoding.generator import Finished, GenerationRequest, Generator
 from afm_struct.decoding.length_close import BudgetCloser
 from afm_struct.decoding.reasoning_gate import ReasoningTags
 from afm_struct.decoding.sampling import SamplingParams
-from afm_struct.grammar.closing import closing_vocab_for
+from afm_struct.grammar.closer.completion import closing_vocab_for
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
 from afm_struct.testing import random_loaded_model, scripted_loaded_model
@@ -155,7 +155,7 @@ def test_random_model_cut_output_validates(tokenizer, schema, max_tokens, seed) 
     if constraint.mode != "enforced":
         return
     # The budget the grammar needs at least (the shortest instance from the start).
-    from afm_struct.grammar.closing import shortest_completion
+    from afm_struct.grammar.closer.completion import shortest_completion
     minimal = shortest_completion(constraint.new_matcher(), closing_vocab_for(tokenizer),
                                   vocab_size=tokenizer.vocab_size, decode=tokenizer.decode)
     gen = Generator.from_loaded(random_loaded_model(tokenizer, seed))

@@ -19,10 +19,10 @@ import llguidance.hf
 from afm_struct.decoding.hidden_tokens import hidden_token_ids
 from afm_struct.decoding.logprobs import token_table
 from afm_struct.decoding.tokenizer_parts import build_tokenizer_parts
-from afm_struct.grammar.closing import closing_vocab_for
-from afm_struct.grammar.closing_vocab import ClosingVocab
+from afm_struct.grammar.closer.completion import closing_vocab_for
+from afm_struct.grammar.closer.vocab import ClosingVocab
 from afm_struct.grammar.compiler import ConstraintCompiler, compile_constraint, get_compiler
-from afm_struct.grammar.llguidance_backend import ll_tokenizer_for
+from afm_struct.grammar.engines.llguidance_engine import ll_tokenizer_for
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, RegexRequest
 from afm_struct.models import load_tokenizer
 

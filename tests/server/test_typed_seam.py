@@ -9,7 +9,7 @@ import typing
 
 import pytest
 
-from afm_struct.downgrade import is_downgraded
+from afm_struct.grammar.downgrade import is_downgraded
 from afm_struct.grammar.spec import Mode, Rung
 from afm_struct.turn.events import ResponseIdentity
 from afm_struct.turn.outputs import Finished, FinishReason, Timings, Usage
