@@ -11,25 +11,25 @@ import importlib
 from typing import Any
 
 from .models.blas_select import select_optimized_blas
-from .thread_stack import ensure_thread_stack
+from .models.thread_stack import ensure_thread_stack
 
 __version__ = "0.1.0"
 
 select_optimized_blas()
-ensure_thread_stack()  # before any compile thread starts (see thread_stack.py)
+ensure_thread_stack()  # before any compile thread starts (see models/thread_stack.py)
 
 _EXPORTS = {
     "AfmError": "afm_struct.errors",
     "CompileOptions": "afm_struct.grammar.spec",
-    "Extraction": "afm_struct.extraction",
-    "ExtractionError": "afm_struct.extraction",
+    "Extraction": "afm_struct.library.extraction",
+    "ExtractionError": "afm_struct.library.extraction",
     "GenerationRequest": "afm_struct.decoding.generator",
     "Generator": "afm_struct.decoding.generator",
     "JsonObjectRequest": "afm_struct.grammar.spec",
     "JsonSchemaRequest": "afm_struct.grammar.spec",
     "SamplingParams": "afm_struct.decoding.sampling",
     "compile_constraint": "afm_struct.grammar.compiler",
-    "extract": "afm_struct.extraction",
+    "extract": "afm_struct.library.extraction",
     "load_model": "afm_struct.models",
     "make_mlx_lm_processor": "afm_struct.decoding.mlx_lm_processor",
 }

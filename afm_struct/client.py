@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from .tool_calls import FragmentError, ToolCall, ToolCallAssembler
+from .tools.call_deltas import FragmentError, ToolCall, ToolCallAssembler
 
 __all__ = [
     "AfmClientError",

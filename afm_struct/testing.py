@@ -337,10 +337,12 @@ SERVED_SCRIPT = " ".join(str(i) for i in range(1, 2001))
 
 
 def served_scripted_model(tokens_per_s: float, *, tokenizer: Tokenizer | None = None) -> LoadedModel:
-    """The scripted model as ``serve`` runs it: the embedded tokenizer, :data:`SERVED_SCRIPT`,
-    and one forward pass (a batch step: one token for every running sequence) costing
-    ``1 / tokens_per_s`` seconds of device time, spent asynchronously like a real pass."""
-    from .models.loader import load_tokenizer
+    """The scripted model as ``serve`` runs it: the embedded tokenizer (a byte-level one when
+    the embedded package is not installed: :mod:`afm_struct.models.byte_tokenizer`),
+    :data:`SERVED_SCRIPT`, and one forward pass (a batch step: one token for every running
+    sequence) costing ``1 / tokens_per_s`` seconds of device time, spent asynchronously like a
+    real pass."""
+    from .models.byte_tokenizer import scripted_tokenizer
 
-    return scripted_loaded_model(tokenizer or load_tokenizer(),
+    return scripted_loaded_model(tokenizer or scripted_tokenizer(),
                                  Script(SERVED_SCRIPT, forward_s=1.0 / tokens_per_s))

@@ -12,57 +12,33 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from afm_struct.decoding.closing import check_budget
-from afm_struct.decoding.events import GenerationRequest
+from afm_struct.decoding.heap import RELEASE_AFTER_TOKENS, release_free_memory
 from afm_struct.decoding.hidden_tokens import hidden_token_ids
-from afm_struct.decoding.reasoning import ReasoningTags, detect_reasoning_tags
+from afm_struct.decoding.length_close import check_budget
+from afm_struct.decoding.reasoning_gate import ReasoningTags, detect_reasoning_tags
+from afm_struct.decoding.requests import GenerationRequest
 from afm_struct.errors import InvalidRequestError
-from afm_struct.heap import RELEASE_AFTER_TOKENS, release_free_memory
-from afm_struct.serving.events import ResponseIdentity
 from afm_struct.serving.plan import ENGINE_CONVERSATION, Conversation, GenerationPlan
 from afm_struct.serving.reasoning_budget import HEADER as REASONING_HEADER
-from afm_struct.serving.reasoning_budget import DefaultReasoningBudget, default_reasoning_budget
-from afm_struct.serving.turn import Turn
-from afm_struct.text.reasoning import SYNTAXES, for_prompt, syntax_of
+from afm_struct.serving.reasoning_budget import default_reasoning_budget
 from afm_struct.tools import ToolPlan, plan_tools
+from afm_struct.turn.events import ResponseIdentity
+from afm_struct.turn.reasoning import SYNTAXES, for_prompt, syntax_of
+from afm_struct.turn.turn import Turn
 
 from .channels import make_router
 from .constraint_mode import mode_headers
+from .prepared import Prepared
 from .profile import TokenCounter
 from .run import Run
 from .state import ServerState
-from .structured import StructuredPlan, plan_structured
+from .structured import plan_structured
 
 if TYPE_CHECKING:
     from afm_struct.models.tokenizer import Tokenizer
-
-
-@dataclass
-class Prepared:
-    """An admissible request, not yet submitted."""
-
-    plan: GenerationPlan
-    ident: ResponseIdentity
-    generation: GenerationRequest
-    structured: StructuredPlan
-    counter: TokenCounter
-    started: float
-    reasoning: ReasoningTags | None = None
-    tools: ToolPlan | None = None
-    # The default thinking budget applied (a constrained request that set none), for its header.
-    default_reasoning: DefaultReasoningBudget | None = None
-
-    @property
-    def downgraded(self) -> bool:
-        """A strict schema or strict tool grammar runs best-effort (``X-Grammar-Constraints``).
-
-        Each plan decided its own flag by :func:`afm_struct.downgrade.is_downgraded`; the
-        response is downgraded when either is.
-        """
-        return self.structured.downgraded or bool(self.tools and self.tools.downgraded)
 
 
 async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | None = None) -> Prepared:
@@ -138,7 +114,7 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
 
 
 def request_turn(state: ServerState, reasoning: ReasoningTags | None, tool_plan: ToolPlan | None) -> Turn:
-    """The request's one :class:`~afm_struct.serving.turn.Turn`: the generator feeds it and
+    """The request's one :class:`~afm_struct.turn.turn.Turn`: the generator feeds it and
     its gate reads it; its events go to the response (``server/run.py``)."""
     opened = bool(reasoning and reasoning.opened_in_prompt)
     if tool_plan is not None:
@@ -204,7 +180,7 @@ def check_request_budget(state: ServerState, plan: GenerationPlan, generation: G
                          tool_plan: ToolPlan | None) -> int:
     """400 when the completion budget (the generator's: the plan's, or what the context leaves
     after the prompt) cannot hold the shortest output the constraint allows (see
-    decoding/closing.py); with tools, the shortest whose calls are already whole and valid.
+    decoding/length_close.py); with tools, the shortest whose calls are already whole and valid.
     The error names the field that set the budget (:attr:`Budget.param`).  Returns the
     shortest output's length."""
     budget = state.scheduler.generator.max_tokens_for(generation)  # its own 400 on overflow

@@ -2,7 +2,7 @@
 
 Each app has its own :class:`CollectorRegistry` (tests run many apps in one process; the
 default global registry would refuse the second).  Counters and histograms are fed once per
-request by :mod:`server.observe` from a :class:`~server.observe.RequestRecord`; the load gauges
+request by :mod:`server.observe` from a :class:`~server.request_record.RequestRecord`; the load gauges
 (queue depth, active rows, capacity, in flight, draining) are read from the scheduler when
 Prometheus scrapes, so they are never stale; the standard ``process_*`` metrics (CPU seconds,
 memory, file descriptors) are the process's own.
@@ -30,7 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from .observe import RequestRecord
+    from .request_record import RequestRecord
 
 # Constraint modes a request is counted under (server/observe.py constraint_mode); "none" for
 # requests that are not generations.

@@ -7,7 +7,7 @@
   Content-Length before reading, from a chunk header declaring more (noted by the connection),
   or while reading a chunked body (it reads the bounded body, then replays it); not all there
   within the body timeout, 408.  Both close the connection.
-  After a large body, the heap's free pages go back to the OS (:mod:`afm_struct.heap`).
+  After a large body, the heap's free pages go back to the OS (:mod:`afm_struct.decoding.heap`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from afm_struct.decoding.heap import release_free_memory
 from afm_struct.errors import AfmError, InvalidRequestError, PayloadTooLargeError, RequestTimeoutError
-from afm_struct.heap import release_free_memory
 
 from .sse import error_json
 

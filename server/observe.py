@@ -17,15 +17,15 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from afm_struct.decoding.outputs import FinishReason
+from afm_struct.turn.outputs import FinishReason
 
 from .metrics import ServerMetrics
+from .request_record import UNAUTHENTICATED, RequestRecord
 from .tenants import Tenant
 
 if TYPE_CHECKING:
@@ -34,71 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("afm_struct.requests")
 # An error body is parsed for its type; larger bodies are not errors this server writes.
 _ERROR_BODY_LIMIT = 1 << 16
-# The tenant label of a request whose key was refused (no tenant: it never reached the app).
-UNAUTHENTICATED = "unauthenticated"
-
-
-@dataclass
-class RequestRecord:
-    """What the metrics and the log keep of one request (no prompt or output text unless
-    ``content`` is filled, which only ``--log-content`` does)."""
-
-    request_id: str
-    method: str
-    endpoint: str
-    client: str | None
-    tenant: str = UNAUTHENTICATED
-    status: int = 0
-    latency_s: float = 0.0
-    model: str | None = None
-    mode: str | None = None
-    rung: str | None = None
-    downgraded_rung: str | None = None
-    stream: bool | None = None
-    finish_reason: str | None = None
-    cancelled_by_id: bool = False
-    disconnected: bool = False
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    forced_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
-    ttft_s: float | None = None
-    error_type: str | None = None
-    compiles: list[tuple[str, float, bool]] = field(default_factory=list)
-    content: dict[str, str] | None = None
-
-    def log_fields(self) -> dict[str, Any]:
-        """The request log's fields (compile details stay in the metrics)."""
-        out = asdict(self)
-        out.pop("compiles")
-        out.pop("downgraded_rung")
-        if out["content"] is None:
-            out.pop("content")
-        out["latency_s"] = round(self.latency_s, 6)
-        if self.ttft_s is not None:
-            out["ttft_s"] = round(self.ttft_s, 6)
-        return out
-
-    def human(self) -> str:
-        """The default (text) log line."""
-        parts = [f"{self.method} {self.endpoint} {self.status}", self.request_id,
-                 f"tenant={self.tenant}", f"client={self.client or '-'}"]
-        if self.mode is not None:
-            parts.append(f"mode={self.mode}" + (f"/{self.rung}" if self.rung else ""))
-        if self.finish_reason is not None:
-            parts.append(f"finish={self.finish_reason}")
-            parts.append(f"tokens={self.prompt_tokens}+{self.completion_tokens}")
-        if self.ttft_s is not None:
-            parts.append(f"ttft={self.ttft_s:.3f}s")
-        parts.append(f"total={self.latency_s:.3f}s")
-        if self.error_type:
-            parts.append(f"error={self.error_type}")
-        if self.disconnected:
-            parts.append("client-disconnected")
-        return " ".join(parts)
-
-
 def endpoint_of(scope: Scope, routes: Sequence[BaseRoute] = ()) -> str:
     """The route template the path belongs to (bounded label values), ``other`` for none.
     Requests refused before routing (401, 413, 503 draining) are matched against ``routes``."""

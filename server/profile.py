@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from afm_struct.decoding.outputs import Finished
+from afm_struct.turn.outputs import Finished
 
 if TYPE_CHECKING:  # the loader imports MLX; the profile only reads a loaded model's fields
     from afm_struct.models.loader import LoadedModel

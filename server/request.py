@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from afm_struct.errors import NotFoundError
-from afm_struct.text.values import check_values as check_json_values
+from afm_struct.serving.value_checks import check_values as check_json_values
 
 from .model_alias import ModelAlias, resolve_alias
 
@@ -20,7 +20,7 @@ from .model_alias import ModelAlias, resolve_alias
 def check_values(body: BaseModel) -> None:
     """400 ``invalid_value`` for a value no part of the engine can take (a lone UTF-16
     surrogate, a non-finite number), wherever it is in the request, with ``param`` = its path
-    (:func:`afm_struct.text.values.check_values`; every string, key and number, once)."""
+    (:func:`afm_struct.serving.value_checks.check_values`; every string, key and number, once)."""
     check_json_values(body.model_dump(by_alias=True, exclude_unset=True))
 
 

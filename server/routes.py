@@ -8,6 +8,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -21,6 +22,7 @@ from .admission import Prepared, admit, prepare, response_headers
 from .chat.adapter import plan_chat
 from .chat.chunks import cancellation_body
 from .chat.encoder import ChatCompletion, ChatStream
+from .get_route import get_and_head
 from .profile import parse_profile_header
 from .request import check_model
 from .run import BodyEncoder, StreamEncoder, collect, sse_body
@@ -124,14 +126,7 @@ async def cancel_completion(request_id: str, request: Request) -> JSONResponse:
     return JSONResponse(cancellation_body(request_id, True))
 
 
-def get_route(path: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``@router.get(path)`` that also answers HEAD, as RFC 9110 asks of every GET resource
-    (load balancers probe with HEAD): the same handler, status and headers, and the server
-    sends no body.  The HEAD twin stays out of the OpenAPI document."""
-    def register(handler: Callable[..., Any]) -> Callable[..., Any]:
-        router.add_api_route(path, handler, methods=["HEAD"], include_in_schema=False, **kwargs)
-        return router.get(path, **kwargs)(handler)
-    return register
+get_route = partial(get_and_head, router)
 
 
 def _model_card(name: str, created: int, info: ModelInfo) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """An admitted generation, as typed events: what every protocol's response is written from.
 
 :class:`Run` yields the answer events that ride the scheduler's text deltas (the request's
-:class:`~afm_struct.serving.turn.Turn` made them on the scheduler thread; logprob entries ride
+:class:`~afm_struct.turn.turn.Turn` made them on the scheduler thread; logprob entries ride
 the events that show their tokens; best-effort JSON is held back and sanitized at the end),
 then the end events (:class:`Finish` or :class:`Failed`, usage, the
 profile).  :func:`sse_body` writes a run through a protocol's stream encoder, :func:`collect`
@@ -15,10 +15,9 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from afm_struct.decoding.outputs import Finished, FinishReason, TextDelta, Timings, Usage
 from afm_struct.decoding.scheduler import Handle
 from afm_struct.errors import AfmError, GenerationError, internal_error
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     AnswerEvent,
     CallArguments,
     CallOpened,
@@ -31,14 +30,15 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import Finished, FinishReason, TextDelta, Timings, Usage
 
 from .cancel import Inflight
-from .logprobs import LogprobRouting, within
+from .logprob_routing import LogprobRouting, within
 from .profile import PROFILE_EXTENDED, ProfileSampler, build_extended, build_profile, read_energy_uj
 from .state import ServerState
 
 if TYPE_CHECKING:
-    from .admission import Prepared
+    from .prepared import Prepared
 
 
 class Run:

@@ -5,7 +5,7 @@ how the server must treat the output: an *enforced* constraint streams as genera
 guarantees bare JSON); a *best-effort* one (downgraded, or no compiler available) is deferred to
 the end of generation and sanitized, so clients never see markdown fences.  A strict schema
 served best-effort sets ``X-Grammar-Constraints: downgraded`` (the rule:
-:func:`afm_struct.downgrade.is_downgraded`).
+:func:`afm_struct.grammar.downgrade.is_downgraded`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from afm_struct.downgrade import is_downgraded
 from afm_struct.errors import InvalidRequestError, SchemaError
-from afm_struct.grammar.engine import Matcher
+from afm_struct.grammar.downgrade import is_downgraded
+from afm_struct.grammar.engines.protocol import Matcher
 from afm_struct.grammar.spec import Mode, Rung
 from afm_struct.grammar.validation import sanitize_json_text
 from afm_struct.models.tokenizer import Tokenizer

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 import afm_struct
-from afm_struct.confidence import FieldConfidence, field_confidence, json_leaves
 from afm_struct.decoding.logprobs import TokenLogprob
+from afm_struct.library.confidence import FieldConfidence, field_confidence, json_leaves
 from afm_struct.testing import scripted_loaded_model
 
 

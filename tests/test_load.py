@@ -7,9 +7,9 @@ import json
 
 import jsonschema
 
-from afm_struct.bench.serve import SCHEMAS, run_level
 from afm_struct.client import Client
 from afm_struct.testing import Script, scripted_loaded_model
+from afm_struct_bench.serve import SCHEMAS, run_level
 from server.live import start_server
 from server.settings import ServerSettings
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.tool_calls import FragmentError, ToolCallAssembler
+from afm_struct.tools.call_deltas import FragmentError, ToolCallAssembler
 
 
 def _fragments(index: int, name: str, args: str, cuts: list[int]) -> list[dict]:

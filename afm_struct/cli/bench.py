@@ -1,4 +1,4 @@
-"""``afm-struct bench KIND``: each benchmark lives in ``afm_struct/bench/<kind>.py``."""
+"""``afm-struct bench KIND``: each benchmark lives in ``afm_struct_bench/<kind>.py``."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     kinds = parser.add_subparsers(dest="bench", metavar="KIND")
     for name in BENCHMARKS:
         try:
-            module = importlib.import_module(f"afm_struct.bench.{name}")
+            module = importlib.import_module(f"afm_struct_bench.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name != f"afm_struct.bench.{name}":
+            if exc.name != f"afm_struct_bench.{name}":
                 raise
             continue
         module.register(kinds)

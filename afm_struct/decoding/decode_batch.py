@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..turn.outputs import FinishReason
 from .batch_cache import CacheOps, fill_holes
 from .emit import finish
 from .failures import request_error
-from .outputs import FinishReason
 from .sequence import BatchGroup, SequenceState
 
 

@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from ..errors import AfmError
-from ..text.reasoning import THINK
+from ..turn.outputs import Finished, FinishReason, TextDelta
+from ..turn.reasoning import THINK
 from .failures import request_error
-from .outputs import Finished, FinishReason, TextDelta
 from .sequence import SequenceState
 
 log = logging.getLogger("afm_struct")

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 
 from ..errors import AfmError, GrammarLimitError, UnsatisfiableError, internal_error
-from ..grammar.engine import MatcherError
+from ..grammar.engines.protocol import MatcherError
 
 log = logging.getLogger("afm_struct")
 

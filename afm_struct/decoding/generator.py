@@ -35,15 +35,23 @@ from typing import TYPE_CHECKING, Any
 import mlx.core as mx
 
 from ..errors import ContextOverflowError
-from ..grammar.closing import closing_vocab_for
-from ..grammar.engine import matcher_failure
-from ..serving.turn import Turn
+from ..grammar.closer.completion import closing_vocab_for
+from ..grammar.engines.protocol import matcher_failure
+from ..turn.turn import Turn
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
-from .closing import BudgetCloser
 from .decode_batch import DecodeBatch
 from .detokenizer import StreamingDetokenizer
 from .emit import emit_run, fail, finish, read_token
-from .events import (
+from .forward import calibrate_fixed_cost, split_head
+from .grammar_budget import GrammarBudget
+from .length_close import BudgetCloser
+from .logprobs import RowStats, TokenTrack, token_table
+from .next_mask import MaskFiller
+from .packed import enable_packing
+from .prefill import PREFILL_CHUNK, Prefiller, mark_prefilled
+from .ragged_pass import RaggedPass
+from .reasoning_gate import ReasoningGate
+from .requests import (
     Constraint,
     Event,
     Finished,
@@ -54,18 +62,11 @@ from .events import (
     Timings,
     Usage,
 )
-from .forward import calibrate_fixed_cost, split_head
-from .grammar_budget import GrammarBudget
-from .logprobs import RowStats, TokenTrack, token_table
-from .next_mask import MaskFiller
-from .packed import enable_packing
-from .prefill import PREFILL_CHUNK, Prefiller, mark_prefilled
-from .ragged_pass import RaggedPass
-from .reasoning import ReasoningGate
 from .sampling import make_logits_processors, make_loop_breaker, make_sampler
 from .sequence import BatchGroup, SequenceState
 from .step_sampling import sample_rows
 from .stops import StopMatcher
+from .tokenizer_parts import build_tokenizer_parts
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -410,7 +411,7 @@ class Generator:
         reuses it instead of paying for fresh memory before its first token."""
         # Only mlx-lm caches hold memory worth reusing (scripted test models hold none).
         # What every request may need from the tokenizer, built once now, not on a request.
-        self.tokenizer.derived.build_all()
+        build_tokenizer_parts(self.tokenizer)
         if not isinstance(self.cache_ops, MLXCacheOps) or self.batch.spare is not None:
             return
         cache = self.make_cache()

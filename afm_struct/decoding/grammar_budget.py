@@ -1,7 +1,7 @@
 """A request's budget of grammar work: the time its masks, advances, forced runs and closing
 search take, summed over its steps and checked as they happen.
 
-llguidance's parser limits (``grammar/llguidance_backend.py`` DEFAULT_LIMITS) bound the Earley
+llguidance's parser limits (``grammar/engines/llguidance_engine.py`` DEFAULT_LIMITS) bound the Earley
 items of one step, but not what each item costs: in an ambiguous grammar (``e: e e e | e e |
 /[a-z]/``) every completed item walks a whole earlier row, so a step costs ~rows x items and
 keeps growing under the item limit (measured: 0.03 s at the first token, 1.5 s at the 30th;

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..tools.formats import load_table
-from .reasoning import THINK_TAGS
+from .reasoning_gate import THINK_TAGS
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -46,6 +46,7 @@ def build_hidden_tokens(tokenizer: Tokenizer, keep: frozenset[str]) -> frozenset
 def hidden_token_ids(tokenizer: Tokenizer, *, keep: Iterable[str] = ()) -> frozenset[int]:
     """Ids of the tokens to drop from the text: special tokens and markup tokens, except the
     tokens written ``keep`` (the markers the request's parsers read); computed once per model
-    and ``keep`` (the tokenizer's :class:`~afm_struct.grammar.tokenizer_state.TokenizerState`
-    keeps them, and frees them with it)."""
-    return tokenizer.derived.hidden_tokens(frozenset(keep))
+    and ``keep`` (the tokenizer's derived parts keep them, and free them with it)."""
+    kept = frozenset(keep)
+    return tokenizer.derived.part(("hidden_tokens", kept), "hidden_tokens",
+                                  lambda: build_hidden_tokens(tokenizer, kept))

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 
 from ..models.byte_level import byte_decoder
-from .outputs import TokenLogprob, TopLogprob
+from ..turn.outputs import TokenLogprob, TopLogprob
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -83,9 +83,8 @@ class TokenTable:
 
 
 def token_table(tokenizer: Tokenizer) -> TokenTable:
-    """The (shared) :class:`TokenTable` of ``tokenizer``: its
-    :class:`~afm_struct.grammar.tokenizer_state.TokenizerState` owns it."""
-    return tokenizer.derived.token_table
+    """The (shared) :class:`TokenTable` of ``tokenizer``, kept in its derived parts."""
+    return tokenizer.derived.part("token_table", "token_table", lambda: TokenTable(tokenizer))
 
 
 # -- device math -----------------------------------------------------------------------------

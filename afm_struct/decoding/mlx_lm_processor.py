@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from ..grammar.engine import allocate_bitmask, matcher_failure
+from ..grammar.engines.protocol import allocate_bitmask, matcher_failure
 from .generator import Constraint
 from .masking import apply_bitmask, bitmask_allows_all, set_tokens
 

@@ -6,7 +6,7 @@ allowed tokens, end-of-turn ids exactly when the grammar accepts, and near ``max
 shortest completion instead.
 
 The rows of one call share one bitmask (a row each).  Rows whose matcher offers a
-:class:`~afm_struct.grammar.engine.BatchFill` are filled together in one engine call
+:class:`~afm_struct.grammar.engines.protocol.BatchFill` are filled together in one engine call
 (llguidance: its thread pool, without the GIL); the others (a thinking gate before the answer,
 another engine, a test's wrapper) one by one.  Each row's own part, its engine's failure
 included, stays its own: a row that fails goes to ``on_error`` and the others are filled
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..grammar.engine import BatchFill, allocate_bitmask, mask_words, matcher_failure
+from ..grammar.engines.protocol import BatchFill, allocate_bitmask, mask_words, matcher_failure
 from .grammar_budget import SLOW_SHARED_S
 from .masking import allowed_count, allowed_tokens, allows_token, bitmask_allows_all, set_tokens
 from .sequence import SequenceState
@@ -44,7 +44,7 @@ from .sequence import SequenceState
 # the forward pass runs, not after it.
 LIST_ALLOWED_MAX = 4096
 # Masks of at most this many tokens are checked for special tokens the parser rejects: the
-# engine names one only where it forced text, in a one-token mask (grammar/special_text.py);
+# engine names one only where it forced text, in a one-token mask (grammar/engines/special_text.py);
 # a wider mask naming special tokens is a grammar referring to them (a tool format's markup).
 RESPELL_MAX = 8
 
@@ -246,14 +246,14 @@ class MaskFiller:
         # EOS policy lives here, not in each engine: any end-of-turn id iff the grammar accepts.
         accepting = matcher.is_accepting()
         # An EOS id the engine allows where its grammar does not accept is special-token text
-        # it tokenized as the special token (grammar/special_text.py): respelled below.
+        # it tokenized as the special token (grammar/engines/special_text.py): respelled below.
         stray = [] if accepting else [t for t in self.eos_ids if allows_token(row, t)]
         changed: list[int] = []
         if counted is not None:  # corrected for the EOS bits set or cleared below
             changed = [t for t in self.eos_ids if t >> 5 < row.shape[0] and allows_token(row, t) != accepting]
         set_tokens(row, self.eos_ids, accepting)
         if seq.closer is not None:
-            # Near max_tokens: the shortest completion takes over (decoding/closing.py).
+            # Near max_tokens: the shortest completion takes over (decoding/length_close.py).
             closing = seq.closer.before_sample(matcher, seq.tokens, seq.max_tokens, row)
             if closing:
                 row[:] = 0
@@ -286,7 +286,7 @@ class MaskFiller:
     def _respell(self, matcher: Any, row: np.ndarray, listed: np.ndarray, stray: list[int]) -> bool:
         """Replace in ``row`` the special tokens the engine allows but its parser rejects
         (``stray`` EOS ids, special ids among the ``listed`` tokens) by their plain spellings
-        (grammar/special_text.py); True if the row changed."""
+        (grammar/engines/special_text.py); True if the row changed."""
         respell = getattr(matcher, "respell", None)
         if respell is None:
             return False

@@ -24,9 +24,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..grammar.closing_search import allowed_ids, fork_of, is_complete
-from ..grammar.engine import allocate_bitmask
-from ..grammar.min_length import min_json_bytes, min_pattern_chars
+from ..grammar.closer.search import allowed_ids, fork_of, is_complete
+from ..grammar.engines.llguidance_engine import longest_token_bytes
+from ..grammar.engines.protocol import allocate_bitmask
+from ..grammar.schema.min_length import min_json_bytes, min_pattern_chars
 
 # A state allowing more tokens than this is not expanded (it needs at least one more token).
 BRANCHES = 24
@@ -56,7 +57,7 @@ def output_floor(constraint: Any, tokenizer: Any, usable: Callable[[str], bool] 
 
 def length_floor(constraint: Any, tokenizer: Any) -> int:
     """Fewest tokens any valid output of a schema or pattern can have, from the length its
-    keywords force (:mod:`~afm_struct.grammar.min_length`: ``minItems``, ``minLength``,
+    keywords force (:mod:`~afm_struct.grammar.schema.min_length`: ``minItems``, ``minLength``,
     ``minProperties``, required members, counted repeats, ``const``/``enum`` values, ...)
     over the most bytes one token spells; 0 for other constraints.  For a strict request
     whatever rung serves it (a downgraded grammar does not make a shorter answer valid), and
@@ -73,10 +74,9 @@ def length_floor(constraint: Any, tokenizer: Any) -> int:
         least = min_pattern_chars(constraint.pattern)  # a character is at least one byte
     else:
         return 0
-    derived = getattr(tokenizer, "derived", None)
-    if derived is None or least <= 0:
+    if getattr(tokenizer, "derived", None) is None or least <= 0:
         return 0
-    return -(-least // derived.longest_token_bytes)
+    return -(-least // longest_token_bytes(tokenizer))
 
 
 def _floor(constraint: Any, tokenizer: Any, usable: Callable[[str], bool] | None) -> int:

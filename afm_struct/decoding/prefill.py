@@ -25,12 +25,12 @@ from typing import Any
 
 import mlx.core as mx
 
+from ..turn.outputs import FinishReason
 from .decode_batch import DecodeBatch
 from .emit import fail, finish
 from .failures import request_error
 from .forward import Head, logits_at
 from .next_mask import MaskFiller
-from .outputs import FinishReason
 from .prefix_cache import PrefixCache, common_prefix
 from .ragged_pass import RaggedPass
 from .sequence import SequenceState

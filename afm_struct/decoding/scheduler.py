@@ -28,8 +28,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import AfmError, OverloadedError, UnavailableError, internal_error
-from ..heap import IdleRelease
 from .generator import Event, Finished, FinishReason, GenerationRequest, Generator, Timings, Usage
+from .heap import IdleRelease
 from .join_wait import JoinWait
 from .loop_mailbox import mailbox_for
 
@@ -90,7 +90,7 @@ class SchedulerLimits:
     # Longest a running batch holds its next pass for requests replacing finished rows (only
     # while clients are seen to send them that fast; 0 turns it off): see join_wait.py.
     join_wait_ms: float = 40.0
-    # Idle this long, the heap's free pages go back to the OS (afm_struct/heap.py; < 0: never).
+    # Idle this long, the heap's free pages go back to the OS (afm_struct/decoding/heap.py; < 0: never).
     idle_release_s: float = 2.0
 
 

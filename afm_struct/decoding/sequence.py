@@ -10,14 +10,14 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ..grammar.engine import Matcher
-from ..serving.turn import Turn
-from .closing import BudgetCloser
+from ..grammar.engines.protocol import Matcher
+from ..turn.turn import Turn
 from .detokenizer import StreamingDetokenizer
-from .events import Event, GenerationRequest, Timings, Usage
 from .grammar_budget import GrammarBudget
+from .length_close import BudgetCloser
 from .logprobs import TokenTrack
-from .reasoning import ReasoningGate
+from .reasoning_gate import ReasoningGate
+from .requests import Event, GenerationRequest, Timings, Usage
 from .sampling import LogitsProcessor, RowSampler
 from .stops import StopMatcher
 
@@ -61,7 +61,7 @@ class SequenceState:
     # Without a grammar: the turn's reasoning watcher (a ReasoningGate over no matcher), when
     # the request has a reasoning budget or the syntax ends turns by text.
     watcher: ReasoningGate | None = None
-    # The request's turn (afm_struct.serving.turn.Turn): reads each token's emitted text as the
+    # The request's turn (afm_struct.turn.turn.Turn): reads each token's emitted text as the
     # token is decided; its gate (``matcher`` or ``watcher``) reads its phase.
     turn: Turn | None = None
     # Text read this step, not sent yet: (text, the turn's events, last of the logprob spans).

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
-from ..grammar.engine import buffer_address, mask_words
+from ..grammar.engines.protocol import buffer_address, mask_words
 from .logprobs import RowStats, logprob_arrays, read_stats
 from .masking import allows_token, apply_bitmask
 from .sampling import processors_idle

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from ..text.markers import Marker, MarkerScanner
+from ..turn.markers import Marker, MarkerScanner
 
 
 class StopMatcher:
     """Hold back text that could still become a stop sequence; cut at the first match.
 
-    The stops are the markers of a :class:`~afm_struct.text.markers.MarkerScanner`: the match
+    The stops are the markers of a :class:`~afm_struct.turn.markers.MarkerScanner`: the match
     that starts first in the text wins, whatever the tokens were.
     """
 

@@ -25,16 +25,17 @@ import numpy as np
 
 from ..errors import AfmError, GrammarLimitError, InvalidRequestError, SchemaError, UnsatisfiableError
 from .cache import LRUCache
+from .closer.lark_budget import check_grammar_budgets
+from .closer.literal_budget import check_forced_runs, longest_forced_run
 from .compile_memory import CompileMemory, estimate_compile_mb
 from .diagnostics import grammar_problem, regex_problem
-from .engine import CompiledGrammar, Matcher, mask_words
+from .engines.llguidance_engine import BackendCompileError, EngineNumbersError, LLGuidanceBackend
+from .engines.protocol import CompiledGrammar, Matcher, mask_words
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
-from .lark_budget import check_grammar_budgets
-from .literal_budget import check_forced_runs, longest_forced_run
-from .llguidance_backend import BackendCompileError, EngineNumbersError, LLGuidanceBackend
-from .regex_classify import classify_pattern
-from .rewrites import RewriteResult, mentioned_triggers, rewrite_schema
-from .schema_check import check_schema, schema_limits_reason
+from .patterns.classify import classify_pattern
+from .schema.check import check_schema, schema_limits_reason
+from .schema.rewrites import RewriteResult, mentioned_triggers, rewrite_schema
+from .schema.value_kinds import ITEM_CONTAINS
 from .spec import (
     BACKENDS,
     PROPERTY_ORDERS,
@@ -52,7 +53,6 @@ from .spec import (
 )
 from .tool_schema import tool_call_schema
 from .validation import sanitize_json_text, validate_json
-from .value_kinds import ITEM_CONTAINS
 from .worker import WorkerLimitError, run_with_timeout
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class CompiledConstraint:
     @property
     def flag_downgraded(self) -> bool:
         """True when a strict request runs best-effort (``X-Grammar-Constraints: downgraded``)."""
-        from ..downgrade import is_downgraded  # the one rule (downgrade.py imports grammar.spec)
+        from .downgrade import is_downgraded
 
         return is_downgraded(self.strict, self.mode)
 
@@ -165,7 +165,7 @@ class ConstraintCompiler:
         self._llguidance_ladder = LLGuidanceLadder(self.llguidance, options)
         self.engine: LadderEngine
         if options.backend == "outlines":
-            from .outlines_backend import OutlinesBackend
+            from .engines.outlines_engine import OutlinesBackend
 
             self.outlines: Any = OutlinesBackend(tokenizer, options)
             self.engine = OutlinesLadder(self.outlines)
@@ -422,9 +422,11 @@ _EMPTY_PARAMS = {"regex": "pattern", "lark": "grammar"}
 
 
 def get_compiler(tokenizer: Tokenizer, options: CompileOptions | None = None) -> ConstraintCompiler:
-    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``: its
-    :class:`~.tokenizer_state.TokenizerState` owns one per set of options."""
-    return tokenizer.derived.compiler(options)
+    """The shared compiler (and so the shared cache) for ``tokenizer`` and ``options``: one per
+    set of options, kept in the tokenizer's derived parts."""
+    options = options or CompileOptions()
+    return tokenizer.derived.part(("compiler", options), "compiler",
+                                  lambda: ConstraintCompiler(tokenizer, options))
 
 
 def compile_constraint(tokenizer: Tokenizer, request: ConstraintRequest,

@@ -14,8 +14,8 @@ import re
 from typing import Literal
 
 from ..errors import SchemaError
+from .closer.lark_budget import check_grammar_size
 from .diagnostics import safe_phrase
-from .lark_budget import check_grammar_size
 
 GrammarSyntax = Literal["gbnf", "lark"]
 

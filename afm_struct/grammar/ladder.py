@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .any_order import any_order_grammar
-from .engine import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
-from .json_escapes import guard_patterns
-from .keywords import ENGINE_REASONS, TABLE
-from .llguidance_backend import BackendCompileError, EngineNumbersError, LLGuidanceBackend
-from .regex_classify import first_irregular_pattern
+from .engines.any_order import any_order_grammar
+from .engines.llguidance_engine import BackendCompileError, EngineNumbersError, LLGuidanceBackend
+from .engines.protocol import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
+from .patterns.classify import first_irregular_pattern
+from .patterns.json_escapes import guard_patterns
+from .schema.keywords import ENGINE_REASONS, TABLE
 from .spec import CompileOptions, Rung
 from .worker import WorkerLimitError, run_with_timeout, submit
 
@@ -195,7 +195,7 @@ class OutlinesLadder(LadderEngine):
         self.backend = backend
 
     def precheck(self, schema: Any) -> str | None:
-        from .outlines_backend import unsupported_keywords
+        from .engines.outlines_engine import unsupported_keywords
 
         missing = unsupported_keywords(schema)
         return f"unsupported_keyword:{missing[0]}" if missing else None

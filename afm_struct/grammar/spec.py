@@ -136,7 +136,7 @@ class CompileOptions:
 
     ``property_order``: ``schema`` (default) accepts an object's properties only in the schema's
     order, which forces every key (more tokens fast-forwarded); ``any`` accepts them in any order
-    (each at most once, required ones present; see :mod:`afm_struct.grammar.any_order`) at a
+    (each at most once, required ones present; see :mod:`afm_struct.grammar.engines.any_order`) at a
     higher compile and mask cost.
     """
 

@@ -12,9 +12,9 @@ import re
 import warnings
 from typing import Any
 
-from .drafts import validator_class
-from .formats import format_checker
-from .schema_paths import json_path
+from .schema.drafts import validator_class
+from .schema.paths import json_path
+from .schema.string_formats import format_checker
 from .spec import ValidationOutcome
 
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)

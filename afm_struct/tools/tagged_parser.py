@@ -20,7 +20,7 @@ from enum import Enum, auto
 from typing import Any
 
 from ..grammar.spec import ToolDef
-from ..text.markers import Marker, MarkerScanner
+from ..turn.markers import Marker, MarkerScanner
 from .answer_text import AnswerText
 from .formats import ToolFormat
 from .parser import ArgsEvent, CallEnd, CallStart, Event

@@ -2,7 +2,7 @@
 
 For N random cases (seeded): a JSONSchemaBench dev-set schema compiled strict and served
 enforced, one of its valid instances, tokenized (embedded tokenizer) and cut after a random
-token; the closing search (``afm_struct.grammar.closing.shortest_completion``) completes the cut
+token; the closing search (``afm_struct.grammar.closer.completion.shortest_completion``) completes the cut
 text, and the result is judged by the compiled constraint's ``validate`` (the original schema,
 formats asserted).  Counts: found and valid, found but invalid, not found; search time p50 /
 p90 / p99 / max (cold: most schemas are seen once, so pattern automata are built inside).
@@ -38,7 +38,7 @@ def main() -> None:
 
     import afm_struct
     from afm_struct.errors import AfmError
-    from afm_struct.grammar import closing
+    from afm_struct.grammar.closer import completion as closing
     from afm_struct.grammar.compiler import compile_constraint
     from afm_struct.grammar.spec import JsonSchemaRequest
     from afm_struct.models import load_tokenizer

@@ -55,7 +55,7 @@ def main() -> None:
     from afm_struct.testing import random_loaded_model
 
     try:  # the admission check, where the tree has one
-        from afm_struct.decoding.closing import check_budget
+        from afm_struct.decoding.length_close import check_budget
     except ImportError:
         check_budget = None
 

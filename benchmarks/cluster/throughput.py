@@ -28,7 +28,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from afm_struct.cli.cluster import Cluster, free_port
+from afm_struct.cli.cluster_ports import free_port
+from afm_struct.cli.cluster_supervisor import Cluster
 
 
 async def _worker(client: httpx.AsyncClient, url: str, tokens: int, until: float,

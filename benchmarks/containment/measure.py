@@ -4,7 +4,7 @@
     a long-lived child, one pipe round trip per compile; the parent still builds the matcher
     itself (an ``LLMatcher`` cannot cross processes), so this is the cheapest form of (a);
     containing the matcher build too would mean compiling twice.
-(b) the number guard (afm_struct/grammar/engine_numbers.py) on the caller's thread.
+(b) the number guard (afm_struct/grammar/engines/llguidance_numbers.py) on the caller's thread.
 
 Per schema of the dev-set spread (every k-th file, as ``bench masks --limit N --spread``), the
 median of 3 alternating repetitions of each: (a) wall time of the round trip, (b) CPU time of
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from afm_struct.grammar.engine_numbers import number_issues
+from afm_struct.grammar.engines.llguidance_numbers import number_issues
 
 CHILD = r"""
 import sys, llguidance

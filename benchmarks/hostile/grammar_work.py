@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from afm_struct.grammar import llguidance_backend
 from afm_struct.grammar.compiler import ConstraintCompiler
+from afm_struct.grammar.engines import llguidance_engine as llguidance_backend
 from afm_struct.grammar.spec import CompileOptions
 from afm_struct.models import load_tokenizer
 from afm_struct.testing import Script, scripted_loaded_model

@@ -19,12 +19,12 @@ from pathlib import Path
 import llguidance
 import numpy as np
 
-from afm_struct.bench.masks import DEFAULT_DIR
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engine import mask_words
-from afm_struct.grammar.llguidance_backend import ll_tokenizer_for
+from afm_struct.grammar.engines.llguidance_engine import ll_tokenizer_for
+from afm_struct.grammar.engines.protocol import mask_words
 from afm_struct.grammar.spec import JsonSchemaRequest
 from afm_struct.models import load_tokenizer
+from afm_struct_bench.masks import DEFAULT_DIR
 
 OLD = {"max_lexer_states": 250_000, "max_grammar_size": 500_000, "initial_lexer_fuel": 1_000_000,
        "step_lexer_fuel": 200_000}
@@ -51,7 +51,7 @@ def main() -> int:
     p.add_argument("--new", default=None, help="JSON: the new limits (default: the backend's DEFAULT_LIMITS)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    from afm_struct.grammar.llguidance_backend import DEFAULT_LIMITS
+    from afm_struct.grammar.engines.llguidance_engine import DEFAULT_LIMITS
 
     new = {**OLD, **json.loads(args.new)} if args.new else dict(DEFAULT_LIMITS)
     tok = load_tokenizer()

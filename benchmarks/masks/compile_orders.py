@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from afm_struct.bench.environment import environment
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.llguidance_backend import BackendCompileError, LLGuidanceBackend
+from afm_struct.grammar.engines.llguidance_engine import BackendCompileError, LLGuidanceBackend
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest
 from afm_struct.models import load_tokenizer
+from afm_struct_bench.environment import environment
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "jsonschemabench" / "data"
 

@@ -1,7 +1,7 @@
 """What a tokenizer's derived state costs, and what owning it once saves (issue 31 part 4).
 
 Per vocabulary: the time and resident memory each part of
-:class:`~afm_struct.grammar.tokenizer_state.TokenizerState` takes to build (the llguidance
+:class:`~afm_struct.models.derived.DerivedParts` hold takes to build (the llguidance
 tokenizer, the closing vocabulary, the token table, a compiler), the constructions counted
 over many compiles across several sets of compile options and threads (each part once), what
 an unshared part would cost again (a second llguidance tokenizer, as a compiler building its
@@ -46,19 +46,24 @@ def with_state(name: str, compiles: int, row: dict[str, Any]) -> None:
     tokenizer is dropped on return."""
     import llguidance.hf
 
-    from afm_struct.bench.vocabularies import fetch
-    from afm_struct.grammar.compiler import compile_constraint
+    from afm_struct.decoding.logprobs import token_table
+    from afm_struct.grammar.closer.vocab import closing_vocab_for
+    from afm_struct.grammar.compiler import compile_constraint, get_compiler
+    from afm_struct.grammar.engines.llguidance_engine import ll_tokenizer_for
     from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest
     from afm_struct.models import load_tokenizer
+    from afm_struct_bench.vocabularies import fetch
 
     source = None if name == "embedded" else str(fetch(name))
     tokenizer, load_s, load_mb = measured(lambda: load_tokenizer(source))
     state = tokenizer.derived
     row.update(vocab=name, vocab_size=int(tokenizer.vocab_size), tokenizer={"s": load_s, "mb": load_mb})
-    for part in ("ll_tokenizer", "closing_vocab", "token_table"):
-        _, s, mb = measured(lambda part=part: getattr(state, part))
+    builders = {"ll_tokenizer": ll_tokenizer_for, "closing_vocab": closing_vocab_for,
+                "token_table": token_table}
+    for part, build in builders.items():
+        _, s, mb = measured(lambda build=build: build(tokenizer))
         row[part] = {"s": s, "mb": mb}
-    _, s, mb = measured(lambda: state.compiler(CompileOptions()))
+    _, s, mb = measured(lambda: get_compiler(tokenizer, CompileOptions()))
     row["compiler"] = {"s": s, "mb": mb}
     options = [CompileOptions(whitespace=w, property_order=o)
                for w in ("default", "compact", "flexible") for o in ("schema", "any")]
@@ -87,7 +92,7 @@ def with_state(name: str, compiles: int, row: dict[str, Any]) -> None:
 
 
 def one_vocab(name: str, compiles: int) -> dict[str, Any]:
-    """The figures of one vocabulary (``embedded`` or a name of afm_struct/bench/vocabularies.py)."""
+    """The figures of one vocabulary (``embedded`` or a name of afm_struct_bench/vocabularies.py)."""
     row: dict[str, Any] = {"rss_mb_before_load": round(rss_mb(), 1)}
     with_state(name, compiles, row)
     gc.collect()

@@ -15,12 +15,12 @@ import json
 import statistics
 import time
 
-from afm_struct.bench.serve import PROMPTS, SCHEMAS
 from afm_struct.decoding.generator import Finished, GenerationRequest, Generator
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonSchemaRequest
 from afm_struct.testing import served_scripted_model
+from afm_struct_bench.serve import PROMPTS, SCHEMAS
 
 
 def one_run(gen: Generator, tokenizer, streams: int, max_tokens: int, constrained: bool,

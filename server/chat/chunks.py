@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import AfmError
-from afm_struct.serving.events import ResponseIdentity
+from afm_struct.turn.events import ResponseIdentity
+from afm_struct.turn.outputs import FinishReason, Usage
 
 from ..sse import error_body
 

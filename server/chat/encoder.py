@@ -1,7 +1,7 @@
 """Run events → Chat Completions' wire: SSE chunks (:class:`ChatStream`) or one
 ``chat.completion`` body (:class:`ChatCompletion`).
 
-Pure state machines over :mod:`afm_struct.serving.events`: no I/O, no MLX.  One chunk per
+Pure state machines over :mod:`afm_struct.turn.events`: no I/O, no MLX.  One chunk per
 answer event (its ``delta``), the first with ``role``; asked-for logprobs ride every content and
 tool-call chunk (possibly empty), never reasoning; then the finish chunk (or the error chunk,
 which replaces it), the usage chunk when ``stream_options.include_usage``, the profile event,
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from afm_struct.serving.events import (
+from afm_struct.tools.call_deltas import ToolCallAssembler
+from afm_struct.turn.events import (
     AnswerEvent,
     CallArguments,
     CallOpened,
@@ -27,10 +28,9 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
-from afm_struct.tool_calls import ToolCallAssembler
 
 from .. import sse
-from ..logprobs import logprobs_object
+from ..logprob_routing import logprobs_object
 from .chunks import completion_body, delta_chunk, error_chunk, finish_chunk, profile_event, usage_chunk
 
 Delta = dict[str, Any]

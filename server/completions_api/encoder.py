@@ -1,7 +1,7 @@
 """Run events → the legacy ``text_completion`` wire: SSE chunks (:class:`CompletionStream`) or
 one body (:class:`TextCompletion`).
 
-Pure state machines over :mod:`afm_struct.serving.events`: no I/O, no MLX.  Every chunk is a
+Pure state machines over :mod:`afm_struct.turn.events`: no I/O, no MLX.  Every chunk is a
 whole ``text_completion`` object with one choice carrying a piece of ``text`` (and its
 ``logprobs`` in the legacy shape when asked for); then the finish chunk (or the error chunk,
 which replaces it), the usage chunk when ``stream_options.include_usage``, the profile event,
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from afm_struct.decoding.outputs import FinishReason
 from afm_struct.errors import AfmError
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     CallArguments,
     CallOpened,
     Entries,
@@ -29,6 +28,7 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import FinishReason
 
 from .. import sse
 from ..chat.chunks import profile_event, usage_dict

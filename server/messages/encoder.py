@@ -1,7 +1,7 @@
 """Run events → Anthropic's Messages wire: its SSE events (:class:`MessagesStream`) or one
 message object (:class:`MessagesBody`).
 
-A pure state machine over :mod:`afm_struct.serving.events`, in Anthropic's order: the stream
+A pure state machine over :mod:`afm_struct.turn.events`, in Anthropic's order: the stream
 opens with ``message_start`` (the message with no content, its input tokens known) and a
 ``ping``; each answer part is a content block (text → ``text``, reasoning → ``thinking``, a call
 → ``tool_use``) opened by ``content_block_start``, grown by ``content_block_delta`` events
@@ -21,9 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import AfmError
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     CallArguments,
     CallClosed,
     CallOpened,
@@ -36,6 +35,7 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import FinishReason, Usage
 
 from .. import sse
 from .errors import anthropic_error

@@ -2,7 +2,7 @@
 (:class:`OllamaBody`), for ``/api/chat`` (text in ``message.content``) and ``/api/generate``
 (text in ``response``).
 
-Pure state machines over :mod:`afm_struct.serving.events`: no I/O, no MLX.  Every line carries
+Pure state machines over :mod:`afm_struct.turn.events`: no I/O, no MLX.  Every line carries
 ``model`` and ``created_at``; text and thinking pieces stream as they come; a tool call is sent
 whole once its arguments are (Ollama's calls carry arguments as an object, never a fragment);
 the last line has ``done: true``, ``done_reason`` and the token counts.  A failure after the
@@ -15,9 +15,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import AfmError, GenerationError
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     CallArguments,
     CallClosed,
     CallOpened,
@@ -30,8 +29,9 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import FinishReason, Usage
 
-from ..logprobs import entry_dict
+from ..logprob_routing import entry_dict
 
 Kind = Literal["chat", "generate"]
 NDJSON = "application/x-ndjson"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from functools import partial
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
@@ -23,6 +24,7 @@ from afm_struct.errors import AfmError, InvalidRequestError
 
 from ..admission import prepare
 from ..errors import body_parse_error, error_response, validation_error
+from ..get_route import get_and_head
 from ..routes import respond
 from ..state import ServerState
 from .adapter import ollama_model, plan_ollama_chat, plan_ollama_generate
@@ -107,12 +109,7 @@ def _model_entry(state: ServerState, name: str, modified: float) -> dict[str, An
             "details": _details(state)}
 
 
-def get_route(path: str) -> Any:
-    """``@router.get(path)`` that answers HEAD too (as every GET route here: RFC 9110)."""
-    def register(handler: Any) -> Any:
-        router.add_api_route(path, handler, methods=["HEAD"])
-        return router.get(path)(handler)
-    return register
+get_route = partial(get_and_head, router)
 
 
 @get_route("/api/tags")

@@ -1,7 +1,7 @@
 """Run events → the Responses API's wire: its streaming events (:class:`ResponsesStream`) or
 one response object (:class:`ResponsesBody`).
 
-A pure state machine over :mod:`afm_struct.serving.events`.  The stream opens with
+A pure state machine over :mod:`afm_struct.turn.events`.  The stream opens with
 ``response.created`` and ``response.in_progress``; each answer part becomes an output item
 (text → a ``message`` with one ``output_text`` part, reasoning → a ``reasoning`` item, a call →
 a ``function_call`` or ``custom_tool_call`` item), opened by ``response.output_item.added``
@@ -19,9 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import AfmError
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     CallArguments,
     CallClosed,
     CallOpened,
@@ -34,6 +33,7 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import FinishReason, Usage
 
 from .. import sse
 from .custom_input import InputReader

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket
@@ -25,6 +26,7 @@ from afm_struct.errors import AfmError, InvalidRequestError, NotFoundError
 from afm_struct.store import ResponseStore, stored_size
 
 from ..admission import Prepared, admit, response_headers
+from ..get_route import get_and_head
 from ..notes import note_headers
 from ..profile import parse_profile_header
 from ..routes import SSEResponse, _close_on_disconnect
@@ -59,13 +61,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 Keep = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def get_route(path: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``@router.get(path)`` that also answers HEAD, as every GET resource here does
-    (:func:`server.routes.get_route`, for this router)."""
-    def register(handler: Callable[..., Any]) -> Callable[..., Any]:
-        router.add_api_route(path, handler, methods=["HEAD"], include_in_schema=False, **kwargs)
-        return router.get(path, **kwargs)(handler)
-    return register
+get_route = partial(get_and_head, router)
 
 
 def store_of(request: Request) -> ResponseStore | None:

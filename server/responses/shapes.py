@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from afm_struct.decoding.outputs import Usage
 from afm_struct.errors import AfmError
-from afm_struct.serving.events import Entries, ResponseIdentity
+from afm_struct.turn.events import Entries, ResponseIdentity
+from afm_struct.turn.outputs import Usage
 
-from ..logprobs import entry_dict
+from ..logprob_routing import entry_dict
 
 RESPONSE_OBJECT = "response"
 MESSAGE_PREFIX, REASONING_PREFIX = "msg_", "rs_"

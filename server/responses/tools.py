@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from afm_struct.errors import InvalidRequestError
-from afm_struct.grammar.lark_budget import check_grammar_budgets, check_regex_budget
+from afm_struct.grammar.closer.lark_budget import check_grammar_budgets, check_regex_budget
 from afm_struct.grammar.spec import ToolDef
 from afm_struct.tools.definitions import Choice, ToolSpec, check_choice, check_tools
 from afm_struct.tools.lark_input import LarkInputError, json_string_rules

@@ -7,8 +7,8 @@ import json
 import jsonschema
 import pytest
 
-from afm_struct.bench.extract import build_messages, load_tasks, markdown_table, summarize_mode
-from afm_struct.bench.scoring import count_leaves
+from afm_struct_bench.extract import build_messages, load_tasks, markdown_table, summarize_mode
+from afm_struct_bench.scoring import count_leaves
 
 TASKS = load_tasks()
 
@@ -63,9 +63,9 @@ def test_summary_and_table() -> None:
 
 
 def test_judge_raw_vs_sanitized(tokenizer) -> None:
-    from afm_struct.bench.extract import judge
     from afm_struct.grammar.compiler import compile_constraint
     from afm_struct.grammar.spec import JsonSchemaRequest
+    from afm_struct_bench.extract import judge
 
     task = next(t for t in TASKS if t["id"] == "contact_01")
     constraint = compile_constraint(tokenizer, JsonSchemaRequest(task["schema"]))
@@ -94,10 +94,10 @@ def test_fitting_budget_is_reported_apart() -> None:
 
 def test_shortest_instance_is_an_upper_bound_that_validates(tokenizer) -> None:
     """The search's instance is a real one: its tokens decode to text the schema accepts."""
-    from afm_struct.bench.extract import shortest_instance_tokens
-    from afm_struct.grammar.closing import closing_vocab_for, shortest_completion
+    from afm_struct.grammar.closer.completion import closing_vocab_for, shortest_completion
     from afm_struct.grammar.compiler import compile_constraint
     from afm_struct.grammar.spec import JsonSchemaRequest
+    from afm_struct_bench.extract import shortest_instance_tokens
 
     task = next(t for t in TASKS if t["id"] == "contact_01")
     constraint = compile_constraint(tokenizer, JsonSchemaRequest(task["schema"]))

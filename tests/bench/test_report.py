@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from afm_struct.bench.report import collect, detect_kind, write_report
+from afm_struct_bench.report import collect, detect_kind, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -127,8 +127,8 @@ def test_cli_report(results: Path, tmp_path: Path) -> None:
 
 
 def _soak_hostile() -> dict:
-    from afm_struct.bench.soak import Hostility
-    from afm_struct.bench.soak_summary import summarize
+    from afm_struct_bench.soak import Hostility
+    from afm_struct_bench.soak_summary import summarize
 
     rows = [{"kind": "free", "action": "read", "stream": True, "rid": "soak-1", "hostile": False,
              "status": 200, "outcome": "error", "error": "stream_error:generation_failed",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from afm_struct.bench.scoring import count_leaves, normalize_string, scalar_equal, score_fields
+from afm_struct_bench.scoring import count_leaves, normalize_string, scalar_equal, score_fields
 
 
 def test_exact_match_scores_one() -> None:

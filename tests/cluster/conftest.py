@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from afm_struct.cli.cluster import Cluster, free_port
+from afm_struct.cli.cluster_ports import free_port
+from afm_struct.cli.cluster_supervisor import Cluster
 from server.tenants import ApiKey
 
 if shutil.which("haproxy") is None:

@@ -13,7 +13,7 @@ from collections import Counter
 
 import httpx
 
-from afm_struct.cli.cluster import Cluster
+from afm_struct.cli.cluster_supervisor import Cluster
 from afm_struct.client import Client, affinity_key
 from afm_struct.testing import SERVED_SCRIPT
 

@@ -18,7 +18,10 @@ import pytest
 
 from afm_struct.cli import build_parser
 from afm_struct.cli import cluster as cluster_cli
-from afm_struct.cli.cluster import MAX_SOCKET_PATH, Cluster, ClusterError, forwarded_args, free_port
+from afm_struct.cli import cluster_supervisor as supervisor
+from afm_struct.cli.cluster import forwarded_args
+from afm_struct.cli.cluster_ports import free_port
+from afm_struct.cli.cluster_supervisor import MAX_SOCKET_PATH, Cluster, ClusterError
 from afm_struct.cli.serve import STORE_ENV
 from server.auth import ENV_VAR, load_api_keys
 from server.tenants import ApiKey
@@ -45,7 +48,7 @@ def test_keys_reach_the_replicas_with_their_names_and_haproxy_keys_cancels_on_th
     keyed = Cluster(2, 18082, ["--model", "scripted"], run_dir=tmp_path,
                     api_keys=(ApiKey("sk-a", name="acme"), "sk-b"))
     config = keyed.render_config()
-    assert f"http-request set-var(txn.owner) {cluster_cli.OWNER_FROM_KEY}" in config
+    assert f"http-request set-var(txn.owner) {supervisor.OWNER_FROM_KEY}" in config
     assert "stick match path,field(5,/),url_dec,concat(/,txn.owner) if is_cancel" in config
     assert "sk-a" not in config and "acme" not in config
     seen: dict[str, str] = {}
@@ -56,13 +59,13 @@ def test_keys_reach_the_replicas_with_their_names_and_haproxy_keys_cancels_on_th
             seen["cmd"] = " ".join(cmd)
             self.pid = 0
 
-    monkeypatch.setattr(cluster_cli.subprocess, "Popen", Recorder)
+    monkeypatch.setattr(supervisor.subprocess, "Popen", Recorder)
     keyed._spawn_replica(keyed.members[0])
     assert load_api_keys([], None, {ENV_VAR: seen[ENV_VAR]}) == keyed.api_keys
     assert [k.name for k in keyed.api_keys] == ["acme", None]
     assert "sk-a" not in seen["cmd"]
     open_config = Cluster(2, 18083, run_dir=tmp_path).render_config()
-    assert f"set-var(txn.owner) {cluster_cli.OWNER_WITHOUT_KEYS}" in open_config
+    assert f"set-var(txn.owner) {supervisor.OWNER_WITHOUT_KEYS}" in open_config
 
 
 def test_the_response_store_reaches_the_replicas_in_their_environment(
@@ -82,7 +85,7 @@ def test_the_response_store_reaches_the_replicas_in_their_environment(
             self.pid = 0
 
     monkeypatch.setenv(STORE_ENV, "/somewhere/else.sqlite3")  # the cluster's option wins
-    monkeypatch.setattr(cluster_cli.subprocess, "Popen", Recorder)
+    monkeypatch.setattr(supervisor.subprocess, "Popen", Recorder)
     c._spawn_replica(c.members[0])
     assert seen[STORE_ENV] == url and "s3cret" not in seen["cmd"]
 
@@ -100,7 +103,7 @@ def test_cluster_refuses_a_store_it_cannot_open_before_starting_replicas(tmp_pat
 
 
 def test_missing_haproxy_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cluster_cli.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(supervisor.shutil, "which", lambda _name: None)
     with pytest.raises(ClusterError, match=r"apt-get install -y haproxy.*brew install haproxy"):
         Cluster(2, free_port())
 
@@ -159,7 +162,7 @@ def test_maxconn_fits_the_open_files_limit(monkeypatch) -> None:
     (seen under `make test` with a limit of 2048): maxconn follows the limit."""
     import resource
 
-    from afm_struct.cli.cluster import haproxy_maxconn
+    from afm_struct.cli.cluster_supervisor import haproxy_maxconn
 
     monkeypatch.setattr(resource, "getrlimit", lambda _r: (2048, 2048))
     monkeypatch.setattr(resource, "setrlimit", lambda _r, _v: None)
@@ -253,7 +256,7 @@ def test_replica_ports_must_be_numbers() -> None:
 def test_the_default_replica_count_is_what_the_docs_and_makefile_say(capsys) -> None:
     root = Path(__file__).resolve().parents[2]
     makefile = re.search(r"^REPLICAS \?= (\d+)$", (root / "Makefile").read_text(), re.M)
-    assert makefile and int(makefile.group(1)) == cluster_cli.DEFAULT_REPLICAS == 3
+    assert makefile and int(makefile.group(1)) == supervisor.DEFAULT_REPLICAS == 3
     assert cluster_cli.replica_count(build_parser().parse_args(["cluster"])) == 3
     assert cluster_cli.replica_count(build_parser().parse_args(["cluster", "--replica-ports", "1,2"])) == 2
     with pytest.raises(SystemExit):

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from afm_struct.cli.cluster import Cluster, free_port
+from afm_struct.cli.cluster_ports import free_port
+from afm_struct.cli.cluster_supervisor import Cluster
 
 from .conftest import AUTH, KEY, StreamResult, async_client, run, stream
 

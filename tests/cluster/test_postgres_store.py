@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from afm_struct.cli.cluster import Cluster, free_port
+from afm_struct.cli.cluster_ports import free_port
+from afm_struct.cli.cluster_supervisor import Cluster
 from tests.postgres_server import PostgresServer, unavailable_reason
 
 from .conftest import AUTH, KEY, async_client, run

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from afm_struct.cli.cluster import Cluster
+from afm_struct.cli.cluster_supervisor import Cluster
 
 from .conftest import AUTH, AUTH_B
 

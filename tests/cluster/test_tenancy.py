@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 from hypothesis import given
 
-from afm_struct.cli.cluster import Cluster
+from afm_struct.cli.cluster_supervisor import Cluster
 
 from ..tenant_traffic import Plan, plans, run_plan, traffic_settings
 from .conftest import AUTH, AUTH_B, KEY, KEY_B, USER, StreamResult, async_client, run, stream

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from afm_struct.decoding.outputs import Finished
+from afm_struct.turn.outputs import Finished
 
 MARK = "ENGINE-INTERNALS <state>Parser: {rows: 1}</state>"
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from afm_struct.decoding.grammar_budget import GrammarBudget
 from afm_struct.decoding.next_mask import LIST_ALLOWED_MAX, MaskFiller
-from afm_struct.decoding.reasoning import ReasoningGate, ReasoningTags
-from afm_struct.grammar.engine import MatcherError
-from afm_struct.grammar.llguidance_backend import LLGuidanceBackend
+from afm_struct.decoding.reasoning_gate import ReasoningGate, ReasoningTags
+from afm_struct.grammar.engines.llguidance_engine import LLGuidanceBackend
+from afm_struct.grammar.engines.protocol import MatcherError
 
 from .randomized import examples
 
@@ -229,7 +229,7 @@ def test_a_chunk_whose_call_refuses_is_filled_row_by_row(tokenizer: Any, grammar
                                                          monkeypatch: Any) -> None:
     """The engine call of one chunk raises: its rows are filled on their own, the other
     chunks' rows stay filled together, and no row fails."""
-    from afm_struct.grammar import llguidance_backend
+    from afm_struct.grammar.engines import llguidance_engine as llguidance_backend
 
     real = llguidance_backend.fill_masks_together
     calls: list[list[int]] = []
@@ -259,7 +259,7 @@ def test_a_failing_row_in_a_chunk_ends_alone_and_no_write_follows(tokenizer: Any
     the helper thread's last call is written (the caller may reuse the bitmask at once)."""
     import time
 
-    from afm_struct.grammar import llguidance_backend
+    from afm_struct.grammar.engines import llguidance_engine as llguidance_backend
 
     real = llguidance_backend.fill_masks_together
     ended: list[float] = []
@@ -296,7 +296,7 @@ def test_a_failing_row_in_a_chunk_ends_alone_and_no_write_follows(tokenizer: Any
 def test_the_executor_has_two_threads_a_core(cpus: int, threads: int) -> None:
     """llguidance's default (80 % of the CPUs) is one thread on 2 cores, no faster than row by
     row; one a core leaves a core idle behind the batch's dearest rows (mask_threads)."""
-    from afm_struct.grammar.llguidance_backend import mask_threads
+    from afm_struct.grammar.engines.llguidance_engine import mask_threads
 
     assert mask_threads(cpus) == threads
 

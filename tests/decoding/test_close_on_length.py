@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.decoding.closing import BudgetCloser
 from afm_struct.decoding.generator import Finished, GenerationRequest, Generator, TextDelta
-from afm_struct.decoding.reasoning import ReasoningTags
+from afm_struct.decoding.length_close import BudgetCloser
+from afm_struct.decoding.reasoning_gate import ReasoningTags
 from afm_struct.decoding.sampling import SamplingParams
-from afm_struct.grammar.closing import closing_vocab_for
+from afm_struct.grammar.closer.completion import closing_vocab_for
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
 from afm_struct.testing import random_loaded_model, scripted_loaded_model
@@ -155,7 +155,7 @@ def test_random_model_cut_output_validates(tokenizer, schema, max_tokens, seed) 
     if constraint.mode != "enforced":
         return
     # The budget the grammar needs at least (the shortest instance from the start).
-    from afm_struct.grammar.closing import shortest_completion
+    from afm_struct.grammar.closer.completion import shortest_completion
     minimal = shortest_completion(constraint.new_matcher(), closing_vocab_for(tokenizer),
                                   vocab_size=tokenizer.vocab_size, decode=tokenizer.decode)
     gen = Generator.from_loaded(random_loaded_model(tokenizer, seed))
@@ -233,7 +233,7 @@ def test_a_format_without_a_plan_at_the_start_is_still_closed(tokenizer, seed) -
 def test_a_search_that_finds_nothing_is_retried(tokenizer, monkeypatch) -> None:
     # Issue 34.2: one failed search (a split character, a search out of time) used to turn
     # closing off for the rest of the request; now it is asked again a few steps later.
-    import afm_struct.decoding.closing as closing
+    import afm_struct.decoding.length_close as closing
 
     real, calls = closing.shortest_completion, []
 
@@ -251,7 +251,7 @@ def test_a_search_that_finds_nothing_is_retried(tokenizer, monkeypatch) -> None:
 def test_the_search_reads_only_the_constrained_span(tokenizer, monkeypatch) -> None:
     # Issue 34.2: the scan counted the thinking block's text, so one stray quote there made
     # every search believe the answer's strings were inverted (and fail).
-    import afm_struct.decoding.closing as closing
+    import afm_struct.decoding.length_close as closing
 
     real, states = closing.shortest_completion, []
 
@@ -315,7 +315,7 @@ def test_dev_set_outputs_cut_at_random_budgets_validate_or_say_why(tokenizer, in
     """Closed output validates (the original schema, formats asserted), or the request says why:
     before generating (its budget is below the shortest valid output: the server's 400) or by
     the downgrade flag (a strict schema served best-effort)."""
-    from afm_struct.decoding.closing import check_budget
+    from afm_struct.decoding.length_close import check_budget
     from afm_struct.errors import AfmError, InvalidRequestError
 
     try:
@@ -344,7 +344,7 @@ def test_dev_set_outputs_cut_at_random_budgets_validate_or_say_why(tokenizer, in
 def test_the_floor_used_when_the_search_gives_up_is_never_above_the_shortest_output(tokenizer, index):
     """The floor (output_floor.py) is a lower bound: on schemas whose shortest output the search
     finds it stays at or below it, and it is not trivial (the forced start at least)."""
-    from afm_struct.decoding.closing import min_output_tokens
+    from afm_struct.decoding.length_close import min_output_tokens
     from afm_struct.decoding.output_floor import output_floor
     from afm_struct.errors import AfmError
 
@@ -362,7 +362,7 @@ def test_the_floor_used_when_the_search_gives_up_is_never_above_the_shortest_out
 def test_far_from_the_budget_a_token_off_the_plan_is_not_checked(tokenizer) -> None:
     # Inside the zone with room for many times the completion: a token that leaves the plan is
     # taken without a search, and the next search waits (issue 40); near the budget it is checked.
-    from afm_struct.decoding.closing import FAR_DIVISOR, FAR_SLACK
+    from afm_struct.decoding.length_close import FAR_DIVISOR, FAR_SLACK
 
     constraint = compile_constraint(tokenizer, JsonSchemaRequest(PERSON))
     tokens = tokenizer.encode('{"name": "Ann Smith Jones Brown", "speakers": ["Bo", "Cy", "Di"')

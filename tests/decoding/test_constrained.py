@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from afm_struct.decoding.generator import Finished, GenerationRequest, Generator
-from afm_struct.decoding.reasoning import ReasoningTags
+from afm_struct.decoding.reasoning_gate import ReasoningTags
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
@@ -188,7 +188,7 @@ class _SlowHF:
 def test_reasoning_tags_detected_from_the_vocabulary(hf_type) -> None:  # type: ignore[no-untyped-def]
     from types import SimpleNamespace
 
-    from afm_struct.decoding.reasoning import detect_reasoning_tags
+    from afm_struct.decoding.reasoning_gate import detect_reasoning_tags
 
     thinker = SimpleNamespace(hf=hf_type({"<think>": 5, "</think>": 6, "a": 7}))
     tags = detect_reasoning_tags(thinker, "<|user|>hi<|assistant|><think>\n")
@@ -199,6 +199,6 @@ def test_reasoning_tags_detected_from_the_vocabulary(hf_type) -> None:  # type: 
 
 
 def test_embedded_tokenizer_has_no_thinking_tags(tokenizer) -> None:  # type: ignore[no-untyped-def]
-    from afm_struct.decoding.reasoning import detect_reasoning_tags
+    from afm_struct.decoding.reasoning_gate import detect_reasoning_tags
 
     assert detect_reasoning_tags(tokenizer, "anything") is None

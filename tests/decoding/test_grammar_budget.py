@@ -12,7 +12,7 @@ import pytest
 from afm_struct.decoding.grammar_budget import DEAR_ROW_S, GrammarBudget
 from afm_struct.decoding.next_mask import MaskFiller
 from afm_struct.errors import GrammarLimitError
-from afm_struct.grammar.llguidance_backend import LLGuidanceBackend
+from afm_struct.grammar.engines.llguidance_engine import LLGuidanceBackend
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 

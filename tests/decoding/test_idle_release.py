@@ -6,9 +6,9 @@ import threading
 import time
 
 from afm_struct.decoding.generator import Finished, GenerationRequest, Generator
+from afm_struct.decoding.heap import IdleRelease
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.decoding.scheduler import Scheduler, SchedulerLimits
-from afm_struct.heap import IdleRelease
 from afm_struct.testing import Script, scripted_loaded_model
 
 

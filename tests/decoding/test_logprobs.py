@@ -214,7 +214,7 @@ def test_masked_tokens_never_appear_among_alternatives(tokenizer, seed):
                                               constraint=constraint, logprobs=20))
     entries: list[TokenLogprob] = [e for d in deltas for e in d.logprobs or ()]
     matcher = constraint.new_matcher()
-    from afm_struct.grammar.engine import allocate_bitmask
+    from afm_struct.grammar.engines.protocol import allocate_bitmask
 
     vocab = loaded.model.vocab_size
     mask = allocate_bitmask(1, vocab)

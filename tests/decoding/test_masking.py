@@ -21,7 +21,7 @@ from afm_struct.decoding.masking import (
     bitmask_allows_all,
     set_tokens,
 )
-from afm_struct.grammar.engine import allocate_bitmask
+from afm_struct.grammar.engines.protocol import allocate_bitmask
 
 from .randomized import examples
 
@@ -141,7 +141,7 @@ def test_allowed_count_and_tokens_against_a_reference(words, seed, density, layo
 
 
 def test_buffer_address_is_the_arrays_data_pointer():
-    from afm_struct.grammar.engine import buffer_address
+    from afm_struct.grammar.engines.protocol import buffer_address
 
     bitmask = np.zeros((3, 7), dtype=np.int32)
     frozen = bitmask[2]

@@ -1,7 +1,7 @@
 """One turn per request: the generator's reasoning gate and the answer events read the same object.
 
 A request with tools and a thinking block runs on the scripted model with the request's
-:class:`~afm_struct.serving.turn.Turn`.  At every mask it fills, the gate records the phase it
+:class:`~afm_struct.turn.turn.Turn`.  At every mask it fills, the gate records the phase it
 reads; the deltas carry the turn's events.  The gate's turn is the request's (one instance), each
 phase it saw is the phase of exactly the text emitted before that step (replayed on a fresh
 turn), and the events on the deltas are those of that text: the two sides cannot disagree.
@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from afm_struct.decoding.generator import Finished, GenerationRequest, Generator, TextDelta
-from afm_struct.decoding.reasoning import ReasoningGate, ReasoningTags
+from afm_struct.decoding.reasoning_gate import ReasoningGate, ReasoningTags
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.grammar.spec import ToolDef
-from afm_struct.serving.turn import CALL, CONTENT, DONE, THINK
 from afm_struct.testing import scripted_loaded_model
-from afm_struct.text.reasoning import TurnText
 from afm_struct.tools import ToolCallRouter, load_table
 from afm_struct.tools.grammar import compile_tool_grammar
+from afm_struct.turn.reasoning import TurnText
+from afm_struct.turn.turn import CALL, CONTENT, DONE, THINK
 
 from ..tools.conftest import as_deltas
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from afm_struct.decoding.generator import Finished, GenerationRequest, Generator
-from afm_struct.decoding.reasoning import ReasoningTags
+from afm_struct.decoding.reasoning_gate import ReasoningTags
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonSchemaRequest

@@ -159,7 +159,7 @@ def test_the_mlx_lm_processor_raises_on_a_mask_the_engine_failed(tokenizer):
 
     from afm_struct.decoding.mlx_lm_processor import make_mlx_lm_processor
     from afm_struct.grammar.compiler import compile_constraint
-    from afm_struct.grammar.engine import MatcherError
+    from afm_struct.grammar.engines.protocol import MatcherError
     from afm_struct.grammar.spec import JsonObjectRequest
 
     from .faults import FaultyMatcher

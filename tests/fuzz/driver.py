@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from afm_struct.decoding.reasoning import THINK_TAGS
+from afm_struct.decoding.reasoning_gate import THINK_TAGS
 from afm_struct.tools.formats import detect_format
 
 from .contract import Violation, check

@@ -4,7 +4,7 @@ Each case (tests/fuzz/grammar_strategies.py) goes to two child processes
 (tests/fuzz/grammar_child.py): raw llguidance, where a native crash shows up as the child's
 signal (SIGSEGV, SIGABRT) rather than taking the fuzzer down, and our ``compile_constraint``,
 which must never crash or hang whatever the raw engine does (the number guard,
-afm_struct/grammar/engine_numbers.py, sits in front of every llguidance compile).  A crashed
+afm_struct/grammar/engines/llguidance_numbers.py, sits in front of every llguidance compile).  A crashed
 child is restarted and the next case goes on.
 
     python -m tests.fuzz.grammar_fuzz 2000 [findings.jsonl]   # make fuzz-grammar: a survey
@@ -141,7 +141,7 @@ def survey(n: int, *, derandomize: bool = False) -> Survey:
 def explained(finding: Finding) -> bool:
     """True when the number guard names a crash in a case that crashed the raw engine (for a
     Lark grammar, in one of its ``%json`` blocks): the crash is of a class it knows."""
-    from afm_struct.grammar.engine_numbers import lark_json_issues, number_issues
+    from afm_struct.grammar.engines.llguidance_numbers import lark_json_issues, number_issues
 
     if finding.kind == "json":
         issues = number_issues(json.loads(finding.text))

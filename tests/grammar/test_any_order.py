@@ -15,10 +15,10 @@ import jsonschema
 import pytest
 
 from afm_struct.errors import InvalidRequestError
-from afm_struct.grammar.any_order import any_order_grammar
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.llguidance_backend import json_options
-from afm_struct.grammar.rewrites import rewrite_schema
+from afm_struct.grammar.engines.any_order import any_order_grammar
+from afm_struct.grammar.engines.llguidance_engine import json_options
+from afm_struct.grammar.schema.rewrites import rewrite_schema
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, Mode
 
 ZIP = {"type": "string", "pattern": "^[0-9]{5}$"}

@@ -7,7 +7,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from afm_struct.grammar.closed_objects import close_objects
+from afm_struct.grammar.schema.closed_objects import close_objects
 
 
 def test_every_declared_object_is_closed_defs_and_combinators_included() -> None:

@@ -1,4 +1,4 @@
-"""The shortest-completion search (afm_struct/grammar/closing.py) on real compiled grammars."""
+"""The shortest-completion search (afm_struct/grammar/closer/completion.py) on real compiled grammars."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from afm_struct.errors import AfmError
-from afm_struct.grammar.closing import closing_vocab_for, scan, shortest_completion
+from afm_struct.grammar.closer.completion import closing_vocab_for, scan, shortest_completion
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonObjectRequest, JsonSchemaRequest
 
@@ -174,7 +174,7 @@ def test_values_the_grammar_does_not_let_end_are_completed(tokenizer, schema, te
 def test_a_hidden_pattern_state_is_completed_by_the_patterns_automaton(tokenizer) -> None:
     # Unanchored: every character is allowed after "2022-01-01 12:0" and after "2022-01-01 12:00",
     # so the mask does not show where the match is; the pattern's automaton does.
-    from afm_struct.grammar.closing import open_string
+    from afm_struct.grammar.closer.completion import open_string
 
     schema = _v({"type": "string", "pattern": "\\d{4}-\\d{2}-\\d{2} \\d{2}:\\d{2}:\\d{2}", "minLength": 25})
     constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema, strict=True))
@@ -237,7 +237,7 @@ EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or 40
 def test_dev_set_instances_cut_anywhere_are_completed(tokenizer, index, pick, cut) -> None:
     """A valid dev-set instance, cut after any token, is completed to an instance the original
     schema accepts (formats asserted): the completion is in the grammar's own language."""
-    from afm_struct.grammar.closing import open_string
+    from afm_struct.grammar.closer.completion import open_string
 
     doc = json.loads(DEV_FILES[index].read_text())
     valid = [t["data"] for t in doc.get("tests", []) if t.get("valid")]
@@ -266,7 +266,7 @@ def test_a_pattern_whose_automaton_would_be_huge_is_not_built(pattern) -> None:
     # The soak's hostile patterns: unrolled, ^a{1000000}$ is a million-state automaton (22 GB
     # before the process was killed), and the subset construction of (a|b)*a(a|b){n} has 2^n
     # states.  The search does without the pattern's automaton there (its escape still runs).
-    from afm_struct.grammar.closing_hints import ClosingHints, _automaton
+    from afm_struct.grammar.closer.hints import ClosingHints, _automaton
 
     assert _automaton(pattern) is None
     assert ClosingHints(frozenset(), (pattern,)).completions("") == []
@@ -342,7 +342,7 @@ def test_a_string_cut_inside_a_character_is_left_by_its_own_pattern(byte_tokeniz
     # punctuation (']' of the date's pattern) forever: no completion, every step in the zone.
     # The character is finished first now (with the first continuation bytes the grammar
     # allows: another character than the model's, cut), then escaped as any string.
-    from afm_struct.grammar.closing import open_string
+    from afm_struct.grammar.closer.completion import open_string
 
     tok = byte_tokenizer
     constraint = compile_constraint(tok, JsonSchemaRequest(URI_AND_DATE, strict=True))

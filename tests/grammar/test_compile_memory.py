@@ -11,8 +11,8 @@ from afm_struct.errors import OverloadedError
 from afm_struct.grammar.cache import LRUCache
 from afm_struct.grammar.compile_memory import CompileMemory, estimate_compile_mb
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engine import allocate_bitmask
-from afm_struct.grammar.llguidance_backend import LLGuidanceBackend
+from afm_struct.grammar.engines.llguidance_engine import LLGuidanceBackend
+from afm_struct.grammar.engines.protocol import allocate_bitmask
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, Rung
 
 

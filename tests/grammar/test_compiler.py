@@ -9,8 +9,8 @@ import pytest
 
 from afm_struct.errors import SchemaError
 from afm_struct.grammar.compiler import ConstraintCompiler, compile_constraint
-from afm_struct.grammar.engine import allocate_bitmask
-from afm_struct.grammar.regex_classify import classify_pattern
+from afm_struct.grammar.engines.protocol import allocate_bitmask
+from afm_struct.grammar.patterns.classify import classify_pattern
 from afm_struct.grammar.spec import (
     CompileOptions,
     JsonObjectRequest,

@@ -1,4 +1,4 @@
-"""The number guard in front of llguidance (afm_struct/grammar/engine_numbers.py).
+"""The number guard in front of llguidance (afm_struct/grammar/engines/llguidance_numbers.py).
 
 Three parts: the guard finds what it must (paths, kinds) and nothing in ordinary schemas; the
 compile path serves those schemas honestly (relaxed with ``number_beyond_engine``, a Lark
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from afm_struct.errors import SchemaError
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engine_numbers import lark_json_issues, number_issues, widen
+from afm_struct.grammar.engines.llguidance_numbers import lark_json_issues, number_issues, widen
 from afm_struct.grammar.spec import JsonSchemaRequest, LarkRequest, Mode, Rung
 
 from .schema_strategies import EXAMPLES

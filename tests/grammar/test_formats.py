@@ -2,7 +2,7 @@
 format-asserting validator (jsonschema, the draft's FORMAT_CHECKER, format-nongpl installed).
 
 Each format is either enforced exactly (llguidance's own regex, or ours from
-``afm_struct/grammar/formats.py``) or the schema is downgraded with ``unsupported_format:<f>``.
+``afm_struct/grammar/schema/string_formats.py``) or the schema is downgraded with ``unsupported_format:<f>``.
 Our regexes are checked against the checker with hypothesis (strings generated from the regex
 must pass: the direction "enforced" needs) and, where we claim equivalence, the other way.
 """
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.grammar import formats
-from afm_struct.grammar.formats import RULES, exact_format, rule_for
-from afm_struct.grammar.rewrites import rewrite_schema
+from afm_struct.grammar.schema import string_formats as formats
+from afm_struct.grammar.schema.rewrites import rewrite_schema
+from afm_struct.grammar.schema.string_formats import RULES, exact_format, rule_for
 from afm_struct.grammar.spec import JsonSchemaRequest, Mode
 from afm_struct.grammar.validation import validate_json
 

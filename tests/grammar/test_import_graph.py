@@ -1,77 +1,57 @@
-"""The grammar package's modules import each other without cycles at module level, and the
-admission checks (schema_check, satisfiability) and the rewrites without cycles at all,
-deferred imports included (a function-level import that closes a cycle hides it from the
-interpreter, not from readers).
+"""Inside grammar/: the schema analysis (admission checks and rewrites) needs no tokenizer and no
+engine, and each sub-package's ``__init__`` says its job.
 
-The tokenizer state (tokenizer_state.py) is a hub on purpose: it builds the closing
-vocabulary, the compiler and the token table on first use, with deferred imports of the
-modules that in turn ask it for their part; those deferred edges are left out of the
-module-level check."""
+The whole tree's circles and layers are checked in tests/test_layers.py; this file checks the
+rooms of grammar/: a schema can be checked and rewritten with nothing loaded (the admission
+checks run before any model is asked for), so what ``schema/`` reaches stays in ``schema/``,
+``patterns/`` and the grammar's base values.
+"""
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import afm_struct.grammar
 
+from ..import_graph import graph
+
 PACKAGE = Path(afm_struct.grammar.__file__).parent
+ROOMS = ("closer", "engines", "patterns", "schema")
 
 
-def _imports(*, deferred: bool) -> dict[str, set[str]]:
-    """Module → the sibling modules it imports at module level (or anywhere, ``deferred``)."""
-    graph: dict[str, set[str]] = {}
-    for path in sorted(PACKAGE.glob("*.py")):
-        deps: set[str] = set()
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree) if deferred else tree.body:
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    deps.add(node.module.split(".")[0])
-                else:
-                    deps.update(alias.name for alias in node.names)
-        graph[path.stem] = deps & {p.stem for p in PACKAGE.glob("*.py")}
-    return graph
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(name: str) -> list[str] | None:
-        state[name] = 1
-        stack.append(name)
-        for dep in sorted(graph.get(name, ())):
-            if state.get(dep) == 1:
-                return [*stack[stack.index(dep):], dep]
-            if dep not in state and (found := visit(dep)):
-                return found
-        stack.pop()
-        state[name] = 2
-        return None
-
-    for name in sorted(graph):
-        if name not in state and (found := visit(name)):
-            return found
-    return None
-
-
-def test_grammar_modules_have_no_import_cycle() -> None:
-    graph = _imports(deferred=False)
-    assert "satisfiability" in graph and "schema_check" in graph
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
-
-
-def test_admission_and_rewrites_have_no_cycle_even_deferred() -> None:
-    full = _imports(deferred=True)
-    # Reachable from the admission checks and the rewrites (none of them needs a tokenizer).
-    roots = {"schema_check", "satisfiability", "rewrites"}
-    seen, todo = set(), list(roots)
+def _reachable(edges: dict[str, set[str]], roots: set[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(roots)
     while todo:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo.extend(full.get(name, ()))
-    assert "tokenizer_state" not in seen, sorted(seen)
-    sub = {name: deps & seen for name, deps in full.items() if name in seen}
-    assert _cycle(sub) is None, " -> ".join(_cycle(sub) or [])
+            todo.extend(edges.get(name, ()))
+    return seen
+
+
+def test_schema_analysis_reaches_no_tokenizer_and_no_engine() -> None:
+    edges = graph()
+    roots = {f"afm_struct.grammar.schema.{n}" for n in ("check", "satisfiability", "rewrites")}
+    assert roots <= edges.keys()
+    seen = _reachable(edges, roots)
+    allowed = ("afm_struct.grammar.schema.", "afm_struct.grammar.patterns.")
+    base = {"afm_struct.errors", "afm_struct.grammar.spec", "afm_struct.grammar.diagnostics"}
+    assert sorted(n for n in seen if not n.startswith(allowed) and n not in base) == []
+
+
+def test_each_room_says_its_job_and_exports_only_what_it_has() -> None:
+    for room in ROOMS:
+        init = PACKAGE / room / "__init__.py"
+        tree = ast.parse(init.read_text())
+        doc = ast.get_docstring(tree)
+        assert doc and len(doc.split("\n\n")[0]) > 40, room
+        module = importlib.import_module(f"afm_struct.grammar.{room}")
+        assert module.__all__, room
+        for name in module.__all__:
+            assert hasattr(module, name), (room, name)
+    # The ladder and the one compile API sit at the top, where a reader starts.
+    assert (PACKAGE / "ladder.py").is_file() and (PACKAGE / "compiler.py").is_file()
+    assert afm_struct.grammar.compile_constraint.__module__ == "afm_struct.grammar.compiler"

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.json_escapes import guard_pattern
+from afm_struct.grammar.patterns.json_escapes import guard_pattern
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, Mode
 
 from .schema_strategies import EXAMPLES

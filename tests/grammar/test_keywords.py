@@ -1,13 +1,14 @@
-"""One keyword table (grammar/keywords.py) drives the rewrites, their triggers, outlines'
+"""One keyword table (grammar/schema/keywords.py) drives the rewrites, their triggers, outlines'
 unenforced list and the downgrade reasons: nothing keeps a second list."""
 
 from __future__ import annotations
 
 import jsonschema
 
-from afm_struct.grammar import keywords, outlines_backend, rewrites
-from afm_struct.grammar.key_presence import ASSERTIONS
+from afm_struct.grammar.engines import outlines_engine as outlines_backend
+from afm_struct.grammar.engines.key_presence import ASSERTIONS
 from afm_struct.grammar.ladder import failure_reason
+from afm_struct.grammar.schema import keywords, rewrites
 
 
 def test_every_rewrite_is_named_by_a_keyword_and_every_name_runs() -> None:

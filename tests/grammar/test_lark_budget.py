@@ -1,4 +1,4 @@
-"""The forced-run budget for grammar texts (grammar/lark_budget.py): measured on the Lark text,
+"""The forced-run budget for grammar texts (grammar/closer/lark_budget.py): measured on the Lark text,
 checked against llguidance itself.
 
 Over the budget, the engine (asked anyway) compiles the grammar and fails at the first token or
@@ -18,11 +18,16 @@ import numpy as np
 import pytest
 
 from afm_struct.errors import GrammarLimitError
+from afm_struct.grammar.closer.lark_budget import (
+    MAX_GRAMMAR_CHARS,
+    MAX_RULE_DEPTH,
+    grammar_forced_run,
+    rule_depth,
+)
+from afm_struct.grammar.closer.literal_budget import MAX_FORCED_RUN
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engine import allocate_bitmask
+from afm_struct.grammar.engines.protocol import allocate_bitmask
 from afm_struct.grammar.grammar_syntax import gbnf_to_lark, to_lark
-from afm_struct.grammar.lark_budget import MAX_GRAMMAR_CHARS, MAX_RULE_DEPTH, grammar_forced_run, rule_depth
-from afm_struct.grammar.literal_budget import MAX_FORCED_RUN
 from afm_struct.grammar.spec import LarkRequest, Mode
 
 CHAIN = "\n".join(["start: r0", *(f'r{i}: "a" r{i + 1}' for i in range(400)), 'r400: "b"'])

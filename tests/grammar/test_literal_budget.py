@@ -1,4 +1,4 @@
-"""The lexer budget at compile time (grammar/literal_budget.py): forced runs are measured, and a
+"""The lexer budget at compile time (grammar/closer/literal_budget.py): forced runs are measured, and a
 schema forcing more than the engine can follow is refused (strict) or served without it.
 
 The budget is checked against llguidance itself: patterns of every shape under it compile
@@ -15,14 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from afm_struct.errors import GrammarLimitError
-from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engine import allocate_bitmask
-from afm_struct.grammar.literal_budget import (
+from afm_struct.grammar.closer.literal_budget import (
     MAX_FORCED_RUN,
     MAX_PATTERN_CHARS,
     forced_run,
     longest_forced_run,
 )
+from afm_struct.grammar.compiler import ConstraintCompiler
+from afm_struct.grammar.engines.protocol import allocate_bitmask
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, Mode, RegexRequest, Rung
 
 from ..decoding.randomized import examples

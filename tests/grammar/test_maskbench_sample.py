@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from afm_struct.bench.masks import run_file, summarize
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engine import allocate_bitmask
+from afm_struct.grammar.engines.protocol import allocate_bitmask
 from afm_struct.grammar.spec import CompileOptions
+from afm_struct_bench.masks import run_file, summarize
 
 from .conftest import DATA, SHARED
 

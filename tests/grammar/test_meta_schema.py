@@ -12,8 +12,8 @@ from jsonschema import Draft201909Validator, Draft202012Validator
 from jsonschema.validators import validator_for
 
 from afm_struct.errors import SchemaError
-from afm_struct.grammar.meta_schema import flattened_meta_schema
-from afm_struct.grammar.schema_check import check_schema, validator_class
+from afm_struct.grammar.schema.check import check_schema, validator_class
+from afm_struct.grammar.schema.meta_schema import flattened_meta_schema
 
 from .conftest import DATA, SHARED
 

@@ -1,4 +1,4 @@
-"""``not S`` as a positive schema (grammar/negation.py): where the negator answers, its schema
+"""``not S`` as a positive schema (grammar/schema/negation.py): where the negator answers, its schema
 accepts exactly the values S rejects (jsonschema as the oracle), in each draft's reading."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.grammar.negation import ATOMS, Negator
+from afm_struct.grammar.schema.negation import ATOMS, Negator
 
 from .schema_strategies import EXAMPLES, INSTANCES, leaf
 

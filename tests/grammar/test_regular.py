@@ -1,4 +1,4 @@
-"""Regular languages (grammar/regular.py, automata.py, regex_writer.py, pattern_lang.py).
+"""Regular languages (grammar/patterns/regular.py, automata.py, regex_writer.py, pattern_lang.py).
 
 * A pattern's language is exactly the strings Python's ``re.search`` matches (jsonschema's
   reading), on hypothesis-generated strings, for the pattern shapes the dev set holds.
@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.bench.masks import walk_instance
-from afm_struct.grammar import regular
-from afm_struct.grammar.engine import allocate_bitmask
-from afm_struct.grammar.pattern_lang import pattern_language
+from afm_struct.grammar.engines.protocol import allocate_bitmask
+from afm_struct.grammar.patterns import regular
+from afm_struct.grammar.patterns.pattern_lang import pattern_language
 from afm_struct.grammar.spec import JsonSchemaRequest, Mode
+from afm_struct_bench.masks import walk_instance
 
 from .schema_strategies import EXAMPLES
 

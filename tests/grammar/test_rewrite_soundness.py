@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.grammar.drafts import validator_class
-from afm_struct.grammar.rewrites import REGISTRY, rewrite_schema
+from afm_struct.grammar.schema.drafts import validator_class
+from afm_struct.grammar.schema.rewrites import REGISTRY, rewrite_schema
 
 from .conftest import SHARED
 from .schema_strategies import EXAMPLES, INSTANCES, KEYS, PATTERNS, SCALARS, leaf, with_type

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.grammar.rewrites import rewrite_schema
+from afm_struct.grammar.schema.rewrites import rewrite_schema
 from afm_struct.grammar.spec import JsonSchemaRequest, Mode
 
 CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [

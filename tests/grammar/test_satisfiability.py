@@ -10,8 +10,8 @@ import pytest
 
 from afm_struct.errors import SchemaError
 from afm_struct.grammar.compiler import compile_constraint
-from afm_struct.grammar.satisfiability import find_empty
-from afm_struct.grammar.schema_check import json_path, validator_class
+from afm_struct.grammar.schema.check import json_path, validator_class
+from afm_struct.grammar.schema.satisfiability import find_empty
 from afm_struct.grammar.spec import JsonSchemaRequest
 
 from .conftest import SHARED

@@ -2,12 +2,12 @@
 key's compact dump, made once per compile): each shortcut must answer as the walk would.
 
 * ``longest_forced_run(schema, text)``: a short text with no counted repeat is under the budget
-  (:func:`~afm_struct.grammar.literal_budget.bounded_by_text`): checked here on the bound it
+  (:func:`~afm_struct.grammar.closer.literal_budget.bounded_by_text`): checked here on the bound it
   rests on, forced bytes at most twice the text, for patterns and literals built from every
   kind of atom (escapes, quotes, control and non-ASCII characters, groups, alternations);
 * ``schema_limits_reason(schema, options, text)``: the size and depth verdicts of the walk;
 * ``rewrite_schema(schema, text)``: no triggering keyword in the text, no rewrite;
-  :func:`~afm_struct.grammar.rewrites.mentioned_triggers` never misses a keyword used as a key.
+  :func:`~afm_struct.grammar.schema.rewrites.mentioned_triggers` never misses a keyword used as a key.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.grammar.compiler import schema_key
-from afm_struct.grammar.keywords import TRIGGERS
-from afm_struct.grammar.literal_budget import (
+from afm_struct.grammar.closer.literal_budget import (
     MAX_FORCED_RUN,
     bounded_by_text,
     forced_run,
     longest_forced_run,
 )
-from afm_struct.grammar.rewrites import mentioned_triggers, rewrite_schema
-from afm_struct.grammar.schema_check import schema_limits_reason
+from afm_struct.grammar.compiler import schema_key
+from afm_struct.grammar.schema.check import schema_limits_reason
+from afm_struct.grammar.schema.keywords import TRIGGERS
+from afm_struct.grammar.schema.rewrites import mentioned_triggers, rewrite_schema
 from afm_struct.grammar.spec import CompileOptions
 
 from ..decoding.randomized import examples

@@ -18,10 +18,11 @@ import llguidance.hf
 
 from afm_struct.decoding.hidden_tokens import hidden_token_ids
 from afm_struct.decoding.logprobs import token_table
-from afm_struct.grammar.closing import closing_vocab_for
-from afm_struct.grammar.closing_vocab import ClosingVocab
+from afm_struct.decoding.tokenizer_parts import build_tokenizer_parts
+from afm_struct.grammar.closer.completion import closing_vocab_for
+from afm_struct.grammar.closer.vocab import ClosingVocab
 from afm_struct.grammar.compiler import ConstraintCompiler, compile_constraint, get_compiler
-from afm_struct.grammar.llguidance_backend import ll_tokenizer_for
+from afm_struct.grammar.engines.llguidance_engine import ll_tokenizer_for
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, RegexRequest
 from afm_struct.models import load_tokenizer
 
@@ -79,15 +80,15 @@ def test_built_once_across_many_compiles_and_threads(monkeypatch: Any) -> None:
     assert counts == {"ll_tokenizer": 1, "closing_vocab": 1}
     state = tokenizer.derived
     assert state.builds == {"ll_tokenizer": 1, "closing_vocab": 1, "token_table": 1, "compiler": 3}
-    assert get_compiler(tokenizer, OPTIONS[1]) is state.compiler(OPTIONS[1])
-    assert ll_tokenizer_for(tokenizer) is state.ll_tokenizer
-    assert token_table(tokenizer) is state.token_table
+    assert get_compiler(tokenizer, OPTIONS[1]) is state.peek(("compiler", OPTIONS[1]))
+    assert ll_tokenizer_for(tokenizer) is state.peek("ll_tokenizer")
+    assert token_table(tokenizer) is state.peek("token_table")
 
 
 def test_two_models_never_share_derived_state_and_dropping_one_releases_it() -> None:
     first, second = load_tokenizer(), load_tokenizer()
     # What the generator's warm-up builds at load: every part a plain request uses.
-    second.derived.build_all()
+    build_tokenizer_parts(second)
     warm = {"ll_tokenizer": 1, "closing_vocab": 1, "token_table": 1, "hidden_tokens": 1}
     assert second.derived.builds == warm and not first.derived.builds
     token_table(second), closing_vocab_for(second), hidden_token_ids(second)
@@ -102,8 +103,8 @@ def test_two_models_never_share_derived_state_and_dropping_one_releases_it() -> 
         hidden_token_ids(tok, keep=("<tool_call>",))
         token_table(tok).lookup(7)
         state = tok.derived
-        derived += [weakref.ref(state), weakref.ref(state.closing_vocab), weakref.ref(state.token_table),
-                    weakref.ref(state.compiler())]
+        derived += [weakref.ref(state), weakref.ref(closing_vocab_for(tok)), weakref.ref(token_table(tok)),
+                    weakref.ref(get_compiler(tok))]
     mine, theirs = derived[:4], derived[4:]
     assert all(a() is not b() for a, b in zip(mine, theirs, strict=True))
     assert ll_tokenizer_for(first) is not ll_tokenizer_for(second)

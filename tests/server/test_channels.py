@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.serving.events import Reasoning, Text
+from afm_struct.turn.events import Reasoning, Text
 from server.channels import ContentRouter, make_router
 from server.chat.encoder import chat_delta
 

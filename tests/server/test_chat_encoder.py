@@ -10,9 +10,8 @@ import json
 
 import pytest
 
-from afm_struct.decoding.outputs import FinishReason, TokenLogprob, Usage
 from afm_struct.errors import GenerationError
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     CallArguments,
     CallClosed,
     CallOpened,
@@ -24,6 +23,7 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import FinishReason, TokenLogprob, Usage
 from server.chat.encoder import ChatCompletion, ChatStream, chat_delta
 
 IDENT = ResponseIdentity(id="chatcmpl-1", created=1700000000, model="m")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from afm_struct.bench.completions import run_bench, summarize, verdict, write_report
+from afm_struct_bench.completions import run_bench, summarize, verdict, write_report
 
 
 def test_free_prose_is_invalid_and_constrained_is_valid(serve, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Numbers the grammar engine crashes on or changes, through every door, over real HTTP
-(issue 46, findings 1 and 5; afm_struct/grammar/engine_numbers.py).
+(issue 46, findings 1 and 5; afm_struct/grammar/engines/llguidance_numbers.py).
 
 Before: ``{"type": "integer", "minimum": -2^63, "maximum": -2^63}`` (and its neighbours) sent
 llguidance 1.9.1 into endless recursion, SIGSEGV: the server (here: the test process, whose

@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from afm_struct.decoding import closing as closing_module
+from afm_struct.decoding import length_close as closing_module
 from afm_struct.grammar import compiler as compiler_module
-from afm_struct.grammar import llguidance_backend
 from afm_struct.grammar.compiler import ConstraintCompiler
+from afm_struct.grammar.engines import llguidance_engine as llguidance_backend
 from afm_struct.testing import Script
 
 from .conftest import decode, sse_payloads, stream_raw

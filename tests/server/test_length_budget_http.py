@@ -2,7 +2,7 @@
 
 ``max_tokens: 20`` with ``minItems: 100000`` ran, stopped at ``length`` and served text that
 does not parse, ``exact``: the closing search gives up on such outputs and the proven floor sees
-only their first tokens.  Now the schema's own length floor (``grammar/min_length.py``) refuses
+only their first tokens.  Now the schema's own length floor (``grammar/schema/min_length.py``) refuses
 them with ``max_tokens_too_small`` (400) naming the budget's field, on every door; budgets that
 do fit are untouched.
 """
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.grammar.min_length import min_json_bytes, min_pattern_chars
+from afm_struct.grammar.schema.min_length import min_json_bytes, min_pattern_chars
 
 USER = [{"role": "user", "content": "hi"}]
 

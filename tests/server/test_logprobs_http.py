@@ -244,8 +244,8 @@ def _entries(text: str, pieces: list[str]) -> list[Any]:
 
 
 def test_routing_drops_swallowed_tokens_and_keeps_held_ones() -> None:
-    from afm_struct.serving.events import Reasoning, Text
-    from server.logprobs import LogprobRouting
+    from afm_struct.turn.events import Reasoning, Text
+    from server.logprob_routing import LogprobRouting
 
     text = "<think>Plan.</think>\n\nHi <b"
     e = _entries(text, ["<think>", "Plan", ".", "</think>", "\n\n", "Hi", " <", "b"])
@@ -261,7 +261,7 @@ def test_routing_drops_swallowed_tokens_and_keeps_held_ones() -> None:
 
 
 def test_deferred_entries_are_cut_to_the_sanitized_text() -> None:
-    from server.logprobs import within
+    from server.logprob_routing import within
 
     raw = '```json\n{"a": 1}\n```'
     e = _entries(raw, ["```", "json", "\n", '{"', "a", '":', " 1", "}", "\n", "```"])

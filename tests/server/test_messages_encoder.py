@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import GenerationError
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     CallArguments,
     CallClosed,
     CallOpened,
@@ -23,6 +22,7 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import FinishReason, Usage
 from server.messages.encoder import MessagesBody, MessagesStream, stop_reason
 
 IDENT = ResponseIdentity(id="msg_1", created=0, model="m")

@@ -9,9 +9,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from afm_struct.decoding.outputs import FinishReason, TokenLogprob, Usage
 from afm_struct.errors import GenerationError
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     CallArguments,
     CallClosed,
     CallOpened,
@@ -21,6 +20,7 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import FinishReason, TokenLogprob, Usage
 from server.completions_api.encoder import CompletionStream, TextCompletion
 from server.ollama.encoder import OllamaBody, OllamaStream
 

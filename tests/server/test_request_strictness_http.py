@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from afm_struct.grammar.engine_options import without_engine_options
+from afm_struct.grammar.engines.options import without_engine_options
 
 USER = [{"role": "user", "content": "hi"}]
 BYTES = "start: /(?-u:[\\x80-\\xff])+/"

@@ -15,9 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import GenerationError
-from afm_struct.serving.events import (
+from afm_struct.turn.events import (
     CallArguments,
     CallClosed,
     CallOpened,
@@ -28,6 +27,7 @@ from afm_struct.serving.events import (
     Text,
     UsageReport,
 )
+from afm_struct.turn.outputs import FinishReason, Usage
 from server.responses.custom_input import InputReader
 from server.responses.encoder import ResponsesBody, ResponsesStream
 

@@ -8,7 +8,7 @@ import pytest
 
 from afm_struct.decoding.generator import Usage
 from afm_struct.errors import GenerationError, OverloadedError, SchemaError
-from afm_struct.serving.events import ResponseIdentity
+from afm_struct.turn.events import ResponseIdentity
 from server import sse
 from server.chat import chunks
 from server.errors import validation_error

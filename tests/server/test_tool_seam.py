@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from afm_struct.client import Client
-from afm_struct.serving.events import CallArguments, CallClosed, CallOpened
+from afm_struct.turn.events import CallArguments, CallClosed, CallOpened
 from server import admission
 
 from .conftest import USER, decode, stream_raw

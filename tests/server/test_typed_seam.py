@@ -9,10 +9,10 @@ import typing
 
 import pytest
 
-from afm_struct.decoding.outputs import Finished, FinishReason, Timings, Usage
-from afm_struct.downgrade import is_downgraded
+from afm_struct.grammar.downgrade import is_downgraded
 from afm_struct.grammar.spec import Mode, Rung
-from afm_struct.serving.events import ResponseIdentity
+from afm_struct.turn.events import ResponseIdentity
+from afm_struct.turn.outputs import Finished, FinishReason, Timings, Usage
 from server import schemas, sse
 from server.chat import chunks
 
@@ -21,10 +21,10 @@ IDENT = ResponseIdentity(id="chatcmpl-abc", created=1700000000, model="m")
 
 def test_wire_modules_do_not_import_mlx() -> None:
     # A fresh interpreter: this test process has MLX loaded already.
-    code = ("import sys, server.sse, server.profile, server.channels, server.logprobs, "
-            "server.chat.chunks, server.chat.encoder, afm_struct.serving.events, "
-            "afm_struct.text.markers, afm_struct.text.reasoning, "
-            "afm_struct.decoding.outputs; "
+    code = ("import sys, server.sse, server.profile, server.channels, server.logprob_routing, "
+            "server.chat.chunks, server.chat.encoder, afm_struct.turn.events, "
+            "afm_struct.turn.markers, afm_struct.turn.reasoning, "
+            "afm_struct.turn.outputs; "
             "print(sorted(m for m in sys.modules if m == 'mlx' or m.startswith('mlx.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from afm_struct.errors import InvalidRequestError, NotFoundError, SchemaError, UnknownToolError
-from afm_struct.serving.events import Reasoning, Text
 from afm_struct.serving.plan import OutputFormat
 from afm_struct.tools import Choice, parse_choice, parse_tools
+from afm_struct.turn.events import Reasoning, Text
 from server.cancel import InflightRegistry, RequestIdConflictError
 from server.channels import ContentRouter
 from server.chat.adapter import check_n, output_format, sampling_params, template_messages

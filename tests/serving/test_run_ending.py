@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from afm_struct.decoding.outputs import FinishReason, Usage
 from afm_struct.errors import InvalidRequestError
-from afm_struct.serving.events import Failed, Finish, ProfileReport, RunEnding, Text, UsageReport
+from afm_struct.turn.events import Failed, Finish, ProfileReport, RunEnding, Text, UsageReport
+from afm_struct.turn.outputs import FinishReason, Usage
 
 
 def test_end_events_are_taken_and_answer_events_are_not() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from afm_struct.serving.events import AnswerEvent
+from afm_struct.turn.events import AnswerEvent
 from server.chat.encoder import chat_delta
 
 WEATHER = {"type": "function", "function": {

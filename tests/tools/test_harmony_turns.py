@@ -1,6 +1,6 @@
 """Harmony turns without a grammar, over HTTP: a scripted model on gpt-oss's real vocabulary.
 
-The turn's state machine (afm_struct/text/reasoning.py) knows Harmony's framing whether or not a
+The turn's state machine (afm_struct/turn/reasoning.py) knows Harmony's framing whether or not a
 constraint is set: the analysis channel is ``reasoning_content`` and the final channel content,
 ``<|end|>`` ends a message (the analysis channel), not the turn, and ``<|call|>`` ends the turn
 (the model's tool call is over: anything it would write after it is never generated).  A

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 
 from afm_struct.decoding.generator import Finished, GenerationRequest, Generator, TextDelta
-from afm_struct.decoding.reasoning import ReasoningTags
+from afm_struct.decoding.reasoning_gate import ReasoningTags
 from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.testing import scripted_loaded_model
 from afm_struct.tools import ToolPlan, plan_tools

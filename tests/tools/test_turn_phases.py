@@ -1,6 +1,6 @@
 """The turn's phases over every tool syntax: think → content → call → content … → done.
 
-A turn (:class:`afm_struct.serving.turn.Turn`, with a format's call layer) reads a thinking
+A turn (:class:`afm_struct.turn.turn.Turn`, with a format's call layer) reads a thinking
 block and then calls written in one of the syntaxes, cut at random places.  Its phase is a
 function of the text read so far, whatever the cuts (the generator reads the phase at each step,
 so it must not depend on how the text arrived), and it agrees with the events it yields: reasoning
@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.serving.events import CallArguments, CallClosed, CallOpened, Reasoning, Text
-from afm_struct.serving.turn import CALL, CONTENT, DONE, THINK
 from afm_struct.tools import ToolCallRouter
 from afm_struct.tools.syntaxes import render_calls
+from afm_struct.turn.events import CallArguments, CallClosed, CallOpened, Reasoning, Text
+from afm_struct.turn.turn import CALL, CONTENT, DONE, THINK
 
 from ..decoding.randomized import examples
 from .syntax_cases import FORMATS, chunked, tool_calls

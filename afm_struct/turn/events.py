@@ -1,0 +1,182 @@
+"""What a run yields, in order: the answer's parts, then how it ended.
+
+The answer events come from the request's turn (:class:`~afm_struct.turn.turn.Turn`, an
+:class:`AnswerRouter`; with tools, with the call layer of :mod:`afm_struct.tools.call_stream`), fed
+by the generator; they ride its text deltas.  One event per channel piece a generation step
+produced: consecutive text of one channel in a step is one
+event.  Logprob entries ride the event whose text they show (``None`` when the request did not
+ask for them; a list, possibly empty, when it did).  Then the end: :class:`Finish` or
+:class:`Failed`, a :class:`UsageReport` and, when asked for, a :class:`ProfileReport`.
+
+A protocol encoder maps these to its wire (chat: one chunk per answer event; the Responses
+API: output items and their deltas), with the :class:`ResponseIdentity` the core made.
+Standard library and the engine's output values only: no MLX (the wire modules import this
+without loading the engine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import AfmError
+from .outputs import FinishReason, TokenLogprob, Usage
+
+Entries = list[TokenLogprob]
+
+
+@dataclass(frozen=True)
+class ResponseIdentity:
+    """What every part of one response repeats: its id, creation time and model name (made by
+    the core once the request is admissible)."""
+
+    id: str
+    created: int
+    model: str
+
+
+@dataclass
+class Text:
+    """Answer text (chat's ``content``)."""
+
+    text: str
+    logprobs: Entries | None = None
+
+
+@dataclass
+class Reasoning:
+    """Text of a thinking block (never carries logprobs: reasoning tokens are not reported)."""
+
+    text: str
+
+
+@dataclass
+class CallOpened:
+    """A tool call begins: its index (order of calls), id and whole name.  ``arguments`` is the
+    first fragment of its arguments when the same step generated it (else empty); the logprobs
+    are those of the call's markup and that fragment."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str = ""
+    logprobs: Entries | None = None
+
+
+@dataclass
+class CallArguments:
+    """More of call ``index``'s arguments (JSON text, as generated)."""
+
+    index: int
+    text: str
+    logprobs: Entries | None = None
+
+
+@dataclass
+class CallClosed:
+    """Call ``index`` is whole: its arguments are complete (``cut``: completed by the parser,
+    the call was cut short: a Responses API item is ``incomplete``)."""
+
+    index: int
+    cut: bool = False
+
+
+AnswerEvent = Text | Reasoning | CallOpened | CallArguments | CallClosed
+
+
+@dataclass
+class Finish:
+    """The answer ended normally: ``reason`` as the wire reports it (stop, length, tool_calls,
+    cancelled).  ``stop``: the stop sequence that ended it, if one did."""
+
+    reason: FinishReason
+    stop: str | None = None
+
+
+@dataclass
+class Failed:
+    """Generation failed after admission (the status may be sent): the error to report."""
+
+    error: AfmError
+
+
+@dataclass
+class UsageReport:
+    """Token counts of the run (after :class:`Finish` or :class:`Failed`)."""
+
+    usage: Usage
+
+
+@dataclass
+class ProfileReport:
+    """The profile asked for (``X-AFM-Profile``): its key (``afm_profile`` /
+    ``afm_profile_extended``) and payload.  Last, when asked for."""
+
+    key: str
+    report: dict[str, Any]
+
+
+EndEvent = Finish | Failed | UsageReport | ProfileReport
+Event = AnswerEvent | EndEvent
+
+
+@dataclass
+class RunEnding:
+    """How a run ended, gathered from its end events by an encoder that answers whole (not
+    streamed): the finish reason, the usage and the profile; a :class:`Failed` is raised."""
+
+    reason: FinishReason | None = None
+    usage: Usage = field(default_factory=Usage)
+    profile: ProfileReport | None = None
+
+    def take(self, event: Event) -> bool:
+        """Record ``event`` if it is an end event (True); False for an answer event.
+        :class:`Failed` raises its error (the status is not sent yet)."""
+        if isinstance(event, Failed):
+            raise event.error
+        if isinstance(event, Finish):
+            self.reason = event.reason
+        elif isinstance(event, UsageReport):
+            self.usage = event.usage
+        elif isinstance(event, ProfileReport):
+            self.profile = event
+        else:
+            return False
+        return True
+
+    def finished(self) -> FinishReason:
+        """The finish reason (after the run's :class:`Finish`)."""
+        assert self.reason is not None, "the run has not finished"
+        return self.reason
+
+    def add_profile(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with the profile report under its key, when one was asked for."""
+        if self.profile is not None:
+            body[self.profile.key] = self.profile.report
+        return body
+
+
+class AnswerRouter(Protocol):
+    """Generated text → answer events (a pure state machine, one per generation)."""
+
+    def feed(self, text: str) -> list[AnswerEvent]:
+        """The events ``text`` makes available (possibly none while a tag is ambiguous)."""
+
+    def finish(self) -> list[AnswerEvent]:
+        """Events held back until the end of generation."""
+
+    def finish_reason(self, reason: FinishReason, *, whole: bool = False) -> FinishReason:
+        """The wire finish reason for the generator's ``reason`` (e.g. ``tool_calls``);
+        ``whole``: a ``length`` end left the model's text whole (``Finished.whole``)."""
+
+
+def add_text(out: list[AnswerEvent], kind: type[Text] | type[Reasoning], text: str) -> None:
+    """Append ``text`` to ``out``: onto its last event when that is the same channel (one event
+    per channel piece of a step)."""
+    if not text:
+        return
+    last = out[-1] if out else None
+    if type(last) is kind:
+        last.text += text  # type: ignore[union-attr]
+    else:
+        out.append(kind(text))
