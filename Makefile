@@ -40,7 +40,8 @@ cluster: setup
 	$(BIN)/afm-struct cluster --replicas $(REPLICAS) --host $(HOST) --port $(PORT) $(MODEL_ARG)
 
 # Two worker processes by default, a test file each at a time (module-scoped servers stay
-# whole); most of the suite waits on servers and subprocesses, so 2 workers fit 2 cores.
+# whole); most of the suite waits on servers and subprocesses, so 2 workers fit 2 cores.  The
+# longest files go out first (tests/suite_schedule.py, weights in tests/suite_durations.json).
 # TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
@@ -48,11 +49,15 @@ XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfil
 test: setup
 	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS)
 
-# The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples), then the
-# grammar fuzzer.
+# The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples), the grammar
+# property tests `make test` runs short (PROPERTY_EXAMPLES each; benchmarks/suite/README.md),
+# then the grammar fuzzer.
 FUZZ_EXAMPLES ?= 2000
+PROPERTY_EXAMPLES ?= 200
+PROPERTY_TESTS := tests/grammar/test_formats.py tests/grammar/test_rewrites.py
 fuzz: setup fuzz-grammar
 	AFM_STRUCT_RANDOM_EXAMPLES=$(FUZZ_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q tests/fuzz/test_contract_fuzz.py $(PYTEST_ARGS)
+	AFM_STRUCT_RANDOM_EXAMPLES=$(PROPERTY_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(PROPERTY_TESTS) $(PYTEST_ARGS)
 
 # Re-pin constraints.txt to what .venv holds now (after a deliberate upgrade that `make test` passed).
 lock: setup

@@ -21,6 +21,24 @@ from afm_struct.models.tokenizer import Tokenizer
 from .error_params import error_params_name_request_paths, record_error_responses  # noqa: F401
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` (``make test``) hands out the longest files first (tests/suite_schedule.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from .suite_schedule import LongestFileFirstScheduling
+
+    return LongestFileFirstScheduling(config, log)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test phase's time, to ``AFM_STRUCT_SUITE_LOG`` when set (tests/suite_schedule.py)."""
+    # Under xdist the controller sees every worker's reports: log there only, once each.
+    if os.environ.get("AFM_STRUCT_SUITE_LOG") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from .suite_schedule import log_report_duration
+
+        log_report_duration(report)
+
+
 @pytest.fixture(autouse=True)
 def root_logging_restored() -> Iterator[None]:
     """Tests that run the CLI in-process configure the root logger with a handler on that

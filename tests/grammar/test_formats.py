@@ -24,8 +24,14 @@ from afm_struct.grammar.schema.string_formats import RULES, exact_format, rule_f
 from afm_struct.grammar.spec import JsonSchemaRequest, Mode
 from afm_struct.grammar.validation import validate_json
 
+from ..decoding.randomized import examples
+
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
-SETTINGS = settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+# Strings drawn from the formats' large regexes are slow to generate: ``make test`` draws 50 per
+# format (this file was the suite's longest, 200 each); ``make fuzz`` runs it with
+# ``AFM_STRUCT_RANDOM_EXAMPLES=200`` (benchmarks/suite/README.md).
+SETTINGS = settings(max_examples=examples(50), deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck))
 
 
 def conforms(value: str, fmt: str) -> bool:
@@ -225,7 +231,8 @@ def test_grammar_vs_checker_on_generated_strings(compiler, tokenizer, fmt: str) 
     base = (st.from_regex(re.compile(source), fullmatch=True) if source is not None
             else st.text(alphabet="PTYMDWHS0123456789:abcdef.", max_size=14))
 
-    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples(20), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
     @given(base, st.integers(0, 40), st.sampled_from(list("0:9-{}/T.Z%")))
     def check(value: str, at: int, ch: str) -> None:
         for candidate in (value, value[:at] + ch + value[at + 1:]):
