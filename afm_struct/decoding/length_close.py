@@ -11,14 +11,7 @@ When to search (a search costs ~1-6 ms, a forward pass 10-50 ms, a mask ~6 µs):
 
 * nothing while more than :data:`ZONE` tokens remain (a default 4096-token budget never gets
   there in practice: the common case pays nothing);
-* inside the zone but far from the budget (more than twice the known completion plus
-  :data:`FAR_SLACK` tokens left after the token): a token that leaves the plan is taken unchecked
-  and the next search waits a quarter of that excess in steps (:data:`FAR_DIVISOR`).  At
-  ``max_tokens`` 200 every step is in the zone, and checking every such token (a forked
-  matcher advanced through the plan, a ~23 ms search where it no longer completes) cost ~50 %
-  of a 32-stream json_schema step (issue 40); overrunning the budget from there needs the
-  completion to grow by ~4 tokens every step for the whole wait;
-* near the budget at every step (not only near the estimate: one token can open an array item
+* inside the zone at every step (not only near the estimate: one token can open an array item
   whose required keys cost 20 tokens more, so every token is checked): before sampling, the
   completion ``P`` from the current state (if ``len(P)`` exceeds the remaining budget, search
   harder, then close now); after sampling token ``t`` that is not ``P[0]``, the completion after
@@ -81,10 +74,6 @@ RETRY_MAX = 8
 # A token after which no completion was found is still taken while the budget left exceeds twice
 # the known completion by this much (the next step searches again).
 SLACK = 16
-# Far from the budget (more than 2 x the known completion + FAR_SLACK left), a token off the plan
-# is not checked; the next search comes after (excess over that) / FAR_DIVISOR steps.
-FAR_SLACK = 32
-FAR_DIVISOR = 4
 
 
 class BudgetCloser:
@@ -94,7 +83,6 @@ class BudgetCloser:
         "_content",
         "_decode",
         "_failures",
-        "_far_until",
         "_retry_at",
         "_scanned",
         "_span",
@@ -128,7 +116,6 @@ class BudgetCloser:
         self.searches = 0
         self._failures = 0
         self._retry_at = 0
-        self._far_until = 0  # far from the budget: no search before this many tokens
         # The constrained span starts at token ``_span``; ``_state``/``_content`` follow it up to
         # token ``_scanned``.
         self._span = 0
@@ -195,7 +182,7 @@ class BudgetCloser:
         if self.closing is not None:
             return self.closing
         remaining = max_tokens - len(tokens)
-        if remaining > ZONE or len(tokens) < self._far_until:
+        if remaining > ZONE:
             return None
         plan = self.plan if self.in_zone else None
         if plan is None:
@@ -241,12 +228,6 @@ class BudgetCloser:
             self.plan = plan[1:]  # following the plan: the rest still completes
             return None
         room = max_tokens - len(tokens) - 1  # after ``token``
-        excess = room - 2 * len(plan) - FAR_SLACK
-        if excess > 0:
-            # Far from the budget: take ``token`` unchecked, search again a while later.
-            self.in_zone, self.plan = False, None
-            self._far_until = len(tokens) + 1 + excess // FAR_DIVISOR
-            return None
         if len(plan) <= room and self._still_completes(matcher, token, plan):
             return None  # content inside a string or number: the same completion follows it
         after = self._search(matcher, tokens, prefix=[token])

@@ -358,28 +358,3 @@ def test_the_floor_used_when_the_search_gives_up_is_never_above_the_shortest_out
     floor = output_floor(constraint, tokenizer)
     assert 1 <= floor <= shortest, (floor, shortest)
 
-
-def test_far_from_the_budget_a_token_off_the_plan_is_not_checked(tokenizer) -> None:
-    # Inside the zone with room for many times the completion: a token that leaves the plan is
-    # taken without a search, and the next search waits (issue 40); near the budget it is checked.
-    from afm_struct.decoding.length_close import FAR_DIVISOR, FAR_SLACK
-
-    constraint = compile_constraint(tokenizer, JsonSchemaRequest(PERSON))
-    tokens = tokenizer.encode('{"name": "Ann Smith Jones Brown", "speakers": ["Bo", "Cy", "Di"')
-
-    def closer_run(max_tokens: int) -> BudgetCloser:
-        matcher = constraint.new_matcher()
-        closer = BudgetCloser(closing_vocab_for(tokenizer), tokenizer.vocab_size, tokenizer.decode)
-        seen: list[int] = []
-        for t in tokens:
-            assert closer.before_sample(matcher, seen, max_tokens) is None
-            assert closer.review(matcher, seen, t, max_tokens) is None
-            matcher.advance(t)
-            seen.append(t)
-        return closer
-
-    far = closer_run(200)
-    near = closer_run(len(tokens) + 12)
-    assert 0 < far.searches < near.searches
-    # The first search at 200 found a short plan, so the wait was long: one search in all.
-    assert far.searches == 1 and (200 - 1 - 2 * 6 - FAR_SLACK) // FAR_DIVISOR > len(tokens)
