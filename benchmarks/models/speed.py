@@ -84,10 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokens", type=int, default=32, help="tokens decoded per run")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--kinds", default="bf16,4-bit", help="which directories: bf16, 4-bit or both")
+    p.add_argument("--skip", default="", help="leave out configurations whose name holds this text")
     args = p.parse_args(argv)
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for kind, bits in (("bf16", None), ("4-bit", 4)):
+            if kind not in args.kinds.split(","):
+                continue
             path = factory.build("qwen3", Path(tmp) / f"qwen3-512x8-{kind}", bits=bits, hidden=512, layers=8)
             configs = {
                 "afm-struct default (auto)": afm_decode(path, "auto", args.tokens),
@@ -95,11 +99,17 @@ def main(argv: list[str] | None = None) -> int:
                 "mlx_lm, stored weights": mlx_lm_decode(path, False, args.tokens),
                 "mlx_lm, afm-struct's chosen weights (fp32)": mlx_lm_decode(path, True, args.tokens),
             }
+            if args.skip:
+                configs = {name: run for name, run in configs.items() if args.skip not in name}
             for run in configs.values():
                 run()  # warm-up: first-call compilation and page faults
             rates: dict[str, list[float]] = {name: [] for name in configs}
             for r in range(args.rounds):
-                for name, run in configs.items():
+                # Each round starts one configuration later, so no configuration always runs
+                # first (or right after the slow stored-weights one).
+                names = list(configs)
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    run = configs[name]
                     start = time.perf_counter()
                     rates[name].append(run())
                     print(f"  {kind} round {r + 1} {name}: {rates[name][-1]:.2f} tok/s "
