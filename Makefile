@@ -45,9 +45,14 @@ cluster: setup
 # TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+# One BLAS thread per process in the suite: two workers and their servers already fill both
+# cores, and OpenBLAS's spinning threads on top cost more than they give (measured on 2 cores:
+# 21 min 34 s with 1 thread against 26 min 24 s with OpenBLAS's default; user+sys CPU 37 min
+# against 48; benchmarks/suite/README.md).  `make serve` keeps the default.
+TEST_BLAS_THREADS ?= 1
 
 test: setup
-	LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS)
+	OPENBLAS_NUM_THREADS=$(TEST_BLAS_THREADS) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS)
 
 # The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples), the grammar
 # property tests `make test` runs short (PROPERTY_EXAMPLES each; benchmarks/suite/README.md),

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import AfmError
 from ..resources import data_dir
-from .cluster_ports import check_replica_ports, free_port
+from .cluster_ports import check_replica_ports, free_port, port_is_free
 from .lifetime import die_with_parent, terminate_all
 from .serve import STORE_ENV
 
@@ -169,6 +169,9 @@ class Cluster:
         ports = self.replica_ports or tuple(free_port() for _ in range(self.replicas))
         self.members = [Replica(f"r{i + 1}", port, self.run_dir / f"r{i + 1}.log")
                         for i, port in enumerate(ports)]
+        # A metrics port picked here may be taken by another process before HAProxy binds it
+        # (the replicas start in between): start() then picks another and retries.
+        self._metrics_pinned = self.metrics_port is not None
         self.metrics_port = self.metrics_port or free_port()
         self.balancer: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
@@ -265,11 +268,7 @@ class Cluster:
             for r in self.members:
                 self._spawn_replica(r)
             self._wait_healthy(self.members, timeout_s)
-            self.balancer = subprocess.Popen([self.haproxy, "-db", *self.haproxy_args(), "-f",
-                                              str(self.config_path)],
-                                             stdin=subprocess.DEVNULL, start_new_session=True,
-                                             preexec_fn=die_with_parent())
-            self._wait_balancer(timeout_s=10.0)
+            self._start_balancer()
         except BaseException:
             self.stop(keep_run_dir=True)  # the error message points at the replicas' logs
             raise
@@ -278,6 +277,27 @@ class Cluster:
         self._say(f"HAProxy pid {self.balancer.pid}, config {self.config_path}; "
                   f"serving on {self.url}; metrics: each replica's /metrics and HAProxy's "
                   f"http://127.0.0.1:{self.metrics_port}/metrics")
+
+    def _start_balancer(self, tries: int = 3) -> None:
+        """Start HAProxy; when it exits because the metrics port this cluster picked was taken
+        meanwhile (another process bound it), pick a free one again and retry."""
+        assert self.haproxy is not None
+        for attempt in range(tries):
+            self.balancer = subprocess.Popen([self.haproxy, "-db", *self.haproxy_args(), "-f",
+                                              str(self.config_path)],
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=die_with_parent())
+            try:
+                self._wait_balancer(timeout_s=10.0)
+                return
+            except ClusterError:
+                lost_port = (self.balancer.poll() is not None and not self._metrics_pinned
+                             and not port_is_free(self.metrics_port))
+                if not lost_port or attempt == tries - 1:
+                    raise
+            self._say(f"HAProxy's metrics port {self.metrics_port} was taken; trying another")
+            self.metrics_port = free_port()
+            self.config_path.write_text(self.render_config())
 
     def _wait_balancer(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -173,7 +173,8 @@ class Generator:
         if matcher is not None and request.close_on_length:
             table = token_table(self.tokenizer)
             seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,
-                                      self.tokenizer.decode, lambda t: bytes(table.lookup(t)[1]))
+                                      self.tokenizer.decode, lambda t: bytes(table.lookup(t)[1]),
+                                      limit_s=request.closing_budget_s)
         if request.logprobs is not None:
             seq.track = TokenTrack(request.logprobs, token_table(self.tokenizer))
         seq.usage.prompt_tokens = len(request.prompt_ids)
@@ -272,10 +273,13 @@ class Generator:
                     continue
                 try:
                     t0 = time.perf_counter()
+                    searched = seq.closer.search_wall_s if seq.closer is not None else 0.0
                     run = self._advance(seq, token, st)
                     seq.pending = list(run)
-                    if seq.matcher is not None:  # the advance, forced run and closing: grammar work
-                        seq.grammar.charge(time.perf_counter() - t0, len(seq.tokens))
+                    if seq.matcher is not None:  # the advance and forced run: grammar work
+                        # (the closer's searches have a budget of their own: length_close.py)
+                        closing = seq.closer.search_wall_s - searched if seq.closer is not None else 0.0
+                        seq.grammar.charge(time.perf_counter() - t0 - closing, len(seq.tokens))
                 except Exception as exc:
                     fail(seq, exc)
                     continue

@@ -25,9 +25,11 @@ only: each step whose mask is free text (a thinking block, prose before a tool c
 moves its start past that token, so a stray ``"`` in reasoning changes nothing.  Inside a
 thinking block the plan closes the block first (its close tag, then the answer's completion).
 
-The closer never switches itself off: a search that finds nothing (a grammar whose masks are
-too slow for the search's time limit) is retried a few steps later, and a matcher that cannot
-fork now (the rest of a thinking tag is forced) is asked again next step.  Only an engine whose
+A search that finds nothing (a grammar whose masks are too slow for the search's time limit) is
+retried a few steps later, and a matcher that cannot fork now (the rest of a thinking tag is
+forced) is asked again next step.  The searches have a time of their own per request
+(:data:`CLOSING_BUDGET_S`, not the request's grammar budget): once it is spent, the known
+completion is fed the next time the model leaves it, so the output still parses.  Only an engine whose
 matchers never fork (outlines-core) leaves the output as it was without closing.  A stop string
 that occurs in the closing text still stops the output there (stop strings win over everything).
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import codecs
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -69,6 +72,14 @@ THOROUGH_REFINEMENTS = 3000
 ADMISSION_MAX_TOKENS = 4096
 ADMISSION_NODES = 30000
 ADMISSION_SECONDS = 2.0
+# The closer's own time for one request (CPU seconds of its searches, on the scheduler thread).
+# Its searches are the server's safety net, not the client's grammar, so they are not charged to
+# the request's grammar budget (decoding/grammar_budget.py): a request must not fail for them.
+# Once this is spent the closer searches no more and, the next time the model leaves the known
+# completion, feeds that completion: the output ends ``length``, valid, before ``max_tokens``.
+# (A byte-level vocabulary under a deep schema at temperature 1.5 spends ~3.6 s over a 256-token
+# zone: tests/fuzz/test_regressions.py's CMOA record.)
+CLOSING_BUDGET_S = 4.0
 # Steps to wait before searching again after a search found nothing (doubling, up to this).
 RETRY_MAX = 8
 # A token after which no completion was found is still taken while the budget left exceeds twice
@@ -95,13 +106,17 @@ class BudgetCloser:
         "closing",
         "estimate",
         "in_zone",
+        "limit_s",
         "plan",
+        "search_cpu_s",
+        "search_wall_s",
         "searches",
     )
 
     def __init__(self, vocab: ClosingVocab, vocab_size: int,
                  decode: Callable[[list[int]], str],
-                 token_bytes: Callable[[int], bytes] | None = None) -> None:
+                 token_bytes: Callable[[int], bytes] | None = None,
+                 limit_s: float | None = CLOSING_BUDGET_S) -> None:
         self._vocab = vocab
         self._vocab_size = vocab_size
         self._decode = decode
@@ -114,6 +129,11 @@ class BudgetCloser:
         self.closing: list[int] | None = None  # decided: feed this next
         self.closed = False  # the completion was fed: finish with "length"
         self.searches = 0
+        # What the searches took: wall time (kept out of the grammar budget's charge) and the
+        # thread's CPU time (against ``limit_s``: the machine's load does not count).
+        self.search_wall_s = 0.0
+        self.search_cpu_s = 0.0
+        self.limit_s = limit_s
         self._failures = 0
         self._retry_at = 0
         # The constrained span starts at token ``_span``; ``_state``/``_content`` follow it up to
@@ -165,9 +185,19 @@ class BudgetCloser:
         extra: dict[str, Any] = {"refinements": THOROUGH_REFINEMENTS} if thorough else {}
         if limit is not None:
             extra["max_tokens"] = limit
-        return shortest_completion(matcher, self._vocab, vocab_size=self._vocab_size, decode=self._decode,
-                                   state=state, content=content, prefix=prefix,
-                                   time_limit=THOROUGH_SECONDS if thorough else STEP_SECONDS, **extra)
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return shortest_completion(matcher, self._vocab, vocab_size=self._vocab_size, decode=self._decode,
+                                       state=state, content=content, prefix=prefix,
+                                       time_limit=THOROUGH_SECONDS if thorough else STEP_SECONDS, **extra)
+        finally:
+            self.search_wall_s += time.perf_counter() - wall
+            self.search_cpu_s += time.thread_time() - cpu
+
+    @property
+    def spent(self) -> bool:
+        """The closer's own time (``limit_s``) is used up: it searches no more."""
+        return self.limit_s is not None and self.search_cpu_s >= self.limit_s
 
     # -- the policy --------------------------------------------------------------------------
 
@@ -186,6 +216,8 @@ class BudgetCloser:
             return None
         plan = self.plan if self.in_zone else None
         if plan is None:
+            # (Searched even when the closer's time is spent: without a plan it cannot close;
+            # the next time the model leaves this one, it is fed.)
             if len(tokens) < self._retry_at:
                 return None
             plan = self._search(matcher, tokens)
@@ -199,7 +231,7 @@ class BudgetCloser:
             self.in_zone, self.plan = False, None
             return None
         self._failures = 0
-        if len(plan) > remaining:
+        if len(plan) > remaining and not self.spent:
             # Search harder for a completion that fits before giving up on a valid output.
             better = self._search(matcher, tokens, thorough=True, limit=remaining)
             if better is not None and len(better) <= remaining:
@@ -230,6 +262,9 @@ class BudgetCloser:
         room = max_tokens - len(tokens) - 1  # after ``token``
         if len(plan) <= room and self._still_completes(matcher, token, plan):
             return None  # content inside a string or number: the same completion follows it
+        if self.spent:  # no time left to search where ``token`` leads: close now, valid
+            self.plan, self.closed = None, True
+            return plan
         after = self._search(matcher, tokens, prefix=[token])
         if after is None and room > 2 * len(plan) + SLACK:
             self.plan = None  # unknown after ``token`` (the search ran out of time), but room to spare

@@ -102,13 +102,20 @@ class MaskFiller:
         bitmask = reuse[:len(rows)]
         own = [0.0] * len(rows)  # each row's own part (its share of the shared calls added below)
 
+        # The closer's searches in each row's part: not grammar work (length_close.py).
+        closing = [0.0] * len(rows)
+
         def finish(i: int, filled: bool, counted: Counted | None = None) -> None:
+            closer = rows[i].closer
+            searched = closer.search_wall_s if closer is not None else 0.0
             t1 = time.perf_counter()
             try:
                 self._finish_row(rows[i], bitmask[i], filled=filled, counted=counted)
             except Exception as exc:  # this row's grammar: it alone ends
                 on_error(rows[i], exc)
-            own[i] = time.perf_counter() - t1
+            took = time.perf_counter() - t1
+            closing[i] = closer.search_wall_s - searched if closer is not None else 0.0
+            own[i] = took - closing[i]
 
         groups = self._groups(rows) if self.together else []
         # The largest group that fills straight into the bitmask, if it makes two chunks, runs
@@ -167,7 +174,7 @@ class MaskFiller:
             while pending:
                 done.get()
                 pending -= 1
-        elapsed = time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0 - sum(closing)
         # Each shared call made here is shared equally by its rows; the rest of the time not
         # spent in a row's own part (the helper's chunks, the waits) by the rows of the helper's
         # group (by all rows when no row was filled in a shared call).

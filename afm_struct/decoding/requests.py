@@ -14,6 +14,7 @@ import mlx.core as mx
 from ..grammar.engines.protocol import Matcher
 from ..turn.outputs import Event, Finished, FinishReason, TextDelta, Timings, Usage
 from .grammar_budget import DEFAULT_GRAMMAR_BUDGET_S
+from .length_close import CLOSING_BUDGET_S
 from .reasoning_gate import ReasoningTags
 from .sampling import LogitsProcessor, SamplingParams
 
@@ -49,9 +50,12 @@ class GenerationRequest:
     # When max_tokens is about to cut a constrained output, spend the last tokens on the
     # shortest completion of the grammar, so the text parses (finish_reason stays "length").
     close_on_length: bool = True
-    # Seconds of grammar work (masks, advances, forced runs, closing) the request may spend in
-    # all; over it, it ends with grammar_too_complex (decoding/grammar_budget.py).  None: no bound.
+    # Seconds of grammar work (masks, advances, forced runs) the request may spend in all; over
+    # it, it ends with grammar_too_complex (decoding/grammar_budget.py).  None: no bound.
     grammar_budget_s: float | None = DEFAULT_GRAMMAR_BUDGET_S
+    # CPU seconds the closer's searches may spend; then it closes at the next chance
+    # (decoding/length_close.py).  None: no bound.
+    closing_budget_s: float | None = CLOSING_BUDGET_S
     # Stop sequences also end text the grammar constrains (a json_schema answer: the client
     # asked for the cut).  False for tool requests: stop sequences end content, not a tool
     # call, whose arguments would otherwise be cut into invalid JSON (OpenAI's channels).

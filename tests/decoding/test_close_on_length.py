@@ -358,3 +358,15 @@ def test_the_floor_used_when_the_search_gives_up_is_never_above_the_shortest_out
     floor = output_floor(constraint, tokenizer)
     assert 1 <= floor <= shortest, (floor, shortest)
 
+
+
+@pytest.mark.parametrize("max_tokens", [40, 120])
+def test_a_closer_out_of_time_closes_at_once_and_the_output_still_validates(tokenizer, max_tokens) -> None:
+    # The closer's searches have a time of their own (not the request's grammar budget, which
+    # failed a valid request under load).  With none left after its first search, it feeds the
+    # completion it knows as soon as the model leaves it: cut sooner, still an instance.
+    fin, _ = run(tokenizer, LOOP_ARRAY, {"closing_budget_s": 0.0}, max_tokens, PERSON)
+    assert fin.reason == "length" and fin.usage.completion_tokens <= max_tokens
+    jsonschema.validate(json.loads(fin.text), PERSON)
+    timed, _ = run(tokenizer, LOOP_ARRAY, {}, max_tokens, PERSON)
+    assert fin.usage.completion_tokens <= timed.usage.completion_tokens
