@@ -7,9 +7,7 @@ come before MLX to take effect (:mod:`afm_struct.models.blas_select`).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from .lazy_exports import lazy_getattr
 from .models.blas_select import select_optimized_blas
 from .models.thread_stack import ensure_thread_stack
 
@@ -37,8 +35,4 @@ _EXPORTS = {
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'afm_struct' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

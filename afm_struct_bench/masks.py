@@ -75,13 +75,13 @@ def checker_valid(text: str, schema: Any) -> bool | None:
 def raw_compile(raw: Any, schema: Any) -> dict[str, Any]:
     """Raw llguidance's compile of ``schema`` (``LLMatcher`` on the schema as given, the same
     JSON options, no rewrites, ladder or limits): wall and CPU µs, and whether it compiled."""
-    from afm_struct.grammar.engines.llguidance_engine import BackendCompileError
+    from afm_struct.grammar.engines.llguidance_engine import EngineCompileError
 
     cpu0, t0 = time.process_time(), time.perf_counter()
     try:
         raw.compile_json_schema(schema)
         ok = True
-    except BackendCompileError:
+    except EngineCompileError:
         ok = False
     return {"raw_compile_us": (time.perf_counter() - t0) * 1e6,
             "raw_compile_cpu_us": (time.process_time() - cpu0) * 1e6, "raw_ok": ok}
@@ -236,9 +236,9 @@ def run(args: argparse.Namespace) -> int:
     bitmask = allocate_bitmask(1, tokenizer.vocab_size)
     raw = None
     if args.raw:
-        from afm_struct.grammar.engines.llguidance_engine import LLGuidanceBackend
+        from afm_struct.grammar.engines.llguidance_engine import LLGuidanceEngine
 
-        raw = LLGuidanceBackend(tokenizer, options)
+        raw = LLGuidanceEngine(tokenizer, options)
     rows: list[dict[str, Any]] = []
     cached_us: list[float] = []
     try:

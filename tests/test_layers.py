@@ -5,7 +5,8 @@ Every import counts, those inside functions and under ``TYPE_CHECKING`` included
 (:mod:`tests.import_graph`).  The layers, lowest first (a module may import its own layer and
 the ones below it):
 
-    errors, resources   the error values and where the data folders are
+    errors, resources,  the error values, where the data folders are, lazy package exports
+    lazy_exports
     store               the response store (SQLite, PostgreSQL)
     models              weights, the tokenizer facade (and a generic store of its derived parts)
     grammar             compile: schema analysis, engines, closing, patterns; the ladder on top
@@ -27,7 +28,7 @@ from __future__ import annotations
 from .import_graph import cycles, find_cycle, graph
 
 LAYERS: list[tuple[str, ...]] = [
-    ("afm_struct.errors", "afm_struct.resources"),
+    ("afm_struct.errors", "afm_struct.resources", "afm_struct.lazy_exports"),
     ("afm_struct.store",),
     ("afm_struct.models",),
     ("afm_struct.grammar",),

@@ -19,8 +19,7 @@ checks of best-effort output (:mod:`.validation`).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from afm_struct.lazy_exports import lazy_getattr
 
 # The names a reader and the layers above start from: name -> its module (loaded lazily, so
 # importing one module of the grammar loads only that module).
@@ -35,8 +34,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

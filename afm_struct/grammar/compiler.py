@@ -29,7 +29,7 @@ from .closer.lark_budget import check_grammar_budgets
 from .closer.literal_budget import check_forced_runs, longest_forced_run
 from .compile_memory import CompileMemory, estimate_compile_mb
 from .diagnostics import grammar_problem, regex_problem
-from .engines.llguidance_engine import BackendCompileError, EngineNumbersError, LLGuidanceBackend
+from .engines.llguidance_engine import EngineCompileError, EngineNumbersError, LLGuidanceEngine
 from .engines.protocol import CompiledGrammar, Matcher, mask_words
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
 from .patterns.classify import classify_pattern
@@ -161,13 +161,13 @@ class ConstraintCompiler:
         self.memory = CompileMemory(options.compile_memory_mb)
         self._generic: dict[str, CompiledGrammar] = {}
         # llguidance also serves regex / Lark / json_object for the outlines backend when needed.
-        self.llguidance = LLGuidanceBackend(tokenizer, options)
+        self.llguidance = LLGuidanceEngine(tokenizer, options)
         self._llguidance_ladder = LLGuidanceLadder(self.llguidance, options)
         self.engine: LadderEngine
         if options.backend == "outlines":
-            from .engines.outlines_engine import OutlinesBackend
+            from .engines.outlines_engine import OutlinesEngine
 
-            self.outlines: Any = OutlinesBackend(tokenizer, options)
+            self.outlines: Any = OutlinesEngine(tokenizer, options)
             self.engine = OutlinesLadder(self.outlines)
         else:
             self.engine = self._llguidance_ladder
@@ -360,7 +360,7 @@ class ConstraintCompiler:
             grammar = self.engine.regex(request.pattern, self.options.timeout_s)
         except WorkerLimitError as exc:
             return self._result(request, Rung.UNCONSTRAINED, None, exc.reason, pattern=request.pattern)
-        except BackendCompileError as exc:
+        except EngineCompileError as exc:
             # The engine's message quotes its own generated grammar: only the diagnosis goes out.
             raise SchemaError(f"invalid regex: {regex_problem(exc.message)}", path="$.pattern",
                               param="pattern") from exc
@@ -383,7 +383,7 @@ class ConstraintCompiler:
                 f"cannot enforce exactly: {issue.message()}; keep integer bounds and values within "
                 "±2^53 (64-bit floats), or use a json_schema constraint, which is served best-effort "
                 "there", path="$.grammar", param="grammar") from exc
-        except BackendCompileError as exc:
+        except EngineCompileError as exc:
             reason = failure_reason(exc.message, None)
             if reason in ("regex_lookaround", "regex_backreference"):
                 return self._result(request, Rung.UNCONSTRAINED, None, reason, backend="llguidance")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engines.any_order import any_order_grammar
-from .engines.llguidance_engine import BackendCompileError, EngineNumbersError, LLGuidanceBackend
+from .engines.llguidance_engine import EngineCompileError, EngineNumbersError, LLGuidanceEngine
 from .engines.protocol import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
 from .patterns.classify import first_irregular_pattern
 from .patterns.json_escapes import guard_patterns
@@ -90,7 +90,7 @@ class LadderEngine:
     name = "abstract"
 
     def exact(self, schema: Any, timeout_s: float) -> CompiledGrammar:
-        """Compile with nothing dropped; raise BackendCompileError / WorkerLimitError."""
+        """Compile with nothing dropped; raise EngineCompileError / WorkerLimitError."""
         raise NotImplementedError
 
     def relaxed(self, schema: Any, timeout_s: float) -> CompiledGrammar:
@@ -122,7 +122,7 @@ class LLGuidanceLadder(LadderEngine):
 
     name = "llguidance"
 
-    def __init__(self, backend: LLGuidanceBackend, options: CompileOptions) -> None:
+    def __init__(self, backend: LLGuidanceEngine, options: CompileOptions) -> None:
         self.backend = backend
         self.any_order = options.property_order == "any"
 
@@ -130,7 +130,7 @@ class LLGuidanceLadder(LadderEngine):
                     released: Callable[[], None] | None = None) -> CompiledGrammar:
         """The exact grammar, on the calling thread: objects in any order when so configured.
         ``text``: ``schema`` serialized; ``released``: see
-        :meth:`~.llguidance_backend.LLGuidanceBackend.compile_json_schema`."""
+        :meth:`~.llguidance_engine.LLGuidanceEngine.compile_json_schema`."""
         guarded = guard_patterns(schema, text)
         text = text if guarded is schema else None
         if self.any_order:
@@ -138,7 +138,7 @@ class LLGuidanceLadder(LadderEngine):
             return found if found is not None else self.backend.compile_json_schema(guarded, text=text)
         try:
             return self.backend.compile_json_schema(guarded, text=text, released=released)
-        except BackendCompileError:
+        except EngineCompileError:
             # Schema order, refused by the JSON compiler (contains, a recursive intersection):
             # the any-order grammar is exact too (it only also takes other key orders).
             found = self._any_order(guarded)
@@ -155,7 +155,7 @@ class LLGuidanceLadder(LadderEngine):
             if grammar is not None:
                 try:
                     return self.backend.compile_lark(grammar, released)
-                except BackendCompileError:
+                except EngineCompileError:
                     pass
         return None
 
@@ -253,7 +253,7 @@ def climb(engine: LadderEngine, schema: Any, start: float, timeout_s: float, *,
             reason = "compile_timeout"
         except WorkerLimitError as exc:
             reason = exc.reason
-        except BackendCompileError as exc:
+        except EngineCompileError as exc:
             reason = failure_reason(exc.message, schema)
         rungs.insert(0, (Rung.RELAXED, engine.relaxed))
     generic_key = json.dumps(generic_schema(schema), sort_keys=True)
@@ -269,7 +269,7 @@ def climb(engine: LadderEngine, schema: Any, start: float, timeout_s: float, *,
         except WorkerLimitError as exc:
             reason = reason or exc.reason
             continue
-        except BackendCompileError as exc:
+        except EngineCompileError as exc:
             reason = reason or failure_reason(exc.message, schema)
             continue
         if rung is Rung.GENERIC_JSON and generic_cache is not None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engines.llguidance_engine import BackendCompileError, LLGuidanceBackend
+from afm_struct.grammar.engines.llguidance_engine import EngineCompileError, LLGuidanceEngine
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest
 from afm_struct.models import load_tokenizer
 from afm_struct_bench.environment import environment
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     tokenizer = load_tokenizer(None)
-    raw = LLGuidanceBackend(tokenizer, CompileOptions())
+    raw = LLGuidanceEngine(tokenizer, CompileOptions())
     compilers = {order: ConstraintCompiler(tokenizer, CompileOptions(property_order=order, cache_size=2))
                  for order in ("schema", "any")}
     times: dict[str, list[float]] = {"raw": [], "schema": [], "any": []}
@@ -47,7 +47,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 try:
                     raw.compile_json_schema(schema)
-                except BackendCompileError:
+                except EngineCompileError:
                     pass
                 row[kind] = (time.perf_counter() - t0) * 1e3
                 continue

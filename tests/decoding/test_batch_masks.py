@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from afm_struct.decoding.grammar_budget import GrammarBudget
 from afm_struct.decoding.next_mask import LIST_ALLOWED_MAX, MaskFiller
 from afm_struct.decoding.reasoning_gate import ReasoningGate, ReasoningTags
-from afm_struct.grammar.engines.llguidance_engine import LLGuidanceBackend
+from afm_struct.grammar.engines.llguidance_engine import LLGuidanceEngine
 from afm_struct.grammar.engines.protocol import MatcherError
 
 from .randomized import examples
@@ -41,7 +41,7 @@ INSTANCES = [
 
 @pytest.fixture(scope="module")
 def grammars(tokenizer: Any) -> list[Any]:
-    backend = LLGuidanceBackend(tokenizer)
+    backend = LLGuidanceEngine(tokenizer)
     return [backend.compile_json_schema(s) for s in SCHEMAS]
 
 
@@ -229,9 +229,9 @@ def test_a_chunk_whose_call_refuses_is_filled_row_by_row(tokenizer: Any, grammar
                                                          monkeypatch: Any) -> None:
     """The engine call of one chunk raises: its rows are filled on their own, the other
     chunks' rows stay filled together, and no row fails."""
-    from afm_struct.grammar.engines import llguidance_engine as llguidance_backend
+    from afm_struct.grammar.engines import llguidance_engine
 
-    real = llguidance_backend.fill_masks_together
+    real = llguidance_engine.fill_masks_together
     calls: list[list[int]] = []
 
     def second_refuses(pairs: Any, bitmask: Any) -> None:
@@ -240,7 +240,7 @@ def test_a_chunk_whose_call_refuses_is_filled_row_by_row(tokenizer: Any, grammar
             raise ValueError("refused")
         real(pairs, bitmask)
 
-    monkeypatch.setattr(llguidance_backend, "fill_masks_together", second_refuses)
+    monkeypatch.setattr(llguidance_engine, "fill_masks_together", second_refuses)
     plan = [(k % len(SCHEMAS), 3 + k, "plain") for k in range(7)]
     filler = MaskFiller(tokenizer.vocab_size, tokenizer.eos_token_ids)
     filler.chunk_rows, filler.chunks = 2, 4
@@ -259,9 +259,9 @@ def test_a_failing_row_in_a_chunk_ends_alone_and_no_write_follows(tokenizer: Any
     the helper thread's last call is written (the caller may reuse the bitmask at once)."""
     import time
 
-    from afm_struct.grammar.engines import llguidance_engine as llguidance_backend
+    from afm_struct.grammar.engines import llguidance_engine
 
-    real = llguidance_backend.fill_masks_together
+    real = llguidance_engine.fill_masks_together
     ended: list[float] = []
 
     def slow_after_first(pairs: Any, bitmask: Any) -> None:
@@ -270,7 +270,7 @@ def test_a_failing_row_in_a_chunk_ends_alone_and_no_write_follows(tokenizer: Any
         real(pairs, bitmask)
         ended.append(time.perf_counter())
 
-    monkeypatch.setattr(llguidance_backend, "fill_masks_together", slow_after_first)
+    monkeypatch.setattr(llguidance_engine, "fill_masks_together", slow_after_first)
     plan = [(0, 2, "plain"), (1, 3, "plain"), (2, 4, "plain"), (0, 5, "plain"), (1, 1, "plain")]
     rows = _rows(tokenizer, grammars, plan)
     ids = tokenizer.encode(json.dumps(INSTANCES[0]))

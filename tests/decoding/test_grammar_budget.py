@@ -12,7 +12,7 @@ import pytest
 from afm_struct.decoding.grammar_budget import DEAR_ROW_S, GrammarBudget
 from afm_struct.decoding.next_mask import MaskFiller
 from afm_struct.errors import GrammarLimitError
-from afm_struct.grammar.engines.llguidance_engine import LLGuidanceBackend
+from afm_struct.grammar.engines.llguidance_engine import LLGuidanceEngine
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
@@ -54,7 +54,7 @@ def _row(matcher: Any, limit_s: float | None) -> Any:
 
 
 def test_the_row_over_its_budget_ends_alone_and_is_charged_its_own_time(tokenizer: Any) -> None:
-    grammar = LLGuidanceBackend(tokenizer).compile_json_schema(SCHEMA)
+    grammar = LLGuidanceEngine(tokenizer).compile_json_schema(SCHEMA)
     cheap = [_row(grammar.new_matcher(), 10.0) for _ in range(3)]
     dear = _row(Dear(grammar.new_matcher(), 2 * DEAR_ROW_S), 0.05)
     rows = [cheap[0], dear, *cheap[1:]]
@@ -76,7 +76,7 @@ AMBIGUOUS = "start: e\ne: e e e | e e | /[a-z0-9 ]/"
 
 
 def test_a_dear_row_in_the_shared_call_is_found_and_then_pays_for_itself(tokenizer: Any) -> None:
-    backend = LLGuidanceBackend(tokenizer)
+    backend = LLGuidanceEngine(tokenizer)
     grammar = backend.compile_json_schema(SCHEMA)
     cheap = [_row(grammar.new_matcher(), None) for _ in range(3)]
     cheap_text = tokenizer.encode('{"name": "Ada Lovelace the first of her name"}')

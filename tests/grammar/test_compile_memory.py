@@ -11,7 +11,7 @@ from afm_struct.errors import OverloadedError
 from afm_struct.grammar.cache import LRUCache
 from afm_struct.grammar.compile_memory import CompileMemory, estimate_compile_mb
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engines.llguidance_engine import LLGuidanceBackend
+from afm_struct.grammar.engines.llguidance_engine import LLGuidanceEngine
 from afm_struct.grammar.engines.protocol import allocate_bitmask
 from afm_struct.grammar.spec import CompileOptions, JsonSchemaRequest, Rung
 
@@ -79,7 +79,7 @@ AMBIGUOUS = "start: e\ne: e e e | e e | /[a-z0-9 ]/"
 def test_the_item_limit_stops_the_ambiguous_grammar_within_its_first_tokens(tokenizer: Any) -> None:
     """Under llguidance's default item limit (50,000) it went on past 59 tokens, each step
     dearer (up to a second); under DEFAULT_LIMITS it stops, as a budget hit, by token 20."""
-    matcher = LLGuidanceBackend(tokenizer).compile_lark(AMBIGUOUS).new_matcher()
+    matcher = LLGuidanceEngine(tokenizer).compile_lark(AMBIGUOUS).new_matcher()
     row = allocate_bitmask(1, tokenizer.vocab_size)[0]
     steps = 0
     for token in tokenizer.encode("a b c d e f g h i j " * 10):

@@ -21,7 +21,7 @@ import pytest
 from afm_struct.decoding import length_close as closing_module
 from afm_struct.grammar import compiler as compiler_module
 from afm_struct.grammar.compiler import ConstraintCompiler
-from afm_struct.grammar.engines import llguidance_engine as llguidance_backend
+from afm_struct.grammar.engines import llguidance_engine
 from afm_struct.testing import Script
 
 from .conftest import decode, sse_payloads, stream_raw
@@ -271,7 +271,7 @@ def test_a_grammar_over_the_engines_size_limit_is_a_400_saying_so(serve, monkeyp
     """llguidance refuses a grammar over max_grammar_size symbols (500,000: a 6 MB grammar, 9 s
     to build; lowered to 1,000 here to keep the test cheap) with "grammar size too big": that is
     a grammar_too_complex naming the field and the limit, not "the grammar does not compile"."""
-    monkeypatch.setattr(llguidance_backend, "DEFAULT_LIMITS", {**llguidance_backend.DEFAULT_LIMITS,
+    monkeypatch.setattr(llguidance_engine, "DEFAULT_LIMITS", {**llguidance_engine.DEFAULT_LIMITS,
                                                                "max_grammar_size": 1_000})
     live = serve("ab", compile_fn=lambda tokenizer, request: ConstraintCompiler(tokenizer).compile(request))
     grammar = "start: " + " ".join(['("a" | "b")'] * 1_000)

@@ -11,19 +11,18 @@ properties come in any order) and :mod:`.outlines_engine`; :mod:`.options` and
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from afm_struct.lazy_exports import lazy_getattr
 
 # What the other rooms and layers may use: name -> its module.
 _EXPORTS = {
-    "BackendCompileError": ".llguidance_engine",
+    "EngineCompileError": ".llguidance_engine",
     "BatchFill": ".protocol",
     "CompiledGrammar": ".protocol",
     "EngineNumbersError": ".llguidance_engine",
-    "LLGuidanceBackend": ".llguidance_engine",
+    "LLGuidanceEngine": ".llguidance_engine",
     "Matcher": ".protocol",
     "MatcherError": ".protocol",
-    "OutlinesBackend": ".outlines_engine",
+    "OutlinesEngine": ".outlines_engine",
     "RELAXED_COMPILE": ".protocol",
     "SchemaCompileOptions": ".protocol",
     "allocate_bitmask": ".protocol",
@@ -44,9 +43,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy: importing one module of this room (as most code does) loads only that module.
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -1,9 +1,9 @@
 """The default engine: llguidance (Earley parser over a lazy lexer; masks in ~20 µs).
 
-One :class:`LLGuidanceBackend` per tokenizer builds grammars; a :class:`LLGuidanceGrammar` is an
+One :class:`LLGuidanceEngine` per tokenizer builds grammars; a :class:`LLGuidanceGrammar` is an
 immutable grammar string already checked against the tokenizer; every request gets its own
 :class:`LLGuidanceMatcher`.  Compiling never raises for grammar problems: they come back as
-:class:`BackendCompileError` with llguidance's message, which the ladder turns into a reason.
+:class:`EngineCompileError` with llguidance's message, which the ladder turns into a reason.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def fill_masks_together(pairs: Sequence[tuple[llguidance.LLMatcher, int]], bitma
     _EXECUTOR.unsafe_compute_mask_ptr(list(pairs), buffer_address(bitmask), words * 4, batch)
 
 
-class BackendCompileError(Exception):
+class EngineCompileError(Exception):
     """An engine refused a grammar; ``message`` is the engine's own words (internal only)."""
 
     def __init__(self, message: str) -> None:
@@ -124,7 +124,7 @@ class BackendCompileError(Exception):
         self.message = message
 
 
-class EngineNumbersError(BackendCompileError):
+class EngineNumbersError(EngineCompileError):
     """Refused before the engine saw it: numbers it crashes on or changes (engine_numbers.py).
     ``block``: the ``%json`` block of a Lark grammar holding them (None for a JSON Schema)."""
 
@@ -273,7 +273,7 @@ class LLGuidanceGrammar:
 
     backend = "llguidance"
 
-    def __init__(self, backend: LLGuidanceBackend, grammar: str, matcher: llguidance.LLMatcher) -> None:
+    def __init__(self, backend: LLGuidanceEngine, grammar: str, matcher: llguidance.LLMatcher) -> None:
         self._backend = backend
         self.grammar = grammar
         self._template = matcher  # a fresh matcher, deep-copied per request (skips re-parsing)
@@ -292,7 +292,7 @@ class LLGuidanceGrammar:
                                  self._backend.spelling)
 
 
-class LLGuidanceBackend:
+class LLGuidanceEngine:
     """llguidance bound to one tokenizer (the afm_struct ``Tokenizer`` facade)."""
 
     name = "llguidance"
@@ -315,7 +315,7 @@ class LLGuidanceBackend:
             released()  # what follows holds no GIL: see compile_json_schema
         matcher = llguidance.LLMatcher(self.ll_tokenizer, grammar, log_level=0, limits=limits)
         if matcher.is_error():
-            raise BackendCompileError(matcher.get_error())
+            raise EngineCompileError(matcher.get_error())
         return LLGuidanceGrammar(self, grammar, matcher)
 
     def compile_json_schema(self, schema: dict[str, Any] | bool,
@@ -348,7 +348,7 @@ class LLGuidanceBackend:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
                 json.dumps(schema) if text is None else text, defaults=defaults)
         except ValueError as exc:
-            raise BackendCompileError(str(exc)) from exc
+            raise EngineCompileError(str(exc)) from exc
         return self._build(grammar, released)
 
     def compile_regex(self, pattern: str) -> LLGuidanceGrammar:

@@ -1,7 +1,7 @@
 """No request sets the grammar engine's options: they are the server's.
 
 llguidance reads options from its input: a schema's ``x-guidance`` object (separators,
-``lenient``, ...: stripped by the backend, ``llguidance_backend.py``), and in a Lark grammar a
+``lenient``, ...: stripped by the backend, ``llguidance_engine.py``), and in a Lark grammar a
 ``%llguidance {...}`` line (``allow_invalid_utf8``, lexer and parser switches) and the
 ``x-guidance`` of each embedded ``%json {...}`` schema.  A user's grammar with
 ``%llguidance {"allow_invalid_utf8": true}`` got past the invalid-UTF-8 check.  Like

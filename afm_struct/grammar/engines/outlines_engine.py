@@ -21,7 +21,7 @@ from ...models.byte_level import byte_decoder
 from ..schema.keywords import OUTLINES_UNENFORCED
 from ..spec import CompileOptions
 from ..worker import ProcessWorker, WorkerLimitError
-from .llguidance_engine import BackendCompileError
+from .llguidance_engine import EngineCompileError
 from .protocol import EXACT_COMPILE, SchemaCompileOptions, mask_words
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def whitespace_regex(options: CompileOptions) -> str:
     return "[ ]?"  # json.dumps writes exactly one space after ',' and ':'
 
 
-class OutlinesBackend:
+class OutlinesEngine:
     """outlines-core bound to one tokenizer, building indexes in a limited child process."""
 
     name = "outlines"
@@ -258,13 +258,13 @@ class OutlinesBackend:
                                      max_memory_mb=options.max_memory_mb)
 
     def schema_regex(self, schema: Any) -> str:
-        """The regex outlines-core builds for ``schema`` (raises BackendCompileError)."""
+        """The regex outlines-core builds for ``schema`` (raises EngineCompileError)."""
         from outlines_core.json_schema import build_regex_from_schema
 
         try:
             return build_regex_from_schema(json.dumps(schema), whitespace_regex(self.options))
         except Exception as exc:  # outlines raises ValueError/TypeError for what it cannot handle
-            raise BackendCompileError(str(exc)) from exc
+            raise EngineCompileError(str(exc)) from exc
 
     def _index(self, regex: str, timeout_s: float) -> OutlinesGrammar:
         try:
@@ -272,7 +272,7 @@ class OutlinesBackend:
         except WorkerLimitError:
             raise
         except RuntimeError as exc:
-            raise BackendCompileError(str(exc)) from exc
+            raise EngineCompileError(str(exc)) from exc
         return OutlinesGrammar(pickle.loads(blob), self.eos, self.words, regex)
 
     def compile_json_schema(self, schema: dict[str, Any] | bool,
@@ -288,7 +288,7 @@ class OutlinesBackend:
 
     def compile_lark(self, grammar: str) -> OutlinesGrammar:
         """outlines-core has no context-free grammars."""
-        raise BackendCompileError("outlines-core does not support Lark grammars")
+        raise EngineCompileError("outlines-core does not support Lark grammars")
 
     def close(self) -> None:
         """Stop the worker child."""

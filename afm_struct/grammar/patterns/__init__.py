@@ -9,8 +9,7 @@ enforce; :mod:`.json_escapes` writes patterns as llguidance must read them.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from afm_struct.lazy_exports import lazy_getattr
 
 # What the other rooms and layers may use: name -> its module.
 _EXPORTS = {
@@ -31,9 +30,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy: importing one module of this room (as most code does) loads only that module.
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

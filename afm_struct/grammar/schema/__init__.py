@@ -10,8 +10,7 @@ engine: tests/grammar/test_import_graph.py keeps it so.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from afm_struct.lazy_exports import lazy_getattr
 
 # What the other rooms and layers may use: name -> its module.
 _EXPORTS = {
@@ -48,9 +47,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy: importing one module of this room (as most code does) loads only that module.
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
