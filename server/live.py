@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass
@@ -16,6 +17,36 @@ from .app import create_app
 from .connection import http_protocol
 from .settings import ServerSettings
 from .state import ServerState
+
+
+class _PromptServer(uvicorn.Server):
+    """uvicorn's server, whose main loop wakes as soon as it is told to exit instead of on its
+    next 0.1 s tick (a test suite stops hundreds of these)."""
+
+    _wake: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            try:
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+            except TimeoutError:
+                pass
+            should_exit = await self.on_tick(counter)
+
+    def exit_now(self) -> None:
+        """Ask the server to exit, and wake its main loop (from any thread)."""
+        self.should_exit = True
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # the loop already closed
+                pass
 
 
 @dataclass
@@ -35,7 +66,10 @@ class LiveServer:
 
     def stop(self) -> None:
         """Shut uvicorn down and join its thread."""
-        self.server.should_exit = True
+        if isinstance(self.server, _PromptServer):
+            self.server.exit_now()
+        else:
+            self.server.should_exit = True
         self.thread.join(timeout=10)
 
 
@@ -46,7 +80,7 @@ def start_server(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app = create_app(loaded, settings, **kwargs)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                             timeout_graceful_shutdown=2, http=http_protocol(settings))
-    server = uvicorn.Server(config)
+    server = _PromptServer(config)
     thread = threading.Thread(target=server.run, name="uvicorn-live", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

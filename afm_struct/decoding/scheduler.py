@@ -102,7 +102,8 @@ class Scheduler:
         self.limits = limits or SchedulerLimits()
         # The batch the generator decodes together is the scheduler's active set.
         generator.batch.max_rows = self.limits.max_active
-        self._incoming: queue.Queue[Handle] = queue.Queue()
+        # None: the stop's wake-up (the thread may be blocked waiting for an arrival).
+        self._incoming: queue.Queue[Handle | None] = queue.Queue()
         self._waiting: list[Handle] = []
         self._lock = threading.Lock()
         self._pending = 0
@@ -126,6 +127,7 @@ class Scheduler:
     def stop(self) -> None:
         """Cancel everything and stop the thread."""
         self._stop.set()
+        self._incoming.put(None)
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
@@ -222,7 +224,9 @@ class Scheduler:
         self._waiting = []
         try:
             while True:
-                ends.append((self._incoming.get_nowait(), False))
+                queued = self._incoming.get_nowait()
+                if queued is not None:
+                    ends.append((queued, False))
         except queue.Empty:
             pass
         for handle, admitted in ends:
@@ -265,6 +269,9 @@ class Scheduler:
         try:
             while True:
                 handle = self._incoming.get(timeout=timeout) if block else self._incoming.get_nowait()
+                if handle is None:  # stop() woke the thread: take what else arrived, then return
+                    block = False
+                    continue
                 self._waiting.append(handle)
                 block = False
         except queue.Empty:
