@@ -54,12 +54,16 @@ TEST_BLAS_THREADS ?= 1
 test: setup
 	OPENBLAS_NUM_THREADS=$(TEST_BLAS_THREADS) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS)
 
-# The random-weight fuzzer at length (tests/fuzz; `make test` runs 150 examples), the grammar
-# property tests `make test` runs short (PROPERTY_EXAMPLES each; benchmarks/suite/README.md),
+# The random-weight fuzzer at length (tests/fuzz; `make test` runs 80 examples), the property
+# and randomized tests `make test` runs short (PROPERTY_EXAMPLES each; benchmarks/suite/README.md),
 # then the grammar fuzzer.
 FUZZ_EXAMPLES ?= 2000
 PROPERTY_EXAMPLES ?= 200
-PROPERTY_TESTS := tests/grammar/test_formats.py tests/grammar/test_rewrites.py
+PROPERTY_TESTS := tests/grammar/test_formats.py tests/grammar/test_rewrites.py \
+	tests/grammar/test_rewrite_soundness.py tests/grammar/test_regular.py tests/grammar/test_negation.py \
+	tests/grammar/test_json_escapes.py tests/grammar/test_engine_numbers.py \
+	tests/decoding/test_randomized_real.py tests/decoding/test_random_traffic.py \
+	tests/decoding/test_close_on_length.py
 fuzz: setup fuzz-grammar
 	AFM_STRUCT_RANDOM_EXAMPLES=$(FUZZ_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q tests/fuzz/test_contract_fuzz.py $(PYTEST_ARGS)
 	AFM_STRUCT_RANDOM_EXAMPLES=$(PROPERTY_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(PROPERTY_TESTS) $(PYTEST_ARGS)

@@ -304,7 +304,7 @@ def test_a_character_split_across_byte_tokens_is_closed_at_any_cut(tmp_path) -> 
 
 # -- property: dev-set schemas x random budgets x a random model (issues 26.5, 34.2) ----------
 
-DEV_EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or 16
+DEV_EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or 8
 
 
 @settings(max_examples=DEV_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),

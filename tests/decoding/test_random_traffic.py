@@ -33,7 +33,7 @@ def _gen_factory(loaded, rng: random.Random):
     return make, config
 
 
-@pytest.mark.parametrize("seed", range(examples(12)))
+@pytest.mark.parametrize("seed", range(examples(6)))
 def test_random_traffic_scripted_matches_alone(tokenizer, seed):
     rng = random.Random(seed)
     loaded = scripted_loaded_model(tokenizer, Script(_script_text))

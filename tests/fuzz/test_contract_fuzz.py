@@ -10,7 +10,7 @@ response is checked against the contract (tests/fuzz/contract.py).  A random mod
 trained ones rarely do: control tokens, half a tool-call opener, a thinking tag inside its
 reasoning, another family's markup, nothing that ever ends.
 
-CI-sized: ``FUZZ_EXAMPLES`` derandomized requests (44 s on 2 busy cores, ~16 s of CPU).
+CI-sized: ``FUZZ_EXAMPLES`` derandomized requests (80; 150 until the suite passed 15 minutes).
 ``AFM_STRUCT_RANDOM_EXAMPLES=N`` runs N, not derandomized (``make fuzz`` runs 2000);
 ``python -m tests.fuzz.survey N`` tallies violations per family and invariant without stopping
 at the first.
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from .driver import FAMILIES, FamilyServers, send
 from .requests import FuzzCase, fuzz_cases
 
-FUZZ_EXAMPLES = 150
+FUZZ_EXAMPLES = 80
 EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or FUZZ_EXAMPLES
 
 
