@@ -153,7 +153,8 @@ async def retrieve_model(model: str, request: Request) -> dict[str, Any]:
     """One served name's model object, as OpenAI's ``GET /v1/models/{model}``; 404
     ``model_not_found`` (``param: model``) for a name this server does not answer to."""
     state = _state(request)
-    name = check_model(model, state.settings.model_names(state.loaded.info.id))
+    name = check_model(model, state.settings.model_names(state.loaded.info.id),
+                       aliases=state.settings.model_aliases)
     return _model_card(name, int(request.app.state.started_at), state.loaded.info)
 
 

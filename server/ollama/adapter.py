@@ -12,6 +12,7 @@ applies the chat template to its prompt unless ``raw`` (then the prompt is read 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from afm_struct.decoding.logprobs import MAX_TOP_LOGPROBS
@@ -30,6 +31,7 @@ from afm_struct.serving.plan import (
 from afm_struct.tools import parse_choice, parse_tools
 
 from ..constraint_fields import read_field
+from ..model_alias import ModelAlias, resolve_alias
 from ..request import check_model, check_values
 from ..state import ServerState
 from .schemas import OllamaBase, OllamaChatRequest, OllamaGenerateRequest, OllamaMessage
@@ -56,13 +58,16 @@ OPTION_OF = {field: key for key, field in MAPPED.items()} | {"max_tokens": "num_
                                                              "repetition_context": "repeat_last_n"}
 
 
-def ollama_model(requested: str, served: tuple[str, ...]) -> str:
-    """The served name ``requested`` names; Ollama's clients add ``:latest`` to a bare name."""
+def ollama_model(requested: str, served: tuple[str, ...], aliases: Sequence[ModelAlias] = ()) -> str:
+    """The served name ``requested`` names; Ollama's clients add ``:latest`` to a bare name
+    (and ``--model-alias`` patterns match either spelling)."""
     if requested not in served and requested.endswith(":latest"):
         bare = requested[: -len(":latest")]
         if bare in served:
             return bare
-    return check_model(requested, served, listing="GET /api/tags")
+        if resolve_alias(requested, aliases) is None and resolve_alias(bare, aliases) is not None:
+            requested = bare
+    return check_model(requested, served, listing="GET /api/tags", aliases=aliases)
 
 
 def sampling_params(options: dict[str, Any] | None, *, default_max_tokens: int,
@@ -171,7 +176,8 @@ def chat_messages(messages: list[OllamaMessage]) -> list[dict[str, Any]]:
 
 def _plan(state: ServerState, body: OllamaBase, conversation: Conversation, *, request_id: str,
           paths: RequestPaths, tools: ToolUse | None = None) -> GenerationPlan:
-    model = ollama_model(body.model, state.settings.model_names(state.loaded.info.id))
+    model = ollama_model(body.model, state.settings.model_names(state.loaded.info.id),
+                         state.settings.model_aliases)
     params, explicit = sampling_params(body.options, default_max_tokens=state.settings.default_max_tokens,
                                        context_length=state.loaded.info.context_length)
     return GenerationPlan(

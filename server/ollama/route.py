@@ -78,7 +78,8 @@ async def ollama_generate(request: Request) -> Response:
     try:
         body = await read_body(request, OllamaGenerateRequest)
         if not body.prompt:
-            model = ollama_model(body.model, state.settings.model_names(state.loaded.info.id))
+            model = ollama_model(body.model, state.settings.model_names(state.loaded.info.id),
+                                 state.settings.model_aliases)
             return JSONResponse({"model": model, "created_at": created_at(int(time.time())), "response": "",
                                  "done": True, "done_reason": "load"})
         plan = plan_ollama_generate(state, body, request_id=request.state.request_id)
@@ -140,7 +141,8 @@ async def ollama_show(request: Request) -> Response:
         requested = body.model or body.name
         if not requested:
             raise InvalidRequestError("model is required", param="model", code="missing_required_parameter")
-        ollama_model(requested, state.settings.model_names(state.loaded.info.id))
+        ollama_model(requested, state.settings.model_names(state.loaded.info.id),
+                     state.settings.model_aliases)
     except AfmError as err:
         return error_response(err, request)
     info = state.loaded.info

@@ -266,3 +266,23 @@ def test_media_blocks_are_refused_clearly(serve, block) -> None:
     message = r.json()["error"]["message"]
     assert message.startswith(f"messages.0.content.0 is a{'n' if block['type'] == 'image' else ''} ")
     assert "text models" in message
+
+
+def test_an_alias_reaches_the_model_on_every_door(serve) -> None:
+    # --model-alias answered on the OpenAI and Anthropic doors only; Ollama's clients (and
+    # GET /v1/models/{id}) got 404 for the same name.
+    live = serve("Hello", model_aliases=ALIASES)
+    user = [{"role": "user", "content": "hi"}]
+    doors = [("/v1/chat/completions", {"model": "gpt-4o", "messages": user}),
+             ("/v1/messages", {"model": "claude-x", "max_tokens": 8, "messages": user}),
+             ("/api/chat", {"model": "claude-x", "messages": user, "stream": False}),
+             ("/api/chat", {"model": "claude-x:latest", "messages": user, "stream": False}),
+             ("/api/generate", {"model": "gpt-4o", "prompt": "hi", "stream": False}),
+             ("/api/show", {"model": "gpt-4o"})]
+    for path, body in doors:
+        r = httpx.post(f"{live.url}{path}", json=body, timeout=60)
+        assert r.status_code == 200, (path, body["model"], r.text)
+    assert httpx.get(f"{live.url}/v1/models/claude-x", timeout=10).json()["id"] == "scripted"
+    # A name no alias matches is still a 404 naming what to send.
+    r = httpx.post(f"{live.url}/api/chat", json={"model": "llama3", "messages": user, "stream": False})
+    assert r.status_code == 404 and "scripted" in r.text
