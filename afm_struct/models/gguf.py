@@ -36,6 +36,8 @@ class GGUFContents:
     tensors: dict[str, mx.array]
     metadata: dict[str, Any]
     mxfp4: frozenset[str] = frozenset()  # names of the MXFP4 weights (their scales: .scales)
+    stored: str = ""  # the ggml type most of the weights are stored in ("Q8_0", "F16", ...)
+    elements: int = 0  # the weights' element count (4 bytes each once dequantized to fp32)
 
     @property
     def family(self) -> Family:
@@ -94,7 +96,12 @@ def read_gguf(path: str | Path) -> GGUFContents:
     else:
         _exact_bf16(path, header, tensors)
     _split_fused_experts(tensors, mxfp4)
-    return GGUFContents(path=path, tensors=tensors, metadata=metadata, mxfp4=frozenset(mxfp4))
+    by_type: dict[str, int] = {}
+    for t in header.tensors:
+        by_type[t.type_name] = by_type.get(t.type_name, 0) + int(np.prod(t.shape, dtype=np.int64))
+    stored = max(by_type, key=by_type.__getitem__) if by_type else ""
+    return GGUFContents(path=path, tensors=tensors, metadata=metadata, mxfp4=frozenset(mxfp4),
+                        stored=stored, elements=sum(by_type.values()))
 
 
 _FUSED = ".ffn_gate_up_exps."

@@ -72,12 +72,22 @@ def choose_weights(mode: str) -> str:
     return "quantized" if mx.default_device().type == mx.gpu else "float32"
 
 
-def _gguf_reason(mode: str, chosen: str) -> str:
+def _gguf_weights(mode: str, chosen: str, contents: Any) -> tuple[str, str]:
+    """The representation a GGUF is loaded in, and why: ``auto`` on the CPU dequantizes to
+    fp32 only when the fp32 copy fits in memory with a margin (as for mlx directories,
+    models/weights.py); otherwise it keeps the packed quantized weights."""
+    from .weights import FIT_SHARE, available_memory
+
     if mode != "auto":
-        return f"--weights {mode}"
-    if chosen == "float32":
-        return "cpu: fp32 with an optimized BLAS decodes fastest"
-    return f"{device_name()}: packed quantized kernels read less memory"
+        return chosen, f"--weights {mode}"
+    if chosen != "float32":
+        return chosen, f"{device_name()}: packed quantized kernels read less memory"
+    need, available = 4 * contents.elements, available_memory()
+    if contents.stored != "F32" and available is not None and need > FIT_SHARE * available:
+        return "quantized", (f"cpu: fp32 would be faster but needs {need / 1e9:.1f} GB, more than "
+                             f"{FIT_SHARE:.0%} of the memory available ({available / 1e9:.1f} GB); "
+                             "kept as stored")
+    return chosen, "cpu: fp32 with an optimized BLAS decodes fastest"
 
 
 def _nbytes(model: nn.Module) -> int:
@@ -92,18 +102,21 @@ def _cast(model: nn.Module, weights: str) -> None:
         model.set_dtype(dtype, predicate=lambda d: mx.issubdtype(d, mx.floating))
 
 
-def _load_gguf(path: Path, weights: str, progress: Callable[[str], None]) -> tuple[nn.Module, Tokenizer, int]:
+def _load_gguf(path: Path, mode: str, chosen: str,
+               progress: Callable[[str], None]) -> tuple[nn.Module, Tokenizer, int, str, str, str]:
+    """The model, tokenizer and context of a GGUF; the weights chosen, as stored, and why."""
     from .gguf import build_model, read_gguf
     from .tokenizer import from_gguf
 
     progress(f"reading {path.name}")
     contents = read_gguf(path)
+    weights, reason = _gguf_weights(mode, chosen, contents)
     progress("building tokenizer")
     tokenizer = from_gguf(contents)
     progress(f"mapping weights ({weights})")
     model, config = build_model(contents, dequantize=weights != "quantized")
     _cast(model, weights if weights != "quantized" else "")
-    return model, tokenizer, int(config["max_position_embeddings"])
+    return model, tokenizer, int(config["max_position_embeddings"]), weights, contents.stored, reason
 
 
 @dataclass(frozen=True)
@@ -174,13 +187,12 @@ def load_model(spec: str | None = None, *, weights: str = "auto",
     stored, reason, aliases = "", "", ()
     if spec is None:
         path = embedded_model_path()
-        model, tokenizer, ctx = _load_gguf(path, chosen, progress)
+        model, tokenizer, ctx, chosen, stored, reason = _load_gguf(path, weights, chosen, progress)
         ident, source = EMBEDDED_NAME, "embedded"
     elif spec.endswith(".gguf") or Path(spec).is_file():
         path = Path(spec)
-        model, tokenizer, ctx = _load_gguf(path, chosen, progress)
+        model, tokenizer, ctx, chosen, stored, reason = _load_gguf(path, weights, chosen, progress)
         ident, source = path.stem, "gguf"
-        reason = _gguf_reason(weights, chosen)
     else:
         from .mlx_dir import locate, names
 

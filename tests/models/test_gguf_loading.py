@@ -71,3 +71,20 @@ def test_a_missing_metadata_key_is_named(arch: str) -> None:
     meta = ArchMeta(arch, {}.get, {}, "m.gguf")
     with pytest.raises(ModelLoadError, match=rf"lacks {arch}\.(embedding_length|attention\.head_count)"):
         FAMILIES[arch].config(meta)
+
+
+@pytest.mark.parametrize("dtype", ["Q8_0", "F16"])
+def test_a_gguf_says_how_it_is_stored_and_auto_keeps_it_packed_when_fp32_would_not_fit(
+        tmp_path: Path, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /v1/models showed "stored": "" for every GGUF, and `auto` dequantized to fp32 whatever the
+    # memory (mlx directories checked it; models/weights.py).
+    from afm_struct.models import weights
+
+    _, path = tiny_gguf("qwen3", tmp_path, dtype=dtype)
+    roomy = load_model(str(path))
+    assert roomy.info.stored == dtype and roomy.info.weights == "float32"
+    assert roomy.info.weights_reason.startswith("cpu: fp32")
+    monkeypatch.setattr(weights, "available_memory", lambda: 1000)  # bytes: nothing fits
+    tight = load_model(str(path))
+    assert tight.info.weights == "quantized" and "kept as stored" in tight.info.weights_reason
+    assert tight.info.stored == dtype
