@@ -59,6 +59,11 @@ class PromptEncoder:
 
     def encode(self, text: str, located: Located | None = None) -> list[int]:
         """Ids of ``text``; special tokens touching ``located``'s spans or cuts are read as text."""
+        if self.backend.encode_special_tokens:
+            # Hugging Face's ``encode(..., split_special_tokens=True)`` leaves this flag set on
+            # the shared tokenizer until its next plain call: the template's own control tokens
+            # would then be read as text (found by a test that shared one tokenizer).
+            self.backend.encode_special_tokens = False
         enc = encode_released(self.backend, text)
         ids: list[int] = enc.ids
         if located is None or not (located.spans or located.cuts):

@@ -7,6 +7,7 @@ mlx-lm all accept, so one object serves the grammar engines, the generator and
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
@@ -73,6 +74,17 @@ class Tokenizer:
         # vocabulary, the token table, the compilers), each built by its own layer: kept here
         # so that it is built once and freed with the tokenizer (models/derived.py).
         self.derived = DerivedParts()
+
+    def with_chat_template(self, template: str) -> Tokenizer:
+        """This tokenizer under another chat template.  The vocabulary is the same object, so
+        what is derived from it (:attr:`derived`: llguidance's tokenizer, the closing vocabulary,
+        the compilers: seconds to build) is shared, not rebuilt; setting ``hf.chat_template``
+        on the copy leaves this one as it was."""
+        clone = copy.copy(self)
+        clone.hf = copy.copy(self.hf)  # shares the Rust tokenizer; its own attributes
+        clone.hf.chat_template = template
+        clone._encoder = None
+        return clone
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; special-token strings in it are matched as specials."""

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 
 from afm_struct.errors import InvalidRequestError
-from afm_struct.models.loader import load_tokenizer
 from afm_struct.models.tokenizer import Tokenizer
 
 from ..decoding.randomized import machine_settings
@@ -94,9 +93,10 @@ CHATML_ROW = "{{'<|im_start|>' + message['role'] + '\n' + %s + '<|im_end|>\n'}}"
 
 
 @pytest.fixture
-def templated() -> Iterator[Tokenizer]:
-    """A fresh embedded tokenizer for a test's own chat template (set ``.hf.chat_template``)."""
-    yield load_tokenizer()
+def templated(tokenizer: Tokenizer) -> Iterator[Tokenizer]:
+    """The embedded tokenizer for a test's own chat template (set ``.hf.chat_template``): a
+    copy sharing the vocabulary's derived parts (a fresh load costs seconds)."""
+    yield tokenizer.with_chat_template(tokenizer.hf.chat_template)
 
 
 def _chatml(row_content: str, extra: str = "") -> str:

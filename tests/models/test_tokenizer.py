@@ -58,3 +58,23 @@ def test_encode_chat_has_no_bos_for_smollm(tokenizer):
     assert ids[0] == 1  # <|im_start|>, from the template; the GGUF says add_bos_token = false
     messages = [{"role": "user", "content": "Hi"}]
     assert tokenizer.decode(ids) == tokenizer.apply_chat_template(messages)
+
+
+def test_another_chat_template_shares_the_vocabulary_parts_and_leaves_the_original(tokenizer):
+    from afm_struct.grammar.engines.llguidance_engine import ll_tokenizer_for
+
+    before = tokenizer.hf.chat_template
+    other = tokenizer.with_chat_template("{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    assert tokenizer.hf.chat_template == before
+    other.hf.chat_template += "!"  # a test's own edits stay on the copy
+    assert tokenizer.hf.chat_template == before
+    assert other.decode(other.encode_chat([{"role": "user", "content": "hi"}])) == "[hi]!"
+    assert ll_tokenizer_for(other) is ll_tokenizer_for(tokenizer)  # built once, for both
+
+
+def test_a_split_special_tokens_call_left_on_the_tokenizer_does_not_reach_prompts(tokenizer):
+    chat = [{"role": "user", "content": "hi"}]
+    want = tokenizer.encode_chat(chat)
+    tokenizer.hf.encode("<|im_start|>", add_special_tokens=False, split_special_tokens=True)
+    assert tokenizer.hf.backend_tokenizer.encode_special_tokens  # what transformers leaves behind
+    assert tokenizer.encode_chat(chat) == want

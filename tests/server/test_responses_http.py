@@ -9,7 +9,6 @@ import typing
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from afm_struct.models import load_tokenizer
 from afm_struct.testing import Script, scripted_loaded_model
 from server.live import start_server
 
@@ -387,9 +386,8 @@ SWITCH_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.conten
 
 @pytest.mark.parametrize(("effort", "switch"), [("none", "False"), ("minimal", "False"), ("low", "True"),
                                                 ("high", "True"), (None, "unset")])
-def test_reasoning_effort_drives_the_templates_thinking_switch(effort, switch) -> None:
-    tok = load_tokenizer()
-    tok.hf.chat_template = SWITCH_TEMPLATE
+def test_reasoning_effort_drives_the_templates_thinking_switch(tokenizer, effort, switch) -> None:
+    tok = tokenizer.with_chat_template(SWITCH_TEMPLATE)
 
     def answer(ids: list[int]) -> str:
         prompt = tok.decode(ids)
