@@ -19,13 +19,6 @@ SHARED = next((p / "shared" / "jsonschemabench" / "data" for p in Path(__file__)
 
 
 @pytest.fixture(scope="session")
-def tokenizer():  # type: ignore[no-untyped-def]
-    from afm_struct.models import load_tokenizer
-
-    return load_tokenizer()
-
-
-@pytest.fixture(scope="session")
 def compiler(tokenizer) -> ConstraintCompiler:  # type: ignore[no-untyped-def]
     return ConstraintCompiler(tokenizer, CompileOptions())
 
