@@ -12,21 +12,25 @@ from typing import Any
 
 from afm_struct_bench.vocabularies import cached, fetch
 
+_LOADED: dict[str, Any] = {}
+
 
 def load(name: str, chat_template: str | None = None) -> Any:
     """The project's tokenizer facade over vocabulary ``name`` (None when unavailable);
-    ``chat_template`` replaces the package's."""
-    folder = folder_of(name)
-    if folder is None:
-        return None
-    from transformers import AutoTokenizer
+    ``chat_template`` replaces the package's.  One vocabulary is loaded once per process and
+    each call gets its own copy (``Tokenizer.with_chat_template``): the parts derived from a
+    150k-200k vocabulary (llguidance's tokenizer, the closing vocabulary) take seconds to build."""
+    if name not in _LOADED:
+        folder = folder_of(name)
+        if folder is None:
+            return None
+        from transformers import AutoTokenizer
 
-    from afm_struct.models.tokenizer import Tokenizer
+        from afm_struct.models.tokenizer import Tokenizer
 
-    hf = AutoTokenizer.from_pretrained(str(folder))
-    if chat_template is not None:
-        hf.chat_template = chat_template
-    return Tokenizer(hf)
+        _LOADED[name] = Tokenizer(AutoTokenizer.from_pretrained(str(folder)))
+    base = _LOADED[name]
+    return base.with_chat_template(base.hf.chat_template if chat_template is None else chat_template)
 
 
 def folder_of(name: str) -> Path | None:
