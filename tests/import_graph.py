@@ -83,7 +83,6 @@ def graph() -> dict[str, set[str]]:
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     """One import circle (its modules, the first repeated at the end), or None."""
     state: dict[str, int] = {}
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
     def visit(name: str, stack: list[str]) -> list[str] | None:
         state[name] = 1
@@ -97,10 +96,17 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         state[name] = 2
         return None
 
-    for name in sorted(edges):
-        if name not in state and (found := visit(name, [])):
-            return found
-    return None
+    # Deep import chains need more than the default recursion limit; restored after, because
+    # the rest of the worker's tests share it (a server's JSON depth refusal rides on it).
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for name in sorted(edges):
+            if name not in state and (found := visit(name, [])):
+                return found
+        return None
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
