@@ -115,7 +115,8 @@ def test_bad_lines_get_the_endpoints_own_error_and_the_batch_goes_on(live: LiveS
     assert [(e.line, e.code) for e in batch.errors.data] == [(1, "invalid_json")]
     batch = wait_ended(c, batch.id)
     assert batch.status == "completed"
-    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (6, 2, 4)
+    counts = batch.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (6, 2, 4)
     assert sorted(line["custom_id"] for line in read_jsonl(c, batch.output_file_id)) == ["good-1", "good-2"]
     errors = {line["custom_id"]: line for line in read_jsonl(c, batch.error_file_id)}
     assert errors[None]["response"] is None and "line 1: not JSON" in errors[None]["error"]["message"]
