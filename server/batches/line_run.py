@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -41,25 +42,36 @@ from ..state import ServerState
 log = logging.getLogger("afm_struct.server")
 
 
+@dataclass(frozen=True)
+class LineAnswer:
+    """What the endpoint answered: its status and body, and whether a strict schema or tool
+    grammar ran best-effort (live, the ``X-Grammar-Constraints: downgraded`` header)."""
+
+    status: int
+    body: dict[str, Any]
+    downgraded: bool = False
+
+
 async def answer_line(state: ServerState, store: ResponseStore | None, owner: str, url: str,
-                      body: dict[str, Any], request_id: str) -> tuple[int, dict[str, Any]]:
-    """(status code, body) the endpoint ``url`` answers ``body`` with, run for ``owner``.
-    Raises :class:`OverloadedError` when the engine is full (nothing ran)."""
+                      body: dict[str, Any], request_id: str) -> LineAnswer:
+    """What the endpoint ``url`` answers ``body`` with, run for ``owner``.  Raises
+    :class:`OverloadedError` when the engine is full (nothing ran)."""
     try:
         handler = _HANDLERS.get(url)
         if handler is None:
             raise NotFoundError(f"no such route: POST {url}; a batch line's url is one of "
                                 + ", ".join(_HANDLERS), param="url")
-        return 200, await handler(state, store, owner, body, request_id)
+        result, prepared = await handler(state, store, owner, body, request_id)
+        return LineAnswer(200, result, prepared.downgraded)
     except OverloadedError:
         raise
     except AfmError as err:
-        return err.status, error_json(err, url)
+        return LineAnswer(err.status, error_json(err, url))
     except Exception as exc:  # a server bug: the line fails with an opaque error, the batch goes on
         log.error("batch line %s failed", request_id, exc_info=exc)
         err = GenerationError("internal server error; the server log has the details under this "
                               "request's ID", code="internal_error")
-        return err.status, error_json(err, url)
+        return LineAnswer(err.status, error_json(err, url))
 
 
 def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
@@ -75,16 +87,17 @@ def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
     return request
 
 
-async def _run(state: ServerState, prepared: Prepared, owner: str, encoder: BodyEncoder) -> dict[str, Any]:
+async def _run(state: ServerState, prepared: Prepared, owner: str,
+               encoder: BodyEncoder) -> tuple[dict[str, Any], Prepared]:
     run = admit(state, prepared, owner=owner)
     try:
-        return await collect(run, encoder)
+        return await collect(run, encoder), prepared
     finally:
         run.close()
 
 
 async def _chat(state: ServerState, _store: ResponseStore | None, owner: str, body: dict[str, Any],
-                request_id: str) -> dict[str, Any]:
+                request_id: str) -> tuple[dict[str, Any], Prepared]:
     request = _validated(ChatCompletionRequest, body)
     plan = await plan_chat(state, request, request_id=request_id, profile_key=None)
     prepared = await prepare(state, plan)
@@ -93,7 +106,7 @@ async def _chat(state: ServerState, _store: ResponseStore | None, owner: str, bo
 
 
 async def _completion(state: ServerState, _store: ResponseStore | None, owner: str, body: dict[str, Any],
-                      request_id: str) -> dict[str, Any]:
+                      request_id: str) -> tuple[dict[str, Any], Prepared]:
     request = _validated(CompletionRequest, body)
     plan = await plan_completion(state, request, request_id=request_id, profile_key=None)
     prepared = await prepare(state, plan)
@@ -103,7 +116,7 @@ async def _completion(state: ServerState, _store: ResponseStore | None, owner: s
 
 
 async def _response(state: ServerState, store: ResponseStore | None, owner: str, body: dict[str, Any],
-                    request_id: str) -> dict[str, Any]:
+                    request_id: str) -> tuple[dict[str, Any], Prepared]:
     # As the route does (server/responses/routes.py), but the response is not kept: a batch's
     # answers live in its output file.
     request = _validated(ResponsesRequest, body)
@@ -122,6 +135,7 @@ async def _response(state: ServerState, store: ResponseStore | None, owner: str,
     return await _run(state, prepared, owner, ResponsesBody(stream))
 
 
-Handler = Callable[[ServerState, "ResponseStore | None", str, dict[str, Any], str], Awaitable[dict[str, Any]]]
+Handler = Callable[[ServerState, "ResponseStore | None", str, dict[str, Any], str],
+                   Awaitable[tuple[dict[str, Any], Prepared]]]
 _HANDLERS: dict[str, Handler] = {"/v1/chat/completions": _chat, "/v1/responses": _response,
                                  "/v1/completions": _completion}

@@ -155,13 +155,13 @@ class BatchRunner:
         else:
             assert line.url is not None and line.body is not None
             try:
-                status, body = await answer_line(self.state, self.store, owner, line.url, line.body,
-                                                 request_id)
+                answer = await answer_line(self.state, self.store, owner, line.url, line.body, request_id)
             except OverloadedError:  # the engine filled meanwhile: the line goes back, untried
                 await asyncio.to_thread(self.store.release_line, claim)
                 return
-            ok = status == 200
-            out = output_line(line.custom_id, status_code=status, request_id=request_id, body=body)
+            ok = answer.status == 200
+            out = output_line(line.custom_id, status_code=answer.status, request_id=request_id,
+                              body=answer.body)
         try:
             if not await asyncio.to_thread(self.store.finish_line, claim, ok, json.dumps(out)):
                 log.warning("batch %s line %d: taken over by another runner; its result is kept",
