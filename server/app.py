@@ -82,8 +82,9 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
             blas=blas_in_use(), compile_fn=compile_fn or default_compiler())
         app.state.started_at = time.time()
         # Batches left in progress by a stopped (or killed) server resume now.
-        runner = app.state.batch_runner = (BatchRunner(app.state.afm, response_store)
-                                           if response_store is not None else None)
+        runner = app.state.batch_runner = (
+            BatchRunner(app.state.afm, response_store, draining=lambda: app.state.drain.draining)
+            if response_store is not None else None)
         if runner is not None:
             runner.start()
         try:

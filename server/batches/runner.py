@@ -17,6 +17,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from afm_struct.errors import AfmError, InvalidRequestError, OverloadedError
@@ -29,15 +30,18 @@ from .line_run import answer_line
 
 log = logging.getLogger("afm_struct.server")
 # Seconds between looks at the store when nothing woke the runner (a batch another replica
-# created, a lease running out).
+# created, a lease running out): while a batch is active, and while none is.
 POLL_S = 0.5
+IDLE_POLL_S = 2.0
 
 
 class BatchRunner:
     """Runs the store's active batches on ``state``'s engine (start/stop with the app)."""
 
-    def __init__(self, state: ServerState, store: ResponseStore) -> None:
+    def __init__(self, state: ServerState, store: ResponseStore, *,
+                 draining: Callable[[], bool] = lambda: False) -> None:
         self.state = state
+        self.draining = draining
         self.store: Any = store
         self.lines_in_flight = state.settings.batch_lines_in_flight
         self.lease_s = state.settings.batch_lease_s
@@ -73,31 +77,38 @@ class BatchRunner:
 
     async def _loop(self) -> None:
         while True:
+            active = True
             try:
-                await self._tick()
+                active = await self._tick()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a store outage: logged, tried again on the next tick
                 log.error("batch runner: %s", getattr(exc, "message", None) or repr(exc))
             try:
-                await asyncio.wait_for(self._wake.wait(), POLL_S)
+                await asyncio.wait_for(self._wake.wait(), POLL_S if active else IDLE_POLL_S)
             except TimeoutError:
                 pass
             self._wake.clear()
 
     def _spare(self) -> int:
-        """How many more lines may start now: spare engine rows, within the runner's bound."""
+        """How many more lines may start now: spare engine rows, within the runner's bound
+        (none while the server drains: it is about to stop)."""
+        if self.draining():
+            return 0
         pending, _capacity = self.state.scheduler.load
         rows = self.state.scheduler.limits.max_active - pending
         return max(0, min(rows, self.lines_in_flight - len(self._tasks)))
 
-    async def _tick(self) -> None:
+    async def _tick(self) -> bool:
+        """Advance every active batch; whether there was one."""
         now = time.time()
         if self._tasks and now - self._renewed > self.lease_s / 3:
             await asyncio.to_thread(self.store.renew_lines, list(self._tasks.values()), now + self.lease_s)
             self._renewed = now
-        for owner, batch in await asyncio.to_thread(self.store.active_batches):
+        batches = await asyncio.to_thread(self.store.active_batches)
+        for owner, batch in batches:
             await self._advance(owner, batch)
+        return bool(batches)
 
     def _ours(self, batch_id: str) -> int:
         return sum(1 for claim in self._tasks.values() if claim.batch_id == batch_id)
