@@ -50,6 +50,8 @@ class BatchRunner:
         self._task: asyncio.Task[None] | None = None
         self._renewed = 0.0
         self._finalizing: set[str] = set()
+        #: Lines this runner answered and stored (a replica's share of the batches it ran).
+        self.lines_stored = 0
 
     def start(self) -> None:
         """Start the runner's task on the running loop."""
@@ -174,7 +176,9 @@ class BatchRunner:
             out = output_line(line.custom_id, status_code=answer.status, request_id=request_id,
                               body=answer.body)
         try:
-            if not await asyncio.to_thread(self.store.finish_line, claim, ok, json.dumps(out)):
+            if await asyncio.to_thread(self.store.finish_line, claim, ok, json.dumps(out)):
+                self.lines_stored += 1
+            else:
                 log.warning("batch %s line %d: taken over by another runner; its result is kept",
                             claim.batch_id, claim.line + 1)
         except AfmError as err:  # the lease runs out and the line runs again
