@@ -26,7 +26,15 @@ from afm_struct.store.batch_records import StoredFile
 from ..get_route import get_and_head
 from ..schemas import ErrorEnvelope
 from ..tenants import tenant_of
-from .batch_lines import ENDPOINTS, MAX_LISTED_ERRORS, duplicate_ids, listed_error, read_line, split_lines
+from .batch_lines import (
+    ENDPOINTS,
+    MAX_LISTED_ERRORS,
+    RequestLine,
+    duplicate_ids,
+    listed_error,
+    read_line,
+    split_lines,
+)
 from .runner import BatchRunner, request_counts
 
 router = APIRouter()
@@ -136,6 +144,13 @@ async def _wire(store: Any, batch: dict[str, Any]) -> dict[str, Any]:
     return {**batch, "request_counts": request_counts(counts)}
 
 
+def _read_file(content: str) -> tuple[list[tuple[int, str]], list[RequestLine]]:
+    """The file's non-blank lines (index, text), numbered as the uploaded file's lines (blank
+    ones are skipped, not renumbered), and each read as a request."""
+    texts = [(n, text) for n, text in enumerate(content.splitlines()) if text.strip()]
+    return texts, [read_line(text, n + 1) for n, text in texts]
+
+
 @router.post("/v1/batches", responses=_ERRORS)
 async def create_batch(body: CreateBatch, request: Request) -> dict[str, Any]:
     """Make a batch of an uploaded file's lines; it runs in this server (or a replica on the
@@ -152,9 +167,7 @@ async def create_batch(body: CreateBatch, request: Request) -> dict[str, Any]:
     if source.purpose != "batch":
         raise InvalidRequestError(f"input_file_id: {body.input_file_id!r} is a {source.purpose} file; "
                                   "upload the input with purpose=batch", param="input_file_id")
-    # Numbered as the uploaded file's lines (blank ones are skipped, not renumbered).
-    texts = [(n, text) for n, text in enumerate((source.content or "").splitlines()) if text.strip()]
-    lines = [read_line(text, n + 1) for n, text in texts]
+    texts, lines = await asyncio.to_thread(_read_file, source.content or "")  # off the loop: up to MBs
     duplicate = duplicate_ids(lines)
     if duplicate is not None:
         raise duplicate
