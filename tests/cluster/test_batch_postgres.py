@@ -45,6 +45,14 @@ def replicas(tokenizer: Any) -> Iterator[list[LiveServer]]:
 
 def test_two_replicas_share_one_batch_each_line_once(replicas: list[LiveServer]) -> None:
     first, second = (openai.OpenAI(base_url=f"{r.url}/v1", api_key="unused", max_retries=0) for r in replicas)
+    try:
+        _share(first, second, replicas)
+    finally:  # no keep-alive connection left for the shutdown to wait on
+        first.close()
+        second.close()
+
+
+def _share(first: openai.OpenAI, second: openai.OpenAI, replicas: list[LiveServer]) -> None:
     text = "".join(json.dumps({"custom_id": f"doc-{i}", "method": "POST", "url": "/v1/chat/completions",
                                "body": {"messages": [{"role": "user", "content": f"doc {i}"}],
                                         "max_tokens": 8}}) + "\n" for i in range(LINES))

@@ -35,11 +35,17 @@ def live(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
     server = start_server(loaded, ServerSettings(api_keys=(KEY_A, KEY_B), batch_lines_in_flight=3),
                           response_store=store)
     yield server
+    for c in _CLIENTS:  # no keep-alive connection left for the shutdown to wait on
+        c.close()
     server.stop()
 
 
+_CLIENTS: list[openai.OpenAI] = []
+
+
 def client(live: LiveServer, key: str = KEY_A) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{live.url}/v1", api_key=key, max_retries=0)
+    _CLIENTS.append(openai.OpenAI(base_url=f"{live.url}/v1", api_key=key, max_retries=0))
+    return _CLIENTS[-1]
 
 
 def chat_line(custom_id: str, schema: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
