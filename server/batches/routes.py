@@ -35,7 +35,7 @@ from .batch_lines import (
     read_line,
     split_lines,
 )
-from .runner import BatchRunner, request_counts
+from .runner import MODEL_KEY, BatchRunner, request_counts
 
 router = APIRouter()
 get_route = partial(get_and_head, router)
@@ -137,7 +137,9 @@ class CreateBatch(BaseModel):
 
 
 async def _wire(store: Any, batch: dict[str, Any]) -> dict[str, Any]:
-    """The batch object with its live ``request_counts`` (final ones once it has ended)."""
+    """The batch object with its live ``request_counts`` (final ones once it has ended),
+    without the server's own fields (``_``-prefixed)."""
+    batch = {key: value for key, value in batch.items() if not key.startswith("_")}
     if batch["status"] in ("completed", "cancelled", "expired", "failed"):
         return batch
     counts = await asyncio.to_thread(store.line_counts, batch["id"])
@@ -181,14 +183,17 @@ async def create_batch(body: CreateBatch, request: Request) -> dict[str, Any]:
              "finalizing_at": None, "completed_at": None, "failed_at": None, "expired_at": None,
              "cancelling_at": None, "cancelled_at": None,
              "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
-             "metadata": body.metadata}
+             "metadata": body.metadata,
+             # Run only by servers of this model: servers of other models may share the store
+             # (the default SQLite file is one per user).
+             MODEL_KEY: request.app.state.afm.loaded.info.id}
     await asyncio.to_thread(store.create_batch, owner, batch,
                             [(n, line.custom_id or "", text)
                              for line, (n, text) in zip(lines, texts, strict=True)])
     runner = _runner(request)
     if runner is not None:
         runner.wake()
-    return batch
+    return await _wire(store, batch)
 
 
 @get_route("/v1/batches", responses=_ERRORS)

@@ -33,6 +33,8 @@ log = logging.getLogger("afm_struct.server")
 # created, a lease running out): while a batch is active, and while none is.
 POLL_S = 0.5
 IDLE_POLL_S = 2.0
+# The batch object's field naming the model whose servers run it (not on the wire).
+MODEL_KEY = "_model"
 
 
 class BatchRunner:
@@ -119,6 +121,8 @@ class BatchRunner:
         """One step of ``batch``: start it, claim lines into spare rows, or finish it."""
         batch_id, status, now = batch["id"], batch["status"], time.time()
         store = self.store
+        if batch.get(MODEL_KEY, self.state.loaded.info.id) != self.state.loaded.info.id:
+            return  # another model's batch, in a store this server shares with its server
         if status == "validating":
             moved = await asyncio.to_thread(store.update_batch, batch_id, "in_progress",
                                             {"in_progress_at": int(now)}, expect=("validating",))
