@@ -187,11 +187,13 @@ class BatchQueries:
                            "WHERE batch_id = ? AND line = ? AND state = 'running' AND runs = ?",
                       (claim.batch_id, claim.line, claim.runs))
 
-    def skip_pending(self, batch_id: str) -> int:
-        """Mark the batch's lines not yet claimed as skipped (a cancel); returns how many."""
+    def skip_pending(self, batch_id: str, *, now: float) -> int:
+        """Mark the batch's lines not yet claimed as skipped (a cancel), and those whose runner's
+        lease ended before ``now`` (it died: nothing will record them); returns how many."""
         with self._transaction(write=True) as cur:
             return int(self._run(cur, "UPDATE batch_lines SET state = 'skipped' WHERE batch_id = ? "
-                                      "AND state = 'pending'", (batch_id,)).rowcount)
+                                      "AND (state = 'pending' OR (state = 'running' AND lease_until < ?))",
+                                 (batch_id, now)).rowcount)
 
     def line_counts(self, batch_id: str) -> LineCounts:
         """How many of the batch's lines are in each state."""

@@ -130,10 +130,10 @@ class BatchRunner:
                 return
             status = "in_progress"
         if status == "in_progress" and now > batch.get("expires_at", now + 1):
-            await asyncio.to_thread(store.skip_pending, batch_id)
+            await asyncio.to_thread(store.skip_pending, batch_id, now=now)
             status = "expiring"
         if status in ("cancelling", "expiring"):
-            await asyncio.to_thread(store.skip_pending, batch_id)
+            await asyncio.to_thread(store.skip_pending, batch_id, now=now)
             counts = await asyncio.to_thread(store.line_counts, batch_id)
             if counts.running == 0 and self._ours(batch_id) == 0:
                 await self._finalize(owner, batch, "cancelled" if status == "cancelling" else "expired")
