@@ -188,3 +188,20 @@ def test_a_server_without_a_store_says_files_need_one(serve: Any, tmp_path: Path
     live = serve(ANSWER)
     r = httpx.get(f"{live.url}/v1/batches", timeout=10)
     assert r.status_code == 400 and r.json()["error"]["code"] == "store_disabled"
+
+
+def test_a_responses_batch_answers_with_response_objects(live: LiveServer) -> None:
+    c = client(live)
+    fmt = {"format": {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}}
+    lines = [{"custom_id": f"r-{i}", "method": "POST", "url": "/v1/responses",
+              "body": {"model": "scripted", "input": f"person {i}", "max_output_tokens": 40, "text": fmt}}
+             for i in range(3)]
+    batch = c.batches.create(input_file_id=upload(c, lines), endpoint="/v1/responses",
+                             completion_window="24h")
+    batch = wait_ended(c, batch.id)
+    assert batch.status == "completed" and batch.request_counts.completed == 3
+    for line in read_jsonl(c, batch.output_file_id):
+        body = line["response"]["body"]
+        assert body["object"] == "response" and body["status"] == "completed" and body["store"] is False
+        (message,) = [item for item in body["output"] if item["type"] == "message"]
+        jsonschema.validate(json.loads(message["content"][0]["text"]), PERSON)
