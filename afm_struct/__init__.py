@@ -30,6 +30,7 @@ _EXPORTS = {
     "extract": "afm_struct.library.extraction",
     "load_model": "afm_struct.models",
     "make_mlx_lm_processor": "afm_struct.decoding.mlx_lm_processor",
+    "run_batch": "afm_struct.library.batch_file",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

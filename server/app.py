@@ -23,6 +23,8 @@ from afm_struct.models.loader import LoadedModel
 from afm_struct.store import ResponseStore
 
 from .auth import ApiKeyMiddleware
+from .batches.routes import router as batches_router
+from .batches.runner import BatchRunner
 from .cancel import InflightRegistry
 from .completions_api.route import router as completions_router
 from .errors import install_error_handlers
@@ -79,9 +81,17 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
             registry=InflightRegistry(settings.recent_ids),
             blas=blas_in_use(), compile_fn=compile_fn or default_compiler())
         app.state.started_at = time.time()
+        # Batches left in progress by a stopped (or killed) server resume now.
+        runner = app.state.batch_runner = (
+            BatchRunner(app.state.afm, response_store, draining=lambda: app.state.drain.draining)
+            if response_store is not None else None)
+        if runner is not None:
+            runner.start()
         try:
             yield
         finally:
+            if runner is not None:
+                await runner.stop()
             scheduler.stop()
             if response_store is not None:
                 response_store.close()
@@ -95,9 +105,10 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app.include_router(completions_router)
     app.include_router(ollama_router)
     app.include_router(messages_router)
+    app.include_router(batches_router)
     add_operations_middleware = install_operations(
         app, settings, [*router.routes, *responses_router.routes, *completions_router.routes,
-                        *ollama_router.routes, *messages_router.routes])
+                        *ollama_router.routes, *messages_router.routes, *batches_router.routes])
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
                        timeout_s=settings.body_timeout_s)

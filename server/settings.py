@@ -73,8 +73,15 @@ class ServerSettings:
     # bytes they take.  Beyond it a create with store on is 429 store_quota_exceeded.
     store_quota_responses: int = 100_000
     store_quota_bytes: int = 1 << 30
+    # Batch jobs (docs/batches.md): lines of all batches in flight at once (each only while the
+    # scheduler has a spare row), and how long a claimed line is a runner's before another
+    # runner (a restart, another replica on the store) may take it over.
+    batch_lines_in_flight: int = 4
+    batch_lease_s: float = 30.0
 
     def __post_init__(self) -> None:
+        if self.batch_lines_in_flight < 1 or not self.batch_lease_s > 0:
+            raise ValueError("batch_lines_in_flight must be >= 1 and batch_lease_s > 0")
         if not 0 < self.profile_interval_s <= 0.25:
             raise ValueError("profile_interval_s must be in (0, 0.25]")
         if self.reasoning not in ("auto", "think", "off"):

@@ -30,7 +30,13 @@ OUTSIDE_BODY = {
     "stream": lambda r: r.method in ("GET", "HEAD") and r.path.startswith("/v1/responses/"),
     **{name: (lambda r: r.method in ("GET", "HEAD") and r.path.endswith("/input_items"))
        for name in ("limit", "order", "after")},
+    # the form fields of a file upload, and the query of the file and batch lists (docs/batches.md)
+    **{name: (lambda r: r.method == "POST" and r.path == "/v1/files") for name in ("file", "purpose")},
 }
+_LISTS = ("/v1/files", "/v1/batches")
+for _name in ("limit", "after"):
+    _old = OUTSIDE_BODY[_name]
+    OUTSIDE_BODY[_name] = (lambda r, old=_old: old(r) or (r.method in ("GET", "HEAD") and r.path in _LISTS))
 
 
 @dataclass(frozen=True)

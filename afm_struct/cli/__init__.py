@@ -12,7 +12,7 @@ from .. import __version__
 from ..errors import AfmError
 
 # Each module defines register(subparsers) and sets a ``func(args) -> int`` default.
-_COMMANDS = ("serve", "cluster", "generate", "compile", "bench")
+_COMMANDS = ("serve", "cluster", "generate", "compile", "bench", "run_batch")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -167,6 +167,14 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
     add("--store-quota-bytes", type=parse_size, default=d.store_quota_bytes, metavar="SIZE",
         help="bytes of stored responses each tenant may keep, e.g. 500M or 2G (0: no bound; default "
              f"{d.store_quota_bytes >> 30}G)")
+    add("--batch-lines", dest="batch_lines_in_flight", type=int, default=d.batch_lines_in_flight,
+        metavar="N",
+        help="lines of batch jobs (/v1/batches) run at once, each only while a row is spare, so "
+             f"live requests come first (default {d.batch_lines_in_flight})")
+    add("--batch-lease-s", type=float, default=d.batch_lease_s, metavar="SECONDS",
+        help="a batch line a replica runs is its own this long (renewed while it runs); a line "
+             "of a replica that died is run again after it (default "
+             f"{d.batch_lease_s:g})")
     add("--drain-seconds", "--drain-timeout", dest="drain_seconds", type=float,
         default=d.drain_seconds, metavar="SECONDS",
         help="on SIGTERM, stop taking requests (503 draining, /health 503) and give those in "
@@ -255,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
             default_max_tokens=args.default_max_tokens,
             api_keys=api_keys, drain_seconds=args.drain_seconds, log_format=args.log_format,
             log_content=args.log_content, store_quota_responses=args.store_quota_responses,
-            store_quota_bytes=args.store_quota_bytes)
+            store_quota_bytes=args.store_quota_bytes,
+            batch_lines_in_flight=args.batch_lines_in_flight, batch_lease_s=args.batch_lease_s)
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
     server_module("logging_json").configure(settings.log_format, settings.log_level,

@@ -51,6 +51,45 @@ _V2 = """
         (SELECT SUM(LENGTH(item)) FROM response_items WHERE response_seq = responses.seq), 0);
     CREATE INDEX responses_by_owner_age ON responses (owner, created_at, size)
 """
+# Batch jobs (the Files and Batches API, docs/batches.md): uploaded files, batches, and each
+# line of a batch with its state and result, written as the line completes so a restart
+# resumes where it stopped.  A batch's id is unique across owners (random), so its lines key on
+# it alone; ``lease_until`` lets a replica take over the lines of one that died mid-line.
+_V3 = """
+    CREATE TABLE batch_files (
+        owner TEXT NOT NULL,
+        id TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        bytes BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        content TEXT NOT NULL,
+        PRIMARY KEY (owner, id)
+    );
+    CREATE TABLE batches (
+        owner TEXT NOT NULL,
+        id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (owner, id),
+        UNIQUE (id)
+    );
+    CREATE INDEX batches_by_status ON batches (status);
+    CREATE TABLE batch_lines (
+        batch_id TEXT NOT NULL,
+        line INTEGER NOT NULL,
+        custom_id TEXT NOT NULL,
+        request TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done', 'skipped')),
+        lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+        runs INTEGER NOT NULL DEFAULT 0,
+        ok INTEGER,
+        result TEXT,
+        PRIMARY KEY (batch_id, line)
+    );
+    CREATE INDEX batch_lines_by_state ON batch_lines (batch_id, state)
+"""
 _SEQ = {"sqlite": "INTEGER PRIMARY KEY", "postgresql": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"}
 
 # (version, description, script per dialect)
@@ -58,6 +97,7 @@ MIGRATIONS: tuple[tuple[int, str, dict[Dialect, str]], ...] = (
     (1, "responses and their items",
      {"sqlite": _V1.format(seq=_SEQ["sqlite"]), "postgresql": _V1.format(seq=_SEQ["postgresql"])}),
     (2, "the size of each response, for tenant quotas", {"sqlite": _V2, "postgresql": _V2}),
+    (3, "batch jobs: files, batches and their lines", {"sqlite": _V3, "postgresql": _V3}),
 )
 LATEST = MIGRATIONS[-1][0]
 

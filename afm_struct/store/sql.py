@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..errors import InvalidRequestError
+from .batch_queries import BatchQueries
 from .records import (
     DEFAULT_LIMIT,
     Item,
@@ -41,8 +42,9 @@ _CHAIN = """WITH RECURSIVE chain (seq, id, previous_response_id) AS (
 _NEVER = -(2**62)
 
 
-class SqlStore:
-    """:class:`~.protocol.ResponseStore` over a DB-API connection (see the subclasses)."""
+class SqlStore(BatchQueries):
+    """:class:`~.protocol.ResponseStore` over a DB-API connection (see the subclasses), and the
+    batch jobs' tables (:class:`~.batch_queries.BatchQueries`)."""
 
     placeholder = "?"
     # Appended to the read of a response about to be replaced, to lock its row ("" where the
