@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from afm_struct.decoding.scheduler import Handle
 from afm_struct.errors import AfmError, GenerationError, internal_error
+from afm_struct.serving.partials import PartialValues
 from afm_struct.turn.events import (
     AnswerEvent,
     CallArguments,
@@ -92,6 +93,8 @@ class Run:
         deferred: list[str] = []
         deferred_entries: Entries = []
         routing = LogprobRouting() if prepared.plan.logprobs is not None else None
+        partials = (PartialValues(json_content=structured.json_output)
+                    if prepared.plan.delivery.include_partial else None)
 
         def route(text: str, events: list[AnswerEvent], entries: Entries | None) -> list[AnswerEvent]:
             slots = routing.assign(text, events, entries) if routing is not None else [None] * len(events)
@@ -104,6 +107,8 @@ class Run:
                     continue
                 if isinstance(event, Text | CallOpened | CallArguments):
                     event.logprobs = slot
+                if partials is not None:
+                    partials.attach(event)
                 out.append(event)
             return out
 
@@ -124,7 +129,10 @@ class Run:
                 raw = "".join(deferred)
                 text = structured.sanitize(raw)
                 if text:
-                    yield Text(text, within(deferred_entries, raw, text) if routing else None)
+                    whole = Text(text, within(deferred_entries, raw, text) if routing else None)
+                    if partials is not None:
+                        partials.attach(whole)
+                    yield whole
             reason = (FinishReason.CANCELLED if cancelled
                       else turn.finish_reason(event.reason, whole=event.whole))
             self._outcome = (reason, event, None)

@@ -35,12 +35,23 @@ class ResponseIdentity:
     model: str
 
 
+@dataclass(frozen=True)
+class Partial:
+    """The value parsed so far of a growing JSON text (a content answer or a call's
+    arguments): any JSON value, ``None`` being JSON null.  Rides an answer event when the
+    request asked for partial values (``stream_options.include_partial``)."""
+
+    value: Any
+
+
 @dataclass
 class Text:
-    """Answer text (chat's ``content``)."""
+    """Answer text (chat's ``content``); ``partial``: the whole answer's value so far, when
+    asked for and some prefix of it parses."""
 
     text: str
     logprobs: Entries | None = None
+    partial: Partial | None = None
 
 
 @dataclass
@@ -61,15 +72,18 @@ class CallOpened:
     name: str
     arguments: str = ""
     logprobs: Entries | None = None
+    partial: Partial | None = None
 
 
 @dataclass
 class CallArguments:
-    """More of call ``index``'s arguments (JSON text, as generated)."""
+    """More of call ``index``'s arguments (JSON text, as generated); ``partial``: the
+    arguments' value so far, as for :class:`Text`."""
 
     index: int
     text: str
     logprobs: Entries | None = None
+    partial: Partial | None = None
 
 
 @dataclass

@@ -31,7 +31,15 @@ from afm_struct.turn.events import (
 
 from .. import sse
 from ..logprob_routing import logprobs_object
-from .chunks import completion_body, delta_chunk, error_chunk, finish_chunk, profile_event, usage_chunk
+from .chunks import (
+    completion_body,
+    delta_chunk,
+    error_chunk,
+    finish_chunk,
+    partial_fields,
+    profile_event,
+    usage_chunk,
+)
 
 Delta = dict[str, Any]
 
@@ -52,6 +60,15 @@ def chat_delta(event: AnswerEvent) -> Delta | None:
 
 def _entries(event: AnswerEvent) -> Entries | None:
     return event.logprobs if isinstance(event, Text | CallOpened | CallArguments) else None
+
+
+def _partial(event: AnswerEvent) -> dict[str, Any] | None:
+    """The choice's partial-value field of ``event`` (None: it carries none)."""
+    if isinstance(event, Text) and event.partial is not None:
+        return partial_fields(event.partial.value)
+    if isinstance(event, CallOpened | CallArguments) and event.partial is not None:
+        return partial_fields(event.partial.value, event.index)
+    return None
 
 
 class ChatStream:
@@ -89,14 +106,15 @@ class ChatStream:
         lp = None
         if self.logprobs and not isinstance(event, Reasoning):
             lp = logprobs_object(_entries(event) or [])
-        return [self._chunk(delta, lp)]
+        return [self._chunk(delta, lp, _partial(event))]
 
     def end(self) -> list[bytes]:
         """What closes the stream: ``data: [DONE]``."""
         return [sse.DONE]
 
-    def _chunk(self, delta: Delta, logprobs: dict[str, Any] | None = None) -> bytes:
-        return sse.encode_event(delta_chunk(self.ident, delta, logprobs))
+    def _chunk(self, delta: Delta, logprobs: dict[str, Any] | None = None,
+               extension: dict[str, Any] | None = None) -> bytes:
+        return sse.encode_event(delta_chunk(self.ident, delta, logprobs, extension))
 
 
 class ChatCompletion:

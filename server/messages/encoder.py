@@ -29,6 +29,7 @@ from afm_struct.turn.events import (
     Event,
     Failed,
     Finish,
+    Partial,
     ProfileReport,
     Reasoning,
     ResponseIdentity,
@@ -41,6 +42,8 @@ from .. import sse
 from .errors import anthropic_error
 
 Payload = dict[str, Any]
+# AFM's extension event (X-AFM-Partial): a content block's value so far, after its delta.
+PARTIAL_EVENT = "afm_partial"
 STOP_REASONS = {FinishReason.LENGTH: "max_tokens", FinishReason.TOOL_CALLS: "tool_use",
                 FinishReason.CANCELLED: "cancelled"}
 
@@ -126,6 +129,7 @@ class MessagesStream:
                 block = self._block(out, "text")
                 block.text.append(event.text)
                 out.append(self._delta(block, {"type": "text_delta", "text": event.text}))
+                self._partial(out, block, event.partial)
         elif isinstance(event, Reasoning):
             if event.text:
                 block = self._block(out, "thinking")
@@ -139,9 +143,11 @@ class MessagesStream:
             start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
             out.append({"type": "content_block_start", "index": block.index, "content_block": start})
             self._arguments(out, block, event.arguments)
+            self._partial(out, block, event.partial)
         elif isinstance(event, CallArguments):
             if self._open is not None and self._open.call_index == event.index:
                 self._arguments(out, self._open, event.text)
+                self._partial(out, self._open, event.partial)
         elif isinstance(event, CallClosed):
             if self._open is not None and self._open.call_index == event.index:
                 self._close(out)
@@ -157,6 +163,13 @@ class MessagesStream:
         elif isinstance(event, ProfileReport):
             self._profile = event
         return out
+
+    @staticmethod
+    def _partial(out: list[Payload], block: Block, partial: Partial | None) -> None:
+        """AFM's extension event after a delta (``X-AFM-Partial``): the block's value so far, a
+        JSON answer's or a tool_use block's input."""
+        if partial is not None:
+            out.append({"type": PARTIAL_EVENT, "index": block.index, "partial": partial.value})
 
     def closing(self) -> list[Payload]:
         """``message_delta`` and ``message_stop`` (none after a failure: its ``error`` ended it)."""
