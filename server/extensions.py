@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
+from afm_struct.grammar.enforcement import enforcement_report
+from afm_struct.grammar.spec import Rung
 from afm_struct.serving.plan import GenerationPlan
+
+from .structured import StructuredPlan
 
 PARTIAL_HEADER = "x-afm-partial"
 ENFORCEMENT_HEADER = "x-afm-enforcement"
-ENFORCEMENT_KEY = "afm_enforcement"
 _ON = ("true", "1", "yes", "on")
 
 
@@ -34,3 +38,15 @@ def with_extensions(plan: GenerationPlan, headers: Mapping[str, str], *,
         return plan
     delivery = dataclasses.replace(plan.delivery, include_partial=partial, enforcement=enforcement)
     return dataclasses.replace(plan, delivery=delivery)
+
+
+def format_enforcement(structured: StructuredPlan) -> dict[str, Any] | None:
+    """The enforcement report of the request's output format as served (None: no format, or
+    a compiler that keeps no schema, a test's stand-in).  A format run without its mask, a
+    tool grammar owning it, is reported on the unconstrained rung."""
+    compiled = structured.compiled
+    if compiled is None or not hasattr(compiled, "rewrite_sites"):
+        return None
+    if structured.constraint is None:
+        return enforcement_report(compiled, rung=Rung.UNCONSTRAINED, reason=structured.reason)
+    return enforcement_report(compiled)

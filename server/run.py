@@ -23,6 +23,7 @@ from afm_struct.turn.events import (
     CallArguments,
     CallOpened,
     EndEvent,
+    EnforcementReport,
     Entries,
     Event,
     Failed,
@@ -34,6 +35,7 @@ from afm_struct.turn.events import (
 from afm_struct.turn.outputs import Finished, FinishReason, TextDelta, Timings, Usage
 
 from .cancel import Inflight
+from .extensions import format_enforcement
 from .logprob_routing import LogprobRouting, within
 from .profile import PROFILE_EXTENDED, ProfileSampler, build_extended, build_profile, read_energy_uj
 from .state import ServerState
@@ -146,11 +148,13 @@ class Run:
 
     def ending(self) -> Iterator[EndEvent]:
         """How the run ended (after :meth:`answer`): :class:`Finish` or :class:`Failed`, the
-        usage, and the profile when asked for."""
+        usage, and the enforcement report and the profile when asked for."""
         assert self._outcome is not None, "ending() before the answer ended"
         reason, finished, err = self._outcome
         yield Failed(err) if err is not None else Finish(reason, stop=finished.stop)
         yield UsageReport(finished.usage)
+        if self.prepared.plan.delivery.enforcement:
+            yield EnforcementReport(format_enforcement(self.prepared.structured))
         report = self.profile(finished)
         key = self.prepared.plan.delivery.profile
         if report is not None and key is not None:

@@ -14,9 +14,11 @@ from typing import Any
 
 from afm_struct.tools.call_deltas import ToolCallAssembler
 from afm_struct.turn.events import (
+    ENFORCEMENT_KEY,
     AnswerEvent,
     CallArguments,
     CallOpened,
+    EnforcementReport,
     Entries,
     Event,
     Failed,
@@ -97,6 +99,8 @@ class ChatStream:
             return [sse.encode_event(usage_chunk(self.ident, event.usage))] if self.include_usage else []
         if isinstance(event, ProfileReport):
             return [sse.encode_event(profile_event(event.key, event.report))]
+        if isinstance(event, EnforcementReport):
+            return [sse.encode_event({ENFORCEMENT_KEY: event.report})]
         delta = chat_delta(event)
         if delta is None:
             return []

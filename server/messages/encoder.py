@@ -23,9 +23,11 @@ from typing import Any
 
 from afm_struct.errors import AfmError
 from afm_struct.turn.events import (
+    ENFORCEMENT_KEY,
     CallArguments,
     CallClosed,
     CallOpened,
+    EnforcementReport,
     Event,
     Failed,
     Finish,
@@ -92,6 +94,7 @@ class MessagesStream:
         self._error: AfmError | None = None
         self._usage = Usage(prompt_tokens=input_tokens)
         self._profile: ProfileReport | None = None
+        self._enforcement: EnforcementReport | None = None
         self._started = False
 
     # -- the wire -------------------------------------------------------------------------------
@@ -162,6 +165,9 @@ class MessagesStream:
             self._usage = event.usage
         elif isinstance(event, ProfileReport):
             self._profile = event
+        elif isinstance(event, EnforcementReport):
+            self._enforcement = event
+            out.append({"type": ENFORCEMENT_KEY, ENFORCEMENT_KEY: event.report})
         return out
 
     @staticmethod
@@ -185,6 +191,8 @@ class MessagesStream:
         """The whole message, as the run ended."""
         body = self.message(content=list(self.content), reason=stop_reason(self._reason, self._stop),
                             stop=self._stop_sequence(), output_tokens=self._usage.completion_tokens)
+        if self._enforcement is not None:
+            body[ENFORCEMENT_KEY] = self._enforcement.report
         if self._profile is not None:
             body[self._profile.key] = self._profile.report
         return body

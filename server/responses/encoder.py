@@ -23,9 +23,11 @@ from typing import Any
 
 from afm_struct.errors import AfmError
 from afm_struct.turn.events import (
+    ENFORCEMENT_KEY,
     CallArguments,
     CallClosed,
     CallOpened,
+    EnforcementReport,
     Event,
     Failed,
     Finish,
@@ -103,6 +105,7 @@ class ResponsesStream:
         self._error: AfmError | None = None
         self._usage = Usage()
         self._profile: ProfileReport | None = None
+        self._enforcement: EnforcementReport | None = None
         self._started = False
 
     # -- the wire -------------------------------------------------------------------------------
@@ -185,6 +188,8 @@ class ResponsesStream:
             self._usage = event.usage
         elif isinstance(event, ProfileReport):
             self._profile = event
+        elif isinstance(event, EnforcementReport):
+            self._enforcement = event
         return out
 
     def terminal(self) -> Payload:
@@ -211,6 +216,8 @@ class ResponsesStream:
             error=error_object(self._error) if self._error is not None else None,
             incomplete_reason="max_output_tokens" if status == "incomplete" else None,
             completed_at=int(self.clock()) if status == "completed" else None)
+        if self._enforcement is not None:
+            body[ENFORCEMENT_KEY] = self._enforcement.report
         if self._profile is not None:
             body[self._profile.key] = self._profile.report
         return body
