@@ -23,6 +23,7 @@ _EXPORTS = {
     "CompileOptions": "afm_struct.grammar.spec",
     "Extraction": "afm_struct.library.extraction",
     "ExtractionError": "afm_struct.library.extraction",
+    "ExtractionStream": "afm_struct.library.extraction_stream",
     "GenerationRequest": "afm_struct.decoding.generator",
     "Generator": "afm_struct.decoding.generator",
     "JsonObjectRequest": "afm_struct.grammar.spec",
@@ -30,6 +31,7 @@ _EXPORTS = {
     "SamplingParams": "afm_struct.decoding.sampling",
     "compile_constraint": "afm_struct.grammar.compiler",
     "extract": "afm_struct.library.extraction",
+    "extract_stream": "afm_struct.library.extraction_stream",
     "load_model": "afm_struct.models",
     "make_mlx_lm_processor": "afm_struct.decoding.mlx_lm_processor",
 }
