@@ -11,8 +11,9 @@ an unfinished string is kept as far as written, an unfinished key, number or lit
 out (``{"a": 1.`` → ``{}``).  A text that parses to nothing yet (leading whitespace, the first
 letters of a top-level ``true``) gets no partial; one that stops parsing (text after the JSON
 value, which a grammar-constrained answer never has) keeps its last partial.  Each event parses
-the whole text again: O(n²) in the answer's length, about 1 ms per event for a 100 KB answer,
-which is why it is opt-in.
+the whole text again, O(n²) in the answer's length: a parse took 0.1 ms at 1 KB, 0.26 ms at
+10 KB and 4.6 ms at 100 KB (jiter 0.19, this project's 2-core dev machine under load), so a
+100 KB answer of ~30k events spends over a minute parsing: opt-in, for answers of a few KB.
 """
 
 from __future__ import annotations
