@@ -3,7 +3,7 @@ JSON texts (hypothesis), per-channel tracking of a run's events, and a random-we
 generated schemas through ``extract_stream`` (every delta's partial parses, the last is the
 final object).
 
-The random-model driver runs 6 examples by default; ``AFM_STRUCT_RANDOM_EXAMPLES=N`` runs N."""
+The random-model driver runs 4 examples by default; ``AFM_STRUCT_RANDOM_EXAMPLES=N`` runs N."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from afm_struct.testing import random_loaded_model, scripted_loaded_model
 from afm_struct.turn.events import CallArguments, CallOpened, Partial, Reasoning, Text
 
 RANDOM = os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES")
-MODEL_EXAMPLES = int(RANDOM or 0) or 6
+MODEL_EXAMPLES = int(RANDOM or 0) or 4
 VALUE_EXAMPLES = int(RANDOM or 0) or 25
 
 VALUES = st.recursive(
