@@ -6,6 +6,7 @@ and a client that does not opt in seeing exactly the stream it saw before."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +17,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from afm_struct.client import Client
+from afm_struct.client import AsyncClient, Client
 from afm_struct.testing import Script, scripted_loaded_model
 from server.live import LiveServer, start_server
 
@@ -188,6 +189,23 @@ def test_client_stream_partials_typed_with_the_model(live) -> None:
     assert Person.model_validate(plain[-1]) == Person.model_validate(json.loads(ANSWER))
     assert values[-1].name == 'Ada é "L"' and values[-1].born == {"year": 1815, "ok": True}  # not recursed
     assert not hasattr(values[0], "name")  # not written yet: unset, not invented
+
+
+def test_client_enforcement_and_async_partials(live) -> None:
+    with Client(live.url) as client:
+        whole = client.chat(USER, stream=False, enforcement=True, response_format=_format(SCHEMA))
+        streamed = client.chat(USER, enforcement=True, response_format=_format(SCHEMA))
+        plain = client.chat(USER, response_format=_format(SCHEMA))
+    assert whole.enforcement == streamed.enforcement and whole.enforcement["rung"] == "relaxed"
+    assert plain.enforcement is None
+
+    async def partials() -> list[Any]:
+        async with AsyncClient(live.url) as client:
+            return [p async for p in client.stream(USER, partial=True,
+                                                   response_format=_format(EXACT)).partials(Person)]
+
+    values = asyncio.run(partials())
+    assert len(values) > 10 and values[-1].tags == ["math", "poetry"]
 
 
 def test_responses_partial_events(live) -> None:
