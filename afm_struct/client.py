@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from .library.partial_models import AsyncEventStream, EventStream
 from .tools.call_deltas import FragmentError, ToolCall, ToolCallAssembler
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "AsyncClient",
     "ChatResult",
     "Client",
+    "EventStream",
     "SSEDecoder",
     "StreamAssembler",
     "StreamEvent",
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 PROFILE_KEYS = ("afm_profile", "afm_profile_extended")
+ENFORCEMENT_KEY = "afm_enforcement"
 
 
 class AfmClientError(Exception):
@@ -82,7 +85,10 @@ class AfmProtocolError(AfmClientError):
 @dataclass
 class StreamEvent:
     """One logical event: ``delta`` (dict), ``finish`` (reason), ``usage`` (dict), ``profile``
-    (dict, key in ``profile_key``), ``error`` (dict) or ``done`` (the :class:`ChatResult`)."""
+    (dict, key in ``profile_key``), ``enforcement`` (the report, ``X-AFM-Enforcement``),
+    ``partial`` (the content's value so far) or ``partial_arguments`` (``{"index", "value"}``:
+    a call's arguments so far; both with ``partial=True``), ``error`` (dict) or ``done`` (the
+    :class:`ChatResult`)."""
 
     kind: str
     data: Any = None
@@ -110,6 +116,8 @@ class ChatResult:
     chunks: int = 0
     # logprobs.content entries in order (requests with logprobs: true), else None
     logprobs: list[dict[str, Any]] | None = None
+    # The enforcement report (enforcement=True: the X-AFM-Enforcement header), else None
+    enforcement: dict[str, Any] | None = None
 
     def raise_for_error(self) -> ChatResult:
         """Raise :class:`AfmStreamError` if the stream reported an error; else return self."""
@@ -193,6 +201,9 @@ class StreamAssembler:
             if key in obj:
                 self.result.profile, self.result.profile_key = obj[key], key
                 return [StreamEvent("profile", obj[key], profile_key=key)]
+        if ENFORCEMENT_KEY in obj:
+            self.result.enforcement = obj[ENFORCEMENT_KEY]
+            return [StreamEvent("enforcement", obj[ENFORCEMENT_KEY])]
         self._check_identity(obj)
         self.result.chunks += 1
         events: list[StreamEvent] = []
@@ -217,6 +228,11 @@ class StreamAssembler:
             if delta:
                 self._apply(delta)
                 events.append(StreamEvent("delta", delta))
+            # AFM's partial values ride the choice, beside its delta (include_partial)
+            if "afm_partial" in choice:
+                events.append(StreamEvent("partial", choice["afm_partial"]))
+            if "afm_partial_arguments" in choice:
+                events.append(StreamEvent("partial_arguments", choice["afm_partial_arguments"]))
             if choice.get("finish_reason") is not None:
                 self.result.finish_reason = choice["finish_reason"]
                 events.append(StreamEvent("finish", choice["finish_reason"]))
@@ -263,7 +279,8 @@ def result_from_completion(body: dict[str, Any]) -> ChatResult:
                       role=message.get("role"), content=message.get("content") or "",
                       reasoning_content=message.get("reasoning_content") or "", tool_calls=calls,
                       finish_reason=choice.get("finish_reason"), usage=body.get("usage"),
-                      profile=body.get(key) if key else None, profile_key=key)
+                      profile=body.get(key) if key else None, profile_key=key,
+                      enforcement=body.get(ENFORCEMENT_KEY))
 
 
 def affinity_key(response_format: Any) -> str | None:
@@ -283,10 +300,14 @@ def affinity_key(response_format: Any) -> str | None:
 
 
 def build_request(messages: list[dict[str, Any]], *, stream: bool, request_id: str | None = None,
-                  profile: str | None = None, **params: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    """The JSON body and headers of a chat-completion request (``profile``: "true"/"extended")."""
+                  profile: str | None = None, partial: bool = False, enforcement: bool = False,
+                  **params: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The JSON body and headers of a chat-completion request (``profile``: "true"/"extended";
+    ``partial``: ``stream_options.include_partial``; ``enforcement``: the report)."""
     body: dict[str, Any] = {"messages": messages, "stream": stream, **params}
-    headers: dict[str, str] = {}
+    if partial:
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_partial": True}
+    headers: dict[str, str] = {"X-AFM-Enforcement": "true"} if enforcement else {}
     if request_id is not None:
         headers["X-Request-ID"] = request_id
     affinity = affinity_key(params.get("response_format"))
@@ -323,8 +344,12 @@ class Client:
         if api_key is not None:  # a server started with --api-key
             self.http.headers["Authorization"] = f"Bearer {api_key}"
 
-    def stream(self, messages: list[dict[str, Any]], **kwargs: Any) -> Iterator[StreamEvent]:
-        """Stream a completion as events; the last is ``done`` with the :class:`ChatResult`."""
+    def stream(self, messages: list[dict[str, Any]], **kwargs: Any) -> EventStream:
+        """Stream a completion as events; the last is ``done`` with the :class:`ChatResult`.
+        With ``partial=True``, ``.partials(model)`` iterates the answer's values so far."""
+        return EventStream(self._events(messages, **kwargs), partial=bool(kwargs.get("partial")))
+
+    def _events(self, messages: list[dict[str, Any]], **kwargs: Any) -> Iterator[StreamEvent]:
         body, headers = build_request(messages, stream=True, **kwargs)
         with self.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
             if response.status_code >= 400:
@@ -374,8 +399,11 @@ class AsyncClient:
         if api_key is not None:  # a server started with --api-key
             self.http.headers["Authorization"] = f"Bearer {api_key}"
 
-    async def stream(self, messages: list[dict[str, Any]], **kwargs: Any) -> AsyncIterator[StreamEvent]:
-        """Stream a completion as events; the last is ``done`` with the :class:`ChatResult`."""
+    def stream(self, messages: list[dict[str, Any]], **kwargs: Any) -> AsyncEventStream:
+        """Stream a completion as events (as :meth:`Client.stream`)."""
+        return AsyncEventStream(self._events(messages, **kwargs), partial=bool(kwargs.get("partial")))
+
+    async def _events(self, messages: list[dict[str, Any]], **kwargs: Any) -> AsyncIterator[StreamEvent]:
         body, headers = build_request(messages, stream=True, **kwargs)
         async with self.http.stream("POST", "/v1/chat/completions", json=body,
                                     headers=headers) as response:

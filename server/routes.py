@@ -22,6 +22,7 @@ from .admission import Prepared, admit, prepare, response_headers
 from .chat.adapter import plan_chat
 from .chat.chunks import cancellation_body
 from .chat.encoder import ChatCompletion, ChatStream
+from .extensions import with_extensions
 from .get_route import get_and_head
 from .profile import parse_profile_header
 from .request import check_model
@@ -83,6 +84,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Str
     started = time.perf_counter()
     plan = await plan_chat(state, body, request_id=request.state.request_id,
                            profile_key=parse_profile_header(request.headers.get("x-afm-profile")))
+    plan = with_extensions(plan, request.headers,
+                           include_partial=bool(body.stream_options and body.stream_options.include_partial))
     prepared = await prepare(state, plan, started=started)
     logprobs = plan.logprobs is not None
     return await respond(request, state, prepared,

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from afm_struct.decoding.scheduler import Handle
 from afm_struct.errors import AfmError, GenerationError, internal_error
+from afm_struct.serving.partials import PartialValues
 from afm_struct.turn.events import (
     AnswerEvent,
     CallArguments,
     CallOpened,
     EndEvent,
+    EnforcementReport,
     Entries,
     Event,
     Failed,
@@ -33,6 +35,7 @@ from afm_struct.turn.events import (
 from afm_struct.turn.outputs import Finished, FinishReason, TextDelta, Timings, Usage
 
 from .cancel import Inflight
+from .extensions import format_enforcement
 from .logprob_routing import LogprobRouting, within
 from .profile import PROFILE_EXTENDED, ProfileSampler, build_extended, build_profile, read_energy_uj
 from .state import ServerState
@@ -92,6 +95,8 @@ class Run:
         deferred: list[str] = []
         deferred_entries: Entries = []
         routing = LogprobRouting() if prepared.plan.logprobs is not None else None
+        partials = (PartialValues(json_content=structured.json_output)
+                    if prepared.plan.delivery.include_partial else None)
 
         def route(text: str, events: list[AnswerEvent], entries: Entries | None) -> list[AnswerEvent]:
             slots = routing.assign(text, events, entries) if routing is not None else [None] * len(events)
@@ -104,6 +109,8 @@ class Run:
                     continue
                 if isinstance(event, Text | CallOpened | CallArguments):
                     event.logprobs = slot
+                if partials is not None:
+                    partials.attach(event)
                 out.append(event)
             return out
 
@@ -124,7 +131,10 @@ class Run:
                 raw = "".join(deferred)
                 text = structured.sanitize(raw)
                 if text:
-                    yield Text(text, within(deferred_entries, raw, text) if routing else None)
+                    whole = Text(text, within(deferred_entries, raw, text) if routing else None)
+                    if partials is not None:
+                        partials.attach(whole)
+                    yield whole
             reason = (FinishReason.CANCELLED if cancelled
                       else turn.finish_reason(event.reason, whole=event.whole))
             self._outcome = (reason, event, None)
@@ -138,11 +148,13 @@ class Run:
 
     def ending(self) -> Iterator[EndEvent]:
         """How the run ended (after :meth:`answer`): :class:`Finish` or :class:`Failed`, the
-        usage, and the profile when asked for."""
+        usage, and the enforcement report and the profile when asked for."""
         assert self._outcome is not None, "ending() before the answer ended"
         reason, finished, err = self._outcome
         yield Failed(err) if err is not None else Finish(reason, stop=finished.stop)
         yield UsageReport(finished.usage)
+        if self.prepared.plan.delivery.enforcement:
+            yield EnforcementReport(format_enforcement(self.prepared.structured))
         report = self.profile(finished)
         key = self.prepared.plan.delivery.profile
         if report is not None and key is not None:

@@ -127,9 +127,10 @@ ResponseFormat = Annotated[
 
 
 class StreamOptions(BaseModel):
-    """``stream_options``."""
+    """``stream_options``; ``include_partial`` is an AFM extension (server/extensions.py)."""
 
     include_usage: bool = False
+    include_partial: bool = False
 
 
 class ChatCompletionRequest(BaseModel):

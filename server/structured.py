@@ -53,6 +53,9 @@ class StructuredPlan:
     reason: str | None = None
     sanitize: Callable[[str], str] = sanitize_json_text
     strict: bool = False  # the caller asked for json_schema strict
+    # The compile as the compiler returned it (kept when the mask is given up): the
+    # enforcement report's source (server/extensions.py).
+    compiled: Any = None
 
     def without_mask(self, reason: str) -> StructuredPlan:
         """This plan run best-effort (another constraint owns the mask): deferred + sanitized."""
@@ -104,7 +107,7 @@ async def plan_structured(tokenizer: Tokenizer, fmt: OutputFormat | None, *,
             "constraint or allow fallback", param=fmt.param, code="constraint_not_exact")
     return StructuredPlan(constraint=compiled, json_output=fmt.json_output, enforced=mode is Mode.ENFORCED,
                           downgraded=is_downgraded(strict, mode), reason=compiled.reason,
-                          sanitize=compiled.sanitize, strict=strict)
+                          sanitize=compiled.sanitize, strict=strict, compiled=compiled)
 
 
 def _at_field(exc: InvalidRequestError, fmt: OutputFormat) -> InvalidRequestError:

@@ -1,4 +1,5 @@
-"""``afm-struct compile SCHEMA.json``: compile one JSON Schema and say how it will be enforced."""
+"""``afm-struct compile SCHEMA.json``: compile one JSON Schema and say how it will be enforced,
+keyword by keyword (the enforcement report, :mod:`afm_struct.grammar.enforcement`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from ..errors import SchemaError
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compile the schema file and print mode, reason, rewrites, backend and compile time."""
+    """Compile the schema file and print mode, reason, rewrites, backend, compile time and the
+    enforcement report (``--json``: one object, the report under ``enforcement``)."""
     from ..grammar.compiler import ConstraintCompiler
+    from ..grammar.enforcement import enforcement_report
     from ..grammar.spec import CompileOptions, JsonSchemaRequest
     from ..models import load_tokenizer
 
@@ -34,12 +37,18 @@ def run(args: argparse.Namespace) -> int:
     fields = {"mode": result.mode.value, "rung": result.rung.value, "reason": result.reason,
               "rewrites": list(result.rewrites), "backend": result.backend,
               "compile_ms": round(result.compile_ms, 3)}
+    report = enforcement_report(result)
     if args.json:
-        print(json.dumps(fields))
-    else:
-        for key, value in fields.items():
-            shown = ", ".join(value) if isinstance(value, list) else value
-            print(f"{key + ':':<12}{shown if shown not in (None, '') else '-'}")
+        print(json.dumps({**fields, "enforcement": report}))
+        return 0
+    for key, value in fields.items():
+        shown = ", ".join(value) if isinstance(value, list) else value
+        print(f"{key + ':':<12}{shown if shown not in (None, '') else '-'}")
+    print("enforcement: " + ", ".join(f"{n} {s}" for s, n in report["counts"].items()))
+    for entry in report["keywords"]:
+        if entry["status"] != "enforced":  # the exceptions, one a line; --json lists them all
+            how = f" ({', '.join(entry['how'])})" if "how" in entry else ""
+            print(f"  {entry['status']:<10}{entry['path'] or '/'} {entry['keyword']}{how}")
     return 0
 
 

@@ -88,6 +88,8 @@ class CompiledConstraint:
     schema: Any = dataclasses.field(repr=False, default=None)  # the ORIGINAL schema (JSON kinds)
     pattern: str | None = dataclasses.field(repr=False, default=None)
     tokenizer: Tokenizer | None = dataclasses.field(repr=False, default=None, compare=False)
+    # Where each rewrite fired: (JSON pointer in the original schema, rewrite name).
+    rewrite_sites: tuple[tuple[str, str], ...] = dataclasses.field(repr=False, default=())
 
     @property
     def flag_downgraded(self) -> bool:
@@ -247,12 +249,13 @@ class ConstraintCompiler:
 
     def _result(self, request: ConstraintRequest, rung: Rung, grammar: CompiledGrammar | None,
                 reason: str | None, *, rewrites: tuple[str, ...] = (), schema: Any = None,
-                pattern: str | None = None, backend: str | None = None) -> CompiledConstraint:
+                pattern: str | None = None, backend: str | None = None,
+                sites: tuple[tuple[str, str], ...] = ()) -> CompiledConstraint:
         return CompiledConstraint(
             kind=request.kind, mode=Mode.ENFORCED if rung is Rung.EXACT else Mode.DOWNGRADED, rung=rung,
             reason=reason, rewrites=rewrites, backend=backend or self.engine.name, compile_ms=0.0,
             cached=False, strict=bool(getattr(request, "strict", True)), grammar=grammar, schema=schema,
-            pattern=pattern, tokenizer=self.tokenizer)
+            pattern=pattern, tokenizer=self.tokenizer, rewrite_sites=sites)
 
     def _compile(self, request: ConstraintRequest, start: float,
                  text: str | None = None) -> CompiledConstraint:
@@ -321,7 +324,7 @@ class ConstraintCompiler:
             check_schema(schema, param=param)
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)
-        applied = rewritten.applied
+        applied, sites = rewritten.applied, rewritten.sites
         if result.rung is not Rung.EXACT and _says_contains(rewritten.schema):
             # Written with "some item ..." (contains), which only the any-order grammar takes:
             # the rewrites without it may still find a form the engine takes.
@@ -333,7 +336,7 @@ class ConstraintCompiler:
             again = climb(self.engine, plain.schema, start, self.options.timeout_s,
                           generic_cache=self._generic)
             if again.rung is Rung.EXACT:
-                result, applied = again, plain.applied
+                result, applied, sites = again, plain.applied, plain.sites
         if (applied and result.rung is not Rung.EXACT
                 and result.reason not in ("compile_timeout", "compile_memory")):
             # A rewrite can leave a schema the engine cannot take (a negation written with
@@ -344,9 +347,9 @@ class ConstraintCompiler:
             original = climb(self.engine, schema, start, self.options.timeout_s, generic_cache=self._generic)
             if original.rung is Rung.EXACT or (original.rung is Rung.RELAXED
                                                and result.rung in (Rung.GENERIC_JSON, Rung.UNCONSTRAINED)):
-                result, applied = original, ()
+                result, applied, sites = original, (), ()
         return self._result(request, result.rung, result.grammar, result.reason,
-                            rewrites=applied, schema=schema)
+                            rewrites=applied, schema=schema, sites=sites)
 
     def _regex(self, request: RegexRequest, start: float) -> CompiledConstraint:
         if not isinstance(request.pattern, str):

@@ -11,6 +11,7 @@
     result.value          # Invoice(number='INV-7', total=12.5)
     result.mode           # 'enforced' (or 'downgraded' with result.reason)
     result.raw_text       # the JSON text the model produced
+    result.enforcement    # per keyword and path: enforced, rewritten, relaxed or validated
 
     result = afm_struct.extract("Invoice INV-7 totals 12.50 EUR.", Invoice, logprobs=True)
     result.confidence["$.total"]   # FieldConfidence(mean_logprob=..., min_logprob=..., ...)
@@ -59,6 +60,8 @@ class Extraction:
     # "$.items[0]") and every generated token's entry; None otherwise.
     confidence: dict[str, FieldConfidence] | None = None
     token_logprobs: tuple[TokenLogprob, ...] | None = None
+    # What of the schema the grammar enforced, keyword by keyword (grammar/enforcement.py).
+    enforcement: dict[str, Any] | None = None
 
 
 def _default_model() -> Any:
@@ -88,22 +91,26 @@ def _schema_of(schema: Any) -> tuple[dict[str, Any], Any]:
     raise TypeError("schema must be a JSON Schema dict or a pydantic BaseModel class")
 
 
-def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = None,
-            max_tokens: int = 512, temperature: float = 0.0, seed: int | None = None,
-            check: bool = True, logprobs: bool = False) -> Extraction:
-    """Generate one JSON instance of ``schema`` for ``messages`` and validate it.
+@dataclass(frozen=True)
+class Job:
+    """One extraction, compiled and ready to generate (:func:`prepare`)."""
 
-    ``messages`` is a user prompt or an OpenAI-style list; ``schema`` a JSON Schema dict or a
-    pydantic model class; ``model`` a :class:`~afm_struct.models.LoadedModel` (default: the
-    embedded model, loaded once).  With ``check`` (the default) an invalid output raises
-    :class:`ExtractionError` carrying the result; otherwise the result says ``valid=False``.
-    With ``logprobs`` the result also carries ``confidence``: per leaf field, the mean and
-    minimum logprob of the tokens that wrote its value (:mod:`afm_struct.library.confidence`).
-    """
-    from ..decoding.generator import Finished, FinishReason, GenerationRequest, Generator, TextDelta
+    loaded: Any
+    constraint: Any  # the CompiledConstraint
+    request: Any  # the GenerationRequest
+    model_class: Any  # the pydantic class, or None
+    max_tokens: int
+    logprobs: bool
+
+
+def prepare(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = None,
+            max_tokens: int = 512, temperature: float = 0.0, seed: int | None = None,
+            logprobs: bool = False) -> Job:
+    """Compile ``schema`` and build the generation request for ``messages`` (as :func:`extract`)."""
+    from ..decoding.generator import GenerationRequest
     from ..decoding.sampling import SamplingParams
     from ..grammar.compiler import compile_constraint
-    from ..grammar.spec import JsonSchemaRequest, Mode
+    from ..grammar.spec import JsonSchemaRequest
     from ..serving.value_checks import check_values
 
     loaded = model if model is not None else _default_model()
@@ -115,19 +122,52 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
         loaded.tokenizer.encode_chat(chat),
         SamplingParams(temperature=temperature, seed=seed, max_tokens=max_tokens),
         constraint=constraint, logprobs=0 if logprobs else None)
+    return Job(loaded, constraint, request, pydantic_cls, max_tokens, logprobs)
+
+
+def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = None,
+            max_tokens: int = 512, temperature: float = 0.0, seed: int | None = None,
+            check: bool = True, logprobs: bool = False) -> Extraction:
+    """Generate one JSON instance of ``schema`` for ``messages`` and validate it.
+
+    ``messages`` is a user prompt or an OpenAI-style list; ``schema`` a JSON Schema dict or a
+    pydantic model class; ``model`` a :class:`~afm_struct.models.LoadedModel` (default: the
+    embedded model, loaded once).  With ``check`` (the default) an invalid output raises
+    :class:`ExtractionError` carrying the result; otherwise the result says ``valid=False``.
+    With ``logprobs`` the result also carries ``confidence``: per leaf field, the mean and
+    minimum logprob of the tokens that wrote its value (:mod:`afm_struct.library.confidence`).
+    The result's ``enforcement`` says what of the schema the grammar enforced, keyword by
+    keyword (:mod:`afm_struct.grammar.enforcement`).  To watch the object grow, see
+    :func:`afm_struct.library.extraction_stream.extract_stream`.
+    """
+    from ..decoding.generator import Finished, Generator, TextDelta
+
+    job = prepare(messages, schema, model=model, max_tokens=max_tokens, temperature=temperature,
+                  seed=seed, logprobs=logprobs)
     entries: list[TokenLogprob] = []
     fin = None
-    for event in Generator.from_loaded(loaded).generate(request):
+    for event in Generator.from_loaded(job.loaded).generate(job.request):
         if isinstance(event, TextDelta):
             entries.extend(event.logprobs or ())
         elif isinstance(event, Finished):
             fin = event
     assert fin is not None
+    return conclude(job, fin, entries, check=check)
+
+
+def conclude(job: Job, fin: Any, entries: list[TokenLogprob], *, check: bool = True) -> Extraction:
+    """The :class:`Extraction` of a finished generation (``fin``: the generator's ``Finished``);
+    raises the generation's error, and :class:`ExtractionError` when ``check`` and invalid."""
+    from ..decoding.generator import FinishReason
+    from ..grammar.enforcement import enforcement_report
+    from ..grammar.spec import Mode
+
+    constraint, max_tokens, pydantic_cls = job.constraint, job.max_tokens, job.model_class
     if fin.error is not None:
         raise fin.error
     text = fin.text if constraint.mode is Mode.ENFORCED else constraint.sanitize(fin.text)
     confidence = None
-    if logprobs:  # sanitized text is cut out of the output: its offsets start further in
+    if job.logprobs:  # sanitized text is cut out of the output: its offsets start further in
         confidence = field_confidence(text, entries, base=max(fin.text.find(text), 0))
     outcome = constraint.validate(text)
     errors = tuple(outcome.errors)
@@ -144,7 +184,8 @@ def extract(messages: str | list[dict[str, Any]], schema: Any, *, model: Any = N
                         reason=constraint.reason, raw_text=fin.text, finish_reason=str(fin.reason),
                         errors=errors, prompt_tokens=fin.usage.prompt_tokens,
                         completion_tokens=fin.usage.completion_tokens, confidence=confidence,
-                        token_logprobs=tuple(entries) if logprobs else None)
+                        token_logprobs=tuple(entries) if job.logprobs else None,
+                        enforcement=enforcement_report(constraint))
     if check and not valid:
         raise ExtractionError("the model output is not a valid instance: " + "; ".join(errors),
                               result=result)

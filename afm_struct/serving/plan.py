@@ -153,11 +153,16 @@ class Budget:
 @dataclass(frozen=True)
 class Delivery:
     """How the answer goes back: streamed or whole, with the usage event when streamed, and
-    the profile asked for (its key, ``X-AFM-Profile``)."""
+    the profile asked for (its key, ``X-AFM-Profile``).  ``include_partial``: each content
+    event of a JSON answer and each tool-argument event carries the value parsed so far
+    (:mod:`afm_struct.serving.partials`); ``enforcement``: the enforcement report is sent
+    last (``X-AFM-Enforcement``)."""
 
     stream: bool = False
     include_usage: bool = False
     profile: str | None = None
+    include_partial: bool = False
+    enforcement: bool = False
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from ..errors import AfmError
 from .outputs import FinishReason, TokenLogprob, Usage
 
 Entries = list[TokenLogprob]
+# The enforcement report's key in a body or stream event (an AFM extension).
+ENFORCEMENT_KEY = "afm_enforcement"
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,23 @@ class ResponseIdentity:
     model: str
 
 
+@dataclass(frozen=True)
+class Partial:
+    """The value parsed so far of a growing JSON text (a content answer or a call's
+    arguments): any JSON value, ``None`` being JSON null.  Rides an answer event when the
+    request asked for partial values (``stream_options.include_partial``)."""
+
+    value: Any
+
+
 @dataclass
 class Text:
-    """Answer text (chat's ``content``)."""
+    """Answer text (chat's ``content``); ``partial``: the whole answer's value so far, when
+    asked for and some prefix of it parses."""
 
     text: str
     logprobs: Entries | None = None
+    partial: Partial | None = None
 
 
 @dataclass
@@ -61,15 +74,18 @@ class CallOpened:
     name: str
     arguments: str = ""
     logprobs: Entries | None = None
+    partial: Partial | None = None
 
 
 @dataclass
 class CallArguments:
-    """More of call ``index``'s arguments (JSON text, as generated)."""
+    """More of call ``index``'s arguments (JSON text, as generated); ``partial``: the
+    arguments' value so far, as for :class:`Text`."""
 
     index: int
     text: str
     logprobs: Entries | None = None
+    partial: Partial | None = None
 
 
 @dataclass
@@ -116,7 +132,16 @@ class ProfileReport:
     report: dict[str, Any]
 
 
-EndEvent = Finish | Failed | UsageReport | ProfileReport
+@dataclass
+class EnforcementReport:
+    """The enforcement report asked for (``X-AFM-Enforcement``): what of the output format's
+    schema the grammar enforced (``afm_struct/grammar/enforcement.py``), None for a request
+    without one.  After the usage, before the profile."""
+
+    report: dict[str, Any] | None
+
+
+EndEvent = Finish | Failed | UsageReport | EnforcementReport | ProfileReport
 Event = AnswerEvent | EndEvent
 
 
@@ -128,6 +153,7 @@ class RunEnding:
     reason: FinishReason | None = None
     usage: Usage = field(default_factory=Usage)
     profile: ProfileReport | None = None
+    enforcement: EnforcementReport | None = None
 
     def take(self, event: Event) -> bool:
         """Record ``event`` if it is an end event (True); False for an answer event.
@@ -140,6 +166,8 @@ class RunEnding:
             self.usage = event.usage
         elif isinstance(event, ProfileReport):
             self.profile = event
+        elif isinstance(event, EnforcementReport):
+            self.enforcement = event
         else:
             return False
         return True
@@ -150,7 +178,10 @@ class RunEnding:
         return self.reason
 
     def add_profile(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``body`` with the profile report under its key, when one was asked for."""
+        """``body`` with the AFM reports asked for: the enforcement report
+        (``afm_enforcement``) and the profile under its key."""
+        if self.enforcement is not None:
+            body[ENFORCEMENT_KEY] = self.enforcement.report
         if self.profile is not None:
             body[self.profile.key] = self.profile.report
         return body

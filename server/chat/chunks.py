@@ -27,12 +27,27 @@ def _chunk(ident: ResponseIdentity, choices: list[dict[str, Any]]) -> dict[str, 
 
 
 def delta_chunk(ident: ResponseIdentity, delta: Mapping[str, Any],
-                logprobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                logprobs: Mapping[str, Any] | None = None,
+                extension: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A chunk carrying one delta (content, reasoning_content, tool_calls, role) and no finish;
-    ``logprobs`` is the choice's ``{"content": [...], "refusal": null}`` when asked for."""
-    return _chunk(ident, [{"index": 0, "delta": dict(delta),
-                           "logprobs": dict(logprobs) if logprobs is not None else None,
-                           "finish_reason": None}])
+    ``logprobs`` is the choice's ``{"content": [...], "refusal": null}`` when asked for;
+    ``extension``: AFM fields of the choice (the partial value: :func:`partial_fields`)."""
+    choice = {"index": 0, "delta": dict(delta),
+              "logprobs": dict(logprobs) if logprobs is not None else None, "finish_reason": None}
+    if extension:
+        choice.update(extension)
+    return _chunk(ident, [choice])
+
+
+def partial_fields(value: Any, call_index: int | None = None) -> dict[str, Any]:
+    """The choice's partial-value field (``stream_options.include_partial``): ``afm_partial``,
+    the content's value so far, or ``afm_partial_arguments`` (``index``, ``value``) for call
+    ``call_index``'s arguments.  On the choice, beside ``delta``: the openai SDK merges every
+    delta field chunk into chunk (``accumulate_delta``), and raises on a list of objects
+    without ``index``, which a partial value may be; it leaves choice fields alone."""
+    if call_index is None:
+        return {"afm_partial": value}
+    return {"afm_partial_arguments": {"index": call_index, "value": value}}
 
 
 def finish_chunk(ident: ResponseIdentity, reason: FinishReason) -> dict[str, Any]:

@@ -14,9 +14,11 @@ from typing import Any
 
 from afm_struct.tools.call_deltas import ToolCallAssembler
 from afm_struct.turn.events import (
+    ENFORCEMENT_KEY,
     AnswerEvent,
     CallArguments,
     CallOpened,
+    EnforcementReport,
     Entries,
     Event,
     Failed,
@@ -31,7 +33,15 @@ from afm_struct.turn.events import (
 
 from .. import sse
 from ..logprob_routing import logprobs_object
-from .chunks import completion_body, delta_chunk, error_chunk, finish_chunk, profile_event, usage_chunk
+from .chunks import (
+    completion_body,
+    delta_chunk,
+    error_chunk,
+    finish_chunk,
+    partial_fields,
+    profile_event,
+    usage_chunk,
+)
 
 Delta = dict[str, Any]
 
@@ -52,6 +62,15 @@ def chat_delta(event: AnswerEvent) -> Delta | None:
 
 def _entries(event: AnswerEvent) -> Entries | None:
     return event.logprobs if isinstance(event, Text | CallOpened | CallArguments) else None
+
+
+def _partial(event: AnswerEvent) -> dict[str, Any] | None:
+    """The choice's partial-value field of ``event`` (None: it carries none)."""
+    if isinstance(event, Text) and event.partial is not None:
+        return partial_fields(event.partial.value)
+    if isinstance(event, CallOpened | CallArguments) and event.partial is not None:
+        return partial_fields(event.partial.value, event.index)
+    return None
 
 
 class ChatStream:
@@ -80,6 +99,8 @@ class ChatStream:
             return [sse.encode_event(usage_chunk(self.ident, event.usage))] if self.include_usage else []
         if isinstance(event, ProfileReport):
             return [sse.encode_event(profile_event(event.key, event.report))]
+        if isinstance(event, EnforcementReport):
+            return [sse.encode_event({ENFORCEMENT_KEY: event.report})]
         delta = chat_delta(event)
         if delta is None:
             return []
@@ -89,14 +110,15 @@ class ChatStream:
         lp = None
         if self.logprobs and not isinstance(event, Reasoning):
             lp = logprobs_object(_entries(event) or [])
-        return [self._chunk(delta, lp)]
+        return [self._chunk(delta, lp, _partial(event))]
 
     def end(self) -> list[bytes]:
         """What closes the stream: ``data: [DONE]``."""
         return [sse.DONE]
 
-    def _chunk(self, delta: Delta, logprobs: dict[str, Any] | None = None) -> bytes:
-        return sse.encode_event(delta_chunk(self.ident, delta, logprobs))
+    def _chunk(self, delta: Delta, logprobs: dict[str, Any] | None = None,
+               extension: dict[str, Any] | None = None) -> bytes:
+        return sse.encode_event(delta_chunk(self.ident, delta, logprobs, extension))
 
 
 class ChatCompletion:

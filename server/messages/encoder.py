@@ -23,12 +23,15 @@ from typing import Any
 
 from afm_struct.errors import AfmError
 from afm_struct.turn.events import (
+    ENFORCEMENT_KEY,
     CallArguments,
     CallClosed,
     CallOpened,
+    EnforcementReport,
     Event,
     Failed,
     Finish,
+    Partial,
     ProfileReport,
     Reasoning,
     ResponseIdentity,
@@ -41,6 +44,8 @@ from .. import sse
 from .errors import anthropic_error
 
 Payload = dict[str, Any]
+# AFM's extension event (X-AFM-Partial): a content block's value so far, after its delta.
+PARTIAL_EVENT = "afm_partial"
 STOP_REASONS = {FinishReason.LENGTH: "max_tokens", FinishReason.TOOL_CALLS: "tool_use",
                 FinishReason.CANCELLED: "cancelled"}
 
@@ -89,6 +94,7 @@ class MessagesStream:
         self._error: AfmError | None = None
         self._usage = Usage(prompt_tokens=input_tokens)
         self._profile: ProfileReport | None = None
+        self._enforcement: EnforcementReport | None = None
         self._started = False
 
     # -- the wire -------------------------------------------------------------------------------
@@ -126,6 +132,7 @@ class MessagesStream:
                 block = self._block(out, "text")
                 block.text.append(event.text)
                 out.append(self._delta(block, {"type": "text_delta", "text": event.text}))
+                self._partial(out, block, event.partial)
         elif isinstance(event, Reasoning):
             if event.text:
                 block = self._block(out, "thinking")
@@ -139,9 +146,11 @@ class MessagesStream:
             start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
             out.append({"type": "content_block_start", "index": block.index, "content_block": start})
             self._arguments(out, block, event.arguments)
+            self._partial(out, block, event.partial)
         elif isinstance(event, CallArguments):
             if self._open is not None and self._open.call_index == event.index:
                 self._arguments(out, self._open, event.text)
+                self._partial(out, self._open, event.partial)
         elif isinstance(event, CallClosed):
             if self._open is not None and self._open.call_index == event.index:
                 self._close(out)
@@ -156,7 +165,17 @@ class MessagesStream:
             self._usage = event.usage
         elif isinstance(event, ProfileReport):
             self._profile = event
+        elif isinstance(event, EnforcementReport):
+            self._enforcement = event
+            out.append({"type": ENFORCEMENT_KEY, ENFORCEMENT_KEY: event.report})
         return out
+
+    @staticmethod
+    def _partial(out: list[Payload], block: Block, partial: Partial | None) -> None:
+        """AFM's extension event after a delta (``X-AFM-Partial``): the block's value so far, a
+        JSON answer's or a tool_use block's input."""
+        if partial is not None:
+            out.append({"type": PARTIAL_EVENT, "index": block.index, "partial": partial.value})
 
     def closing(self) -> list[Payload]:
         """``message_delta`` and ``message_stop`` (none after a failure: its ``error`` ended it)."""
@@ -172,6 +191,8 @@ class MessagesStream:
         """The whole message, as the run ended."""
         body = self.message(content=list(self.content), reason=stop_reason(self._reason, self._stop),
                             stop=self._stop_sequence(), output_tokens=self._usage.completion_tokens)
+        if self._enforcement is not None:
+            body[ENFORCEMENT_KEY] = self._enforcement.report
         if self._profile is not None:
             body[self._profile.key] = self._profile.report
         return body

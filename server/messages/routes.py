@@ -29,6 +29,7 @@ from ..admission import (
     response_headers,
     tokenize_prompt,
 )
+from ..extensions import with_extensions
 from ..notes import note_headers
 from ..profile import parse_profile_header
 from ..routes import SSEResponse, _close_on_disconnect
@@ -53,6 +54,7 @@ async def create_message(body: MessagesRequest, request: Request) -> StreamingRe
     started = time.perf_counter()
     plan, notes = await plan_messages(state, body, request_id=request.state.request_id,
                                       profile_key=parse_profile_header(request.headers.get("x-afm-profile")))
+    plan = with_extensions(plan, request.headers)
     prepared = await prepare(state, plan, started=started)
     if notes.ignored_tools:
         log.info("request %s: hosted tools left out: %s", plan.request_id, ", ".join(notes.ignored_tools))

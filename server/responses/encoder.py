@@ -9,7 +9,9 @@ a ``function_call`` or ``custom_tool_call`` item), opened by ``response.output_i
 ``response.content_part.done`` and ``response.output_item.done``.  The run's end closes what
 is open and ``end()`` sends one of ``response.completed``, ``response.incomplete`` (cut by
 ``max_output_tokens``, or cancelled) or ``response.failed`` (after an ``error`` event), with
-usage.  Every event carries its ``sequence_number``.
+usage.  Every event carries its ``sequence_number``.  Asked for, AFM's extension events
+``afm.output_text.partial`` / ``afm.function_call_arguments.partial`` follow each delta of a
+JSON answer / function call's arguments with the value parsed so far (``partial``).
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from typing import Any
 
 from afm_struct.errors import AfmError
 from afm_struct.turn.events import (
+    ENFORCEMENT_KEY,
     CallArguments,
     CallClosed,
     CallOpened,
+    EnforcementReport,
     Event,
     Failed,
     Finish,
+    Partial,
     ProfileReport,
     Reasoning,
     ResponseIdentity,
@@ -55,6 +60,10 @@ from .shapes import (
 )
 
 Payload = dict[str, Any]
+# AFM extension events (stream_options.include_partial): the value parsed so far of the
+# message's text / a function call's arguments, after the delta that grew it.
+PARTIAL_TEXT = "afm.output_text.partial"
+PARTIAL_ARGUMENTS = "afm.function_call_arguments.partial"
 # The terminal event of each status (incomplete and cancelled: response.incomplete).
 TERMINAL = {"completed": "response.completed", "failed": "response.failed"}
 
@@ -96,6 +105,7 @@ class ResponsesStream:
         self._error: AfmError | None = None
         self._usage = Usage()
         self._profile: ProfileReport | None = None
+        self._enforcement: EnforcementReport | None = None
         self._started = False
 
     # -- the wire -------------------------------------------------------------------------------
@@ -136,6 +146,9 @@ class ResponsesStream:
             item.logprobs.extend(lp)
             out.append(self._event("response.output_text.delta", item_id=item.id, output_index=item.index,
                                    content_index=0, delta=event.text, logprobs=lp))
+            if event.partial is not None:  # AFM extension (stream_options.include_partial)
+                out.append(self._event(PARTIAL_TEXT, item_id=item.id, output_index=item.index,
+                                       content_index=0, partial=event.partial.value))
         elif isinstance(event, Reasoning):
             item = self._item(out, "reasoning", REASONING_PREFIX)
             item.text.append(event.text)
@@ -153,10 +166,12 @@ class ResponsesStream:
             out.append(self._event("response.output_item.added", output_index=item.index,
                                    item=self._call(item, "in_progress", "")))
             self._arguments(out, item, event.arguments)
+            self._partial(out, item, event.partial)
         elif isinstance(event, CallArguments):
             item = self._open
             if item is not None and item.call_index == event.index:
                 self._arguments(out, item, event.text)
+                self._partial(out, item, event.partial)
         elif isinstance(event, CallClosed):
             if self._open is not None and self._open.call_index == event.index:
                 self._close(out, "incomplete" if event.cut else "completed")
@@ -173,6 +188,8 @@ class ResponsesStream:
             self._usage = event.usage
         elif isinstance(event, ProfileReport):
             self._profile = event
+        elif isinstance(event, EnforcementReport):
+            self._enforcement = event
         return out
 
     def terminal(self) -> Payload:
@@ -199,6 +216,8 @@ class ResponsesStream:
             error=error_object(self._error) if self._error is not None else None,
             incomplete_reason="max_output_tokens" if status == "incomplete" else None,
             completed_at=int(self.clock()) if status == "completed" else None)
+        if self._enforcement is not None:
+            body[ENFORCEMENT_KEY] = self._enforcement.report
         if self._profile is not None:
             body[self._profile.key] = self._profile.report
         return body
@@ -250,6 +269,13 @@ class ResponsesStream:
         item.text.append(text)
         out.append(self._event("response.function_call_arguments.delta", item_id=item.id,
                                output_index=item.index, delta=text))
+
+    def _partial(self, out: list[Payload], item: OpenItem, partial: Partial | None) -> None:
+        """A function call's arguments so far (AFM extension; a custom call's input is a string
+        the reader decodes, not a JSON value: none)."""
+        if partial is not None and item.reader is None:
+            out.append(self._event(PARTIAL_ARGUMENTS, item_id=item.id, output_index=item.index,
+                                   partial=partial.value))
 
     def _close(self, out: list[Payload], status: str) -> None:
         """Close the open item (its done events), recording it in :attr:`output`."""

@@ -26,6 +26,7 @@ from afm_struct.errors import AfmError, InvalidRequestError, NotFoundError
 from afm_struct.store import ResponseStore, stored_size
 
 from ..admission import Prepared, admit, response_headers
+from ..extensions import with_extensions
 from ..get_route import get_and_head
 from ..notes import note_headers
 from ..profile import parse_profile_header
@@ -97,6 +98,8 @@ async def create_response(body: ResponsesRequest, request: Request) -> Streaming
     plan, echo = await plan_responses(state, body, request_id=request.state.request_id,
                                       profile_key=parse_profile_header(request.headers.get("x-afm-profile")),
                                       history=history, store=keeping)
+    plan = with_extensions(plan, request.headers,
+                           include_partial=bool(body.stream_options and body.stream_options.include_partial))
     inputs = input_items(body.input) if keeping else []
     if keeping and store is not None:
         # Before anything runs: what the tenant keeps now, and what this request adds before

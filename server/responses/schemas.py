@@ -42,6 +42,7 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     include_obfuscation: bool | None = None
+    include_partial: bool = False  # AFM extension: partial values (server/extensions.py)
 
 
 class ResponsesRequest(BaseModel):

@@ -50,6 +50,8 @@ _ONE = ("additionalProperties", "additionalItems", "not", "if", "then", "else", 
         "propertyNames", "unevaluatedProperties", "unevaluatedItems")
 _MAP = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas")
 _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+# The same, for readers that walk a schema as the rewrites do (the enforcement report).
+SUBSCHEMA_ONE, SUBSCHEMA_MAP, SUBSCHEMA_LIST = _ONE, _MAP, _LIST
 _MAX_RETRIES = 6
 NEGATED_PREFIX = "afm-not-"
 # Keys next to a ``$ref`` that do not change what it accepts.
@@ -59,10 +61,12 @@ _INERT_NEAR_REF = frozenset({"title", "description", "$comment", "default", "exa
 
 @dataclass(frozen=True)
 class RewriteResult:
-    """The rewritten schema and the names of the rewrites that changed something."""
+    """The rewritten schema and the names of the rewrites that changed something; ``sites``:
+    where each fired, ``(JSON pointer of the node in the original, rewrite name)``."""
 
     schema: Any
     applied: tuple[str, ...]
+    sites: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -74,6 +78,7 @@ class RewriteContext:
     refs: set[str]
     blocked: set[str] = field(default_factory=set)
     applied: set[str] = field(default_factory=set)
+    sites: list[tuple[str, str]] = field(default_factory=list)
     negated: dict[tuple[str, frozenset[str], frozenset[str] | None], str] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
     negate_refs: bool = True
@@ -229,6 +234,8 @@ def _rewrite_node(node: dict[str, Any], original: dict[str, Any], path: str | No
         new = func(node, original, ctx)
         if new is not None:
             ctx.applied.add(name)
+            if path is not None:
+                ctx.sites.append((path, name))
             if not isinstance(new, dict):  # the node admits nothing (or everything)
                 return new
             node = new
@@ -283,10 +290,11 @@ def _rewrite(schema: dict[str, Any], draft: int, refs: set[str], taken: set[str]
         out = _walk(schema, "", ctx)
         failed = _add_negated_definitions(out, ctx)
         if failed is None:
-            return RewriteResult(out, tuple(sorted(ctx.applied)))
+            return RewriteResult(out, tuple(sorted(ctx.applied)), tuple(ctx.sites))
         blocked.add(failed)
     ctx = RewriteContext(draft=draft, root=schema, refs=refs, taken=set(taken), negate_refs=False)
-    return RewriteResult(_walk(schema, "", ctx), tuple(sorted(ctx.applied)))
+    out = _walk(schema, "", ctx)
+    return RewriteResult(out, tuple(sorted(ctx.applied)), tuple(ctx.sites))
 
 
 # A triggering keyword as an object key in JSON text: ``json.dumps`` writes every key as
