@@ -7,6 +7,7 @@ come before MLX to take effect (:mod:`afm_struct.models.blas_select`).
 
 from __future__ import annotations
 
+from .deferred_imports import defer_rfc3987_grammar
 from .lazy_exports import lazy_getattr
 from .models.blas_select import select_optimized_blas
 from .models.thread_stack import ensure_thread_stack
@@ -14,6 +15,7 @@ from .models.thread_stack import ensure_thread_stack
 __version__ = "0.1.0"
 
 select_optimized_blas()
+defer_rfc3987_grammar()  # before anything imports jsonschema (see afm_struct/deferred_imports.py)
 ensure_thread_stack()  # before any compile thread starts (see models/thread_stack.py)
 
 _EXPORTS = {

@@ -6,7 +6,8 @@ Every import counts, those inside functions and under ``TYPE_CHECKING`` included
 the ones below it):
 
     errors, resources,  the error values, where the data folders are, lazy package exports
-    lazy_exports
+    lazy_exports,       and the imports deferred to first use
+    deferred_imports
     store               the response store (SQLite, PostgreSQL)
     models              weights, the tokenizer facade (and a generic store of its derived parts)
     grammar             compile: schema analysis, engines, closing, patterns; the ladder on top
@@ -28,7 +29,7 @@ from __future__ import annotations
 from .import_graph import cycles, find_cycle, graph
 
 LAYERS: list[tuple[str, ...]] = [
-    ("afm_struct.errors", "afm_struct.resources", "afm_struct.lazy_exports"),
+    ("afm_struct.errors", "afm_struct.resources", "afm_struct.lazy_exports", "afm_struct.deferred_imports"),
     ("afm_struct.store",),
     ("afm_struct.models",),
     ("afm_struct.grammar",),
