@@ -62,7 +62,12 @@ def constraint_mode(plan: StructuredPlan, tools: ToolPlan | None) -> Rung | None
     """The weakest rung among the request's constraints (None: nothing constrains the output).
     With tools and a JSON format in one grammar (:attr:`ToolPlan.answered`) both branches
     count: ``exact`` only when the answer and every call are."""
-    answer = None if calls_only(tools) else output_rung(plan)
+    if calls_only(tools):
+        answer = None
+    elif tools is not None and tools.answered and tools.answer_rung is not None:
+        answer = Rung(tools.answer_rung)  # as embedded (a relaxed schema may go in as generic JSON)
+    else:
+        answer = output_rung(plan)
     rungs = [r for r in (answer, tools_rung(tools)) if r is not None]
     return max(rungs, key=ORDER.index) if rungs else None
 

@@ -84,7 +84,7 @@ def test_agents_sdk_output_type_with_tools(compat_server: CompatServer, wire: Wi
                   tools=[function_tool(population)], output_type=City,
                   model_settings=ModelSettings(max_tokens=MAX_TOKENS, temperature=0))
     try:
-        result = Runner.run_sync(agent, prompt, max_turns=3)
+        result = Runner.run_sync(agent, prompt, max_turns=2)
     except MaxTurnsExceeded:  # the model kept calling: every turn must still be valid
         result = None
     kinds = every_turn_valid(wire)
@@ -100,7 +100,7 @@ def test_pydantic_ai_native_output_with_tools(compat_server: CompatServer, wire:
     agent = PydanticAgent(model, output_type=NativeOutput(City), tools=[population],
                           model_settings=PydanticSettings(max_tokens=MAX_TOKENS, temperature=0))
     try:
-        result = agent.run_sync(prompt, usage_limits=UsageLimits(request_limit=3))
+        result = agent.run_sync(prompt, usage_limits=UsageLimits(request_limit=2))
     except (UsageLimitExceeded, UnexpectedModelBehavior):  # kept calling: every turn still valid
         result = None
     kinds = every_turn_valid(wire)
