@@ -30,7 +30,7 @@ from afm_struct.turn.reasoning import SYNTAXES, for_prompt, syntax_of
 from afm_struct.turn.turn import Turn
 
 from .channels import make_router
-from .constraint_mode import mode_headers
+from .constraint_mode import calls_only, mode_headers
 from .prepared import Prepared
 from .profile import TokenCounter
 from .run import Run
@@ -59,20 +59,23 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
             GenerationRequest(prompt_ids=prompt_ids, params=plan.sampling, fit_to_context=fit))
     structured = await plan_structured(tokenizer, plan.output, compile_fn=state.compile_fn)
     if tool_plan is not None:
-        # An enforced JSON format goes into the tool grammar as the answer the calls alternate
-        # with, when the protocol asks (formats whose calls open with a marker; see
-        # tools.grammar.answer_schema).
-        answer = (plan.output.constraint_request()
-                  if plan.tools.format_answer and structured.enforced else None)
+        # A JSON format with a mask of its own goes into the tool grammar as the answer the
+        # calls alternate with, at the rung it has alone (exact, relaxed or generic: see
+        # tools/answer_branch.py), when the protocol asks.
+        composed = plan.tools.format_answer and structured.json_output and structured.constraint is not None
+        answer = plan.output.constraint_request() if composed else None
         tool_plan = await asyncio.to_thread(tool_plan.constrained, tokenizer, compile_fn=state.compile_fn,
                                             answer=answer)
     constraint = structured.constraint
     if tool_plan is not None and tool_plan.constraint is not None:
         # One mask per request: the tool grammar wins.  It holds the JSON answer when it could
-        # (enforced: streamed as generated); else it allows free text where the format does, and
-        # a JSON output format runs best-effort, deferred and sanitized.
+        # (streamed as generated when exact; deferred and sanitized below it, as a plain request);
+        # else it allows free text where the format does, and a JSON output format runs
+        # best-effort, deferred and sanitized.
         if not tool_plan.answered:
             structured = structured.without_mask("a tool grammar owns the mask")
+            if calls_only(tool_plan):  # no answer can be written: the format is not downgraded
+                structured = replace(structured, downgraded=False)
         constraint = tool_plan.constraint
     # A raw prompt's text is the caller's: no thinking block is split off it.
     reasoning = reasoning_tags(state, prompt_ids) if conversation.prompt is None else None

@@ -4,7 +4,8 @@ Every response whose output is constrained (``response_format`` JSON, a dialect 
 field, tools the model may call) names the rung of the downgrade ladder that served it:
 ``exact``, ``relaxed``, ``generic_json`` or ``unconstrained`` (no mask: free text, sanitized
 when JSON was asked for).  With several constraints (tools and a ``response_format``), the
-weakest is named.  Unlike ``X-Grammar-Constraints: downgraded``, which concerns strict requests
+weakest is named; under ``tool_choice`` required or named only the calls count (no answer can
+be written).  Unlike ``X-Grammar-Constraints: downgraded``, which concerns strict requests
 only, this header is also set for ``json_object``, non-strict schemas and non-strict tools: a
 non-strict tool schema served as generic JSON is visible here.
 """
@@ -50,9 +51,24 @@ def tools_rung(tools: ToolPlan | None) -> Rung | None:
     return max(rungs, key=ORDER.index, default=Rung.EXACT)
 
 
+def calls_only(tools: ToolPlan | None) -> bool:
+    """True when the tool grammar allows calls alone (``tool_choice`` required or named): no
+    answer can be written, so the output format constrains nothing."""
+    return (tools is not None and tools.constraint is not None
+            and tools.choice.kind in ("required", "function"))
+
+
 def constraint_mode(plan: StructuredPlan, tools: ToolPlan | None) -> Rung | None:
-    """The weakest rung among the request's constraints (None: nothing constrains the output)."""
-    rungs = [r for r in (output_rung(plan), tools_rung(tools)) if r is not None]
+    """The weakest rung among the request's constraints (None: nothing constrains the output).
+    With tools and a JSON format in one grammar (:attr:`ToolPlan.answered`) both branches
+    count: ``exact`` only when the answer and every call are."""
+    if calls_only(tools):
+        answer = None
+    elif tools is not None and tools.answered and tools.answer_rung is not None:
+        answer = Rung(tools.answer_rung)  # as embedded (a relaxed schema may go in as generic JSON)
+    else:
+        answer = output_rung(plan)
+    rungs = [r for r in (answer, tools_rung(tools)) if r is not None]
     return max(rungs, key=ORDER.index) if rungs else None
 
 

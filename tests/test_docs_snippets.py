@@ -114,22 +114,30 @@ def instance(schema: Any, root: dict[str, Any], key: str = "") -> Any:
 
 
 class DocsAssistant:
-    """What the scripted model says: a call to the first tool the prompt lists, else an
-    instance of the last ``response_format`` schema compiled, else a greeting."""
+    """What the scripted model says: a call to the first tool the prompt lists (once a tool
+    result is in the prompt and the request has an output format: an instance of it, so an
+    agent loop with tools and an output type ends), else an instance of the last
+    ``response_format`` schema compiled, else a greeting."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.schema: Any = None
+        self.format_schema: Any = None  # the last output format's (not a tool's arguments)
         self._compile = default_compiler()
 
     def compile(self, tokenizer: Any, request: Any) -> Any:
         """The server's compile hook: remember the schema asked for, then compile as usual."""
         if isinstance(request, JsonSchemaRequest):
             self.schema = request.schema
+            if request.param != "tools":
+                self.format_schema = request.schema
         return self._compile(tokenizer, request)
 
     def __call__(self, prompt_ids: list[int]) -> str:
         prompt = self.tokenizer.decode(prompt_ids)
+        answer = self.format_schema
+        if "<tools>\n" in prompt and "<tool_response>" in prompt and isinstance(answer, dict):
+            return json.dumps(instance(answer, answer))
         if "<tools>\n" in prompt:
             listed = prompt.rsplit("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
             tool = json.loads(listed.splitlines()[0])

@@ -124,8 +124,8 @@ class ToolUse:
     normalized ``tool_choice`` and whether calls may run in parallel (None: the default, yes).
 
     ``format_answer``: a JSON output format is enforced inside the tool grammar as the answer
-    the calls alternate with (the Responses API); False keeps chat's wire, where the tool
-    grammar allows free text and the format runs best-effort beside it.  ``max_calls``: the
+    the calls alternate with (chat, Responses, Messages); False (Ollama) keeps the tool grammar's
+    free text, the format best-effort beside it.  ``max_calls``: the
     turn ends once that many calls are whole (the Responses API's ``max_tool_calls``)."""
 
     tools: tuple[ToolDef, ...] = ()

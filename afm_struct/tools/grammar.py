@@ -48,6 +48,7 @@ from ..grammar.ladder import generic_schema
 from ..grammar.schema.closed_objects import close_objects
 from ..grammar.schema.rewrites import rewrite_schema
 from ..grammar.spec import CompileOptions, JsonSchemaRequest, LarkRequest, Rung
+from .answer_branch import AnswerBranch, answer_branch, answered_rules
 from .definitions import ToolDef
 from .formats import NON_JSON_BODIES, ToolFormat
 from .lark_input import input_grammar, json_string_rules
@@ -143,9 +144,10 @@ class LarkInput:
 
 
 def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
-               name_suffix: str = "") -> tuple[str, str]:
+               name_suffix: str = "", split_brace: bool = False) -> tuple[str, str]:
     """(the ``call`` alternatives, the rule definitions) for ``(name, arguments schema)`` pairs
-    (``name_suffix``: Lark written between a name_args body's name and its args marker)."""
+    (``name_suffix``: Lark written between a name_args body's name and its args marker;
+    ``split_brace``: the call object's ``{`` is a lexeme of its own, see :func:`build_grammar`)."""
     names, lines = [], []
     for i, (name, schema) in enumerate(embedded):
         names.append(f"call_{i}")
@@ -154,7 +156,8 @@ def call_rules(fmt: ToolFormat, embedded: list[tuple[str, Any]], *,
         else:
             prefix = "{" + json.dumps(fmt.name_key) + ": " + json.dumps(name) + ", " \
                 + json.dumps(fmt.arguments_key) + ": "
-            lines.append(f"call_{i}: {json.dumps(prefix)} args_{i} \"}}\"")
+            head = f'"{{" {json.dumps(prefix[1:])}' if split_brace else json.dumps(prefix)
+            lines.append(f"call_{i}: {head} args_{i} \"}}\"")
         if fmt.arguments == "string":
             lines.append(f"args_{i}: JSON_STRING")
         elif isinstance(schema, LarkInput):  # a custom tool's input under its own grammar
@@ -184,7 +187,11 @@ def build_grammar(tokenizer: Tokenizer, fmt: ToolFormat, embedded: list[tuple[st
     if fmt.body in NON_JSON_BODIES:
         calls, rules = syntax_call_rules(tokenizer, fmt, embedded)
     else:
-        calls, rules = call_rules(fmt, embedded, name_suffix=markup(tokenizer, fmt.layout.name_suffix))
+        # A bare call object beside a JSON answer: llguidance lexes the call's whole head as one
+        # lexeme and then never enters the answer's %json at the same "{" (measured: the answer
+        # {"q": ...} was refused after '{"'); a lone "{" lexeme keeps both open.
+        calls, rules = call_rules(fmt, embedded, name_suffix=markup(tokenizer, fmt.layout.name_suffix),
+                                  split_brace=answer is not None and not fmt.open)
     lazy = "[lazy]" if opener.startswith('"') else ""
     text = fmt.grammar_template()
     for key, value in (("START", mode), ("OPEN", opener), ("CLOSE", closer), ("LAZY", lazy),
@@ -199,29 +206,15 @@ def build_grammar(tokenizer: Tokenizer, fmt: ToolFormat, embedded: list[tuple[st
     # {{MARK:text}}: a syntax's own text (channel headers) with its added tokens by id.
     text = re.sub(r"\{\{MARK:(.*?)\}\}", lambda m: markup(tokenizer, m.group(1)), text)
     if mode.startswith("answered"):
-        text += ("\nanswered_one: answer | required_one\nanswered_many: answer | required_many\n"
-                 f"answer: %json {json.dumps(answer)}\n")
+        text += answered_rules(fmt, answer, lambda t: markup(tokenizer, t))
     return text
 
 
 def answer_schema(tokenizer: Tokenizer, fmt: ToolFormat, request: Any, options: CompileOptions,
-                  compile_fn: Compile | None = None) -> Any:
+                  compile_fn: Compile | None = None) -> AnswerBranch | None:
     """What to embed for a JSON output format next to the calls (:func:`build_grammar`'s
-    ``answer``): the rewritten schema with exact options when the format compiles exactly, else
-    None (the format then runs best-effort, as before).  Only formats whose calls open with a
-    marker (where a call is a bare JSON object, Llama 3, a JSON answer would read as a call) and
-    whose answer is plain text before any call (Harmony's answer has its own channel)."""
-    if not fmt.open or request is None or "auto_one: TEXT |" not in fmt.grammar_template():
-        return None
-    if isinstance(request, JsonSchemaRequest):
-        compiled = (compile_fn(tokenizer, request) if compile_fn is not None
-                    else compile_constraint(tokenizer, request, options))
-        if compiled.rung is not Rung.EXACT:
-            return None
-        return with_options(rewrite_schema(request.schema).schema, json_options(options))
-    if getattr(request, "kind", None) == "json_object":
-        return with_options(GENERIC_ARGS, json_options(options))
-    return None
+    ``answer`` is its ``schema``): see :func:`~.answer_branch.answer_branch`."""
+    return answer_branch(tokenizer, fmt, request, options, compile_fn)
 
 
 def compile_tool_grammar(tokenizer: Tokenizer, fmt: ToolFormat, tools: tuple[ToolDef, ...], *,

@@ -71,6 +71,8 @@ class ToolPlan:
     knows_tools: bool = True
     table: FormatTable | None = None
     answered: bool = False  # the output format's JSON is enforced by this grammar (no free text)
+    # The rung the grammar serves the answer at when :attr:`answered` (that of a plain request).
+    answer_rung: str | None = None
     # Custom tools with a Lark grammar: name → the constraint their input must satisfy whole.
     input_checks: dict[str, CompiledConstraint] = field(default_factory=dict)
     max_calls: int | None = None  # the turn ends after this many calls (None: no limit)
@@ -126,14 +128,16 @@ class ToolPlan:
             return self
         options = options or CompileOptions()
         required = self.choice.kind in ("required", "function")
-        embedded = None if required else answer_schema(tokenizer, self.format, answer, options, compile_fn)
+        branch = None if required else answer_schema(tokenizer, self.format, answer, options, compile_fn)
         compiled = compile_tool_grammar(tokenizer, self.format, callable_tools,
                                         required=required,
                                         parallel=self.parallel, options=options,
-                                        compile_fn=compile_fn, closed=closed_objects, answer=embedded)
+                                        compile_fn=compile_fn, closed=closed_objects,
+                                        answer=None if branch is None else branch.schema)
         return replace(self, constraint=compiled.constraint, downgraded=compiled.downgraded,
                        reason=compiled.reason, grammar=compiled.grammar, rungs=compiled.rungs,
                        guided=compiled.guided, answered=compiled.answered,
+                       answer_rung=branch.rung.value if compiled.answered and branch else None,
                        input_checks=compile_input_checks(tokenizer, callable_tools, options=options,
                                                          compile_fn=compile_fn))
 

@@ -67,7 +67,7 @@ async def plan_chat(state: ServerState, body: ChatCompletionRequest, *, request_
                       reasoning_set=body.max_reasoning_tokens is not None),
         id_prefix=ID_PREFIX,
         output=await dialect_output(body) or output_format(body.response_format),
-        tools=ToolUse(tools, choice, body.parallel_tool_calls),
+        tools=ToolUse(tools, choice, body.parallel_tool_calls, format_answer=True),
         logprobs=logprobs, close_on_length=body.afm_close_on_length,
         skip_special_tokens=body.skip_special_tokens,
         delivery=Delivery(stream=body.stream,

@@ -48,9 +48,22 @@ CASES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
     ("non-strict tool generic", {"tools": tool(LOOKAROUND)}, "generic_json", None),
     ("strict tool generic", {"tools": tool(LOOKAROUND, strict=True)}, "generic_json", "downgraded"),
     ("tool_choice none", {"tools": tool(SIMPLE), "tool_choice": "none"}, None, None),
-    # the tool grammar owns the mask: the format's JSON is free text, sanitized afterwards
+    # tools and the format in one grammar: each branch at the rung it has alone, the weakest named
     ("tools + response_format", {"tools": tool(SIMPLE), "response_format": fmt(SIMPLE, False)},
-     "unconstrained", None),
+     "exact", None),
+    ("tools + strict response_format", {"tools": tool(SIMPLE, strict=True),
+                                        "response_format": fmt(SIMPLE, True)}, "exact", None),
+    ("tools + json_object", {"tools": tool(SIMPLE), "response_format": {"type": "json_object"}},
+     "exact", None),
+    ("tools + relaxed answer", {"tools": tool(SIMPLE), "response_format": fmt(UNIQUE, True)},
+     "relaxed", "downgraded"),
+    ("generic tool + exact answer", {"tools": tool(LOOKAROUND, strict=True),
+                                     "response_format": fmt(SIMPLE, True)}, "generic_json", "downgraded"),
+    # calls only: the format cannot apply, and is not reported
+    ("required + response_format", {"tools": tool(SIMPLE), "tool_choice": "required",
+                                    "response_format": fmt(UNIQUE, True)}, "exact", None),
+    ("tool_choice none + response_format", {"tools": tool(SIMPLE), "tool_choice": "none",
+                                            "response_format": fmt(UNIQUE, True)}, "relaxed", "downgraded"),
     ("regex without mask", {"guided_regex": "(?=a)a+"}, "unconstrained", "downgraded"),
 ]
 

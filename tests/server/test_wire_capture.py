@@ -202,7 +202,7 @@ both("tools_named", {"messages": user("time"), "tools": TOOLS,
                      "tool_choice": {"type": "function", "function": {"name": "get_time"}}})
 both("tools_non_strict", {"messages": user("search"), "tools": [SEARCH], "tool_choice": "required"})
 both("tools_none", {"messages": user("hello"), "tools": TOOLS, "tool_choice": "none"})
-both("tools_with_json_format", {"messages": user("fenced"), "tools": TOOLS,
+both("tools_with_json_format", {"messages": user("person"), "tools": TOOLS,
                                 "response_format": json_schema(True)})
 both("tools_history", {"messages": [
     {"role": "system", "content": "You can call tools."},

@@ -34,6 +34,8 @@ AFTER_CALL = "<|start|>assistant<|channel|>final<|message|>Invented result.<|ret
 
 SCRIPTS = {
     "Say hello.": ANSWER,
+    "Greet in JSON.": ("<|channel|>analysis<|message|>JSON it is.<|end|><|start|>assistant"
+                       '<|channel|>final<|message|>{"greeting": "Hello"}<|return|>'),
     "Forecast?": ("<|channel|>analysis<|message|>Need the forecast.<|end|><|start|>assistant"
                   f"{CALL}{AFTER_CALL}"),
 }
@@ -117,3 +119,26 @@ def test_reasoning_budget_leaves_the_analysis_channel(server, gptoss) -> None:
     # The scripted model goes on with its script: the rest of its thought is now content.
     assert choice["message"]["content"].endswith("Hello there.")
     assert choice["finish_reason"] == "stop"
+
+
+def test_tools_and_a_json_format_answer_on_the_final_channel(server) -> None:
+    """Tools with a JSON format are one grammar (issue 49.1): after the analysis channel, the
+    final channel's message follows the format's schema (content) or the commentary channel
+    holds the call; both exact."""
+    greeting = {"type": "object", "properties": {"greeting": {"type": "string"}}, "required": ["greeting"],
+                "additionalProperties": False}
+    city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+            "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": "get_forecast", "strict": True, "parameters": city}}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "g", "strict": True, "schema": greeting}}
+    for question in ("Greet in JSON.", "Forecast?"):
+        body = {"messages": ask(question), "tools": tools, "response_format": fmt, "max_tokens": 96}
+        r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 200 and r.headers["x-afm-constraint-mode"] == "exact", r.text[:400]
+        message = r.json()["choices"][0]["message"]
+        if question == "Forecast?":
+            assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_forecast"]
+            assert message["reasoning_content"] == "Need the forecast."
+        else:
+            assert message["content"] == '{"greeting": "Hello"}' and not message.get("tool_calls")
+            assert message["reasoning_content"] == "JSON it is."
