@@ -25,11 +25,11 @@ from afm_struct.turn.events import (
     EndEvent,
     EnforcementReport,
     Entries,
-    Event,
     Failed,
     Finish,
     ProfileReport,
     Text,
+    TurnEvent,
     UsageReport,
 )
 from afm_struct.turn.outputs import Finished, FinishReason, TextDelta, Timings, Usage
@@ -77,7 +77,7 @@ class Run:
         if self._sampler is not None:
             self._sampler.stop()
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncIterator[TurnEvent]:
         """Every event: :meth:`answer`, then :meth:`ending`."""
         async for event in self.answer():
             yield event
@@ -178,7 +178,7 @@ class Run:
 class StreamEncoder(Protocol):
     """A protocol's streamed response: its SSE events for each run event, then its close."""
 
-    def encode(self, event: Event) -> list[bytes]:
+    def encode(self, event: TurnEvent) -> list[bytes]:
         """The SSE bytes for ``event`` (possibly none)."""
 
     def end(self) -> list[bytes]:
@@ -188,7 +188,7 @@ class StreamEncoder(Protocol):
 class BodyEncoder(Protocol):
     """A protocol's whole response body, assembled from the run's events."""
 
-    def add(self, event: Event) -> None:
+    def add(self, event: TurnEvent) -> None:
         """Take one event (a failure raises: the status is not sent yet)."""
 
     def body(self) -> dict[str, Any]:

@@ -53,9 +53,9 @@ from .ragged_pass import RaggedPass
 from .reasoning_gate import ReasoningGate
 from .requests import (
     Constraint,
-    Event,
     Finished,
     FinishReason,
+    GenerationEvent,
     GenerationRequest,
     LanguageModel,
     TextDelta,
@@ -75,8 +75,18 @@ if TYPE_CHECKING:
 # when a row has a long forced run or prompt tail).
 PACKED_FEED_MAX = 32
 
-__all__ = ["Constraint", "Event", "FinishReason", "Finished", "GenerationRequest", "Generator",
-           "LanguageModel", "TextDelta", "Timings", "Usage"]
+__all__ = [
+    "Constraint",
+    "FinishReason",
+    "Finished",
+    "GenerationEvent",
+    "GenerationRequest",
+    "Generator",
+    "LanguageModel",
+    "TextDelta",
+    "Timings",
+    "Usage",
+]
 
 
 class Generator:
@@ -144,7 +154,7 @@ class Generator:
                 "the length of the messages or completion.", param="messages")
         return min(asked, context - n)
 
-    def add(self, request: GenerationRequest, sink: Callable[[Event], None],
+    def add(self, request: GenerationRequest, sink: Callable[[GenerationEvent], None],
             cancel: threading.Event | None = None) -> None:
         """Admit a sequence (it waits for prefill); its events go to ``sink`` from the
         stepping thread."""
@@ -433,11 +443,11 @@ class Generator:
         return self.fixed_positions
 
     def generate(self, request: GenerationRequest,
-                 cancel: threading.Event | None = None) -> Iterator[Event]:
+                 cancel: threading.Event | None = None) -> Iterator[GenerationEvent]:
         """Run one request to completion on the calling thread, yielding its events."""
         if self.has_work:
             raise RuntimeError("generate() needs an idle generator; use add()/step() to batch")
-        events: list[Event] = []
+        events: list[GenerationEvent] = []
         self.add(request, events.append, cancel)
         while self.has_work:
             self.step()

@@ -12,14 +12,23 @@ from typing import Any, Protocol
 import mlx.core as mx
 
 from ..grammar.engines.protocol import Matcher
-from ..turn.outputs import Event, Finished, FinishReason, TextDelta, Timings, Usage
+from ..turn.outputs import Finished, FinishReason, GenerationEvent, TextDelta, Timings, Usage
 from .grammar_budget import DEFAULT_GRAMMAR_BUDGET_S
 from .length_close import CLOSING_BUDGET_S
 from .reasoning_gate import ReasoningTags
 from .sampling import LogitsProcessor, SamplingParams
 
-__all__ = ["Constraint", "Event", "FinishReason", "Finished", "GenerationRequest", "LanguageModel",
-           "TextDelta", "Timings", "Usage"]
+__all__ = [
+    "Constraint",
+    "FinishReason",
+    "Finished",
+    "GenerationEvent",
+    "GenerationRequest",
+    "LanguageModel",
+    "TextDelta",
+    "Timings",
+    "Usage",
+]
 
 
 class Constraint(Protocol):

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import AfmError, OverloadedError, UnavailableError, internal_error
-from .generator import Event, Finished, FinishReason, GenerationRequest, Generator, Timings, Usage
+from .generator import Finished, FinishReason, GenerationEvent, GenerationRequest, Generator, Timings, Usage
 from .heap import IdleRelease
 from .join_wait import JoinWait
 from .loop_mailbox import mailbox_for
@@ -45,16 +45,16 @@ class Handle:
         self.finished = threading.Event()
         self.submitted = time.perf_counter()
         self._loop = loop
-        self._async_q: asyncio.Queue[Event] | None = asyncio.Queue() if loop is not None else None
+        self._async_q: asyncio.Queue[GenerationEvent] | None = asyncio.Queue() if loop is not None else None
         # One wake-up of the loop carries every event posted since its last (all streams).
         self._mailbox = mailbox_for(loop) if loop is not None else None
-        self._sync_q: queue.Queue[Event] = queue.Queue()
+        self._sync_q: queue.Queue[GenerationEvent] = queue.Queue()
 
     def cancel(self) -> None:
         """Ask the scheduler to stop this request at its next step."""
         self.cancel_event.set()
 
-    def _deliver(self, event: Event) -> None:
+    def _deliver(self, event: GenerationEvent) -> None:
         if isinstance(event, Finished):
             self.finished.set()
         if self._mailbox is not None and self._async_q is not None:
@@ -63,14 +63,14 @@ class Handle:
         else:
             self._sync_q.put(event)
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Iterator[GenerationEvent]:
         while True:
             event = self._sync_q.get()
             yield event
             if isinstance(event, Finished):
                 return
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncIterator[GenerationEvent]:
         """The events as an async iterator (the handle must have been made with a loop)."""
         assert self._async_q is not None, "submit(..., loop=...) for async iteration"
         while True:
@@ -286,10 +286,10 @@ class Scheduler:
             started += 1
         return started
 
-    def _sink_for(self, handle: Handle, *, admitted: bool) -> Callable[[Event], None]:
+    def _sink_for(self, handle: Handle, *, admitted: bool) -> Callable[[GenerationEvent], None]:
         """The event sink of ``handle``: its end frees its place (and, when it was
         ``admitted`` to the generator, a slot in the batch)."""
-        def sink(event: Event) -> None:
+        def sink(event: GenerationEvent) -> None:
             if isinstance(event, Finished):
                 self._running.discard(handle)
                 with self._lock:

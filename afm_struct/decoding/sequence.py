@@ -17,7 +17,7 @@ from .grammar_budget import GrammarBudget
 from .length_close import BudgetCloser
 from .logprobs import TokenTrack
 from .reasoning_gate import ReasoningGate
-from .requests import Event, GenerationRequest, Timings, Usage
+from .requests import GenerationEvent, GenerationRequest, Timings, Usage
 from .sampling import LogitsProcessor, RowSampler
 from .stops import StopMatcher
 
@@ -27,7 +27,7 @@ class SequenceState:
     """One request being generated: its sampler, matcher, cache row and what it produced."""
 
     request: GenerationRequest
-    sink: Callable[[Event], None]
+    sink: Callable[[GenerationEvent], None]
     cancel: threading.Event
     cache: list[Any] | None
     sampler: RowSampler

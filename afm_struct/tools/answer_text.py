@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .parser import Event, TextEvent
+from .parser import ParseEvent, TextEvent
 from .scanner import WS
 
 
@@ -15,7 +15,7 @@ class AnswerText:
         self.after_call = False
         self.seen = False  # any non-blank text so far
 
-    def add(self, out: list[Event], text: str) -> None:
+    def add(self, out: list[ParseEvent], text: str) -> None:
         """Emit ``text`` (held whitespace goes out in front of the next text)."""
         if self.after_call:
             text = text.lstrip(WS)
@@ -44,7 +44,7 @@ class AnswerText:
         call markup); a lone "<" or "[" in text is as likely text."""
         return held if len(held) < 2 and not self.after_call else ""
 
-    def finish(self, out: list[Event], *, calls: int) -> None:
+    def finish(self, out: list[ParseEvent], *, calls: int) -> None:
         """The end: held whitespace is content only in a turn without calls."""
         if self.pending and not calls:
             out.append(TextEvent(self.pending))

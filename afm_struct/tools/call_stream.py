@@ -25,7 +25,7 @@ from ..turn.reasoning import ReasoningTags, syntax_of
 from ..turn.turn import Turn
 from .call_deltas import ToolCall, ToolCallAssembler
 from .formats import ToolFormat
-from .parser import ArgsEvent, CallEnd, CallParser, CallStart, Event, TextEvent
+from .parser import ArgsEvent, CallEnd, CallParser, CallStart, ParseEvent, TextEvent
 from .scanner import WS
 from .syntaxes import ToolDef, make_call_parser
 
@@ -109,7 +109,7 @@ class CallRouting:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _events(self, out: list[AnswerEvent], events: list[Event]) -> None:
+    def _events(self, out: list[AnswerEvent], events: list[ParseEvent]) -> None:
         for ev in events:
             if isinstance(ev, TextEvent):
                 self._content(out, self.markup.feed(ev.text))

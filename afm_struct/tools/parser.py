@@ -55,7 +55,7 @@ class CallEnd:
     cut: bool = False
 
 
-Event = TextEvent | CallStart | ArgsEvent | CallEnd
+ParseEvent = TextEvent | CallStart | ArgsEvent | CallEnd
 _FENCE = re.compile(r"```[A-Za-z]*[ \t]*\r?\n")  # a markdown fence some models put around the JSON
 # A call's name being written, then what began of the args marker (group 1).
 _NAME_HEAD = re.compile(r"\s*[A-Za-z0-9_.:-]*\s*(.*)", re.DOTALL)
@@ -84,16 +84,16 @@ class CallParser:
 
     # -- public -------------------------------------------------------------------------------
 
-    def feed(self, text: str) -> list[Event]:
+    def feed(self, text: str) -> list[ParseEvent]:
         """Events made available by ``text`` (a marker prefix at the end is held back)."""
-        out: list[Event] = []
+        out: list[ParseEvent] = []
         self._buf += text
         self._run(out, final=False)
         return out
 
-    def finish(self) -> list[Event]:
+    def finish(self) -> list[ParseEvent]:
         """End of generation: close a call cut short, give back held text."""
-        out: list[Event] = []
+        out: list[ParseEvent] = []
         self._run(out, final=True)
         # A bare format's block cut before its name: after a call it is the next call's start
         # (only calls may follow one); else it may be the answer itself, given back.
@@ -114,14 +114,14 @@ class CallParser:
 
     # -- states -------------------------------------------------------------------------------
 
-    def _run(self, out: list[Event], *, final: bool) -> None:
+    def _run(self, out: list[ParseEvent], *, final: bool) -> None:
         while self._buf or (final and self._opener.held):
             before = (self._state, len(self._buf))
             getattr(self, f"_st_{self._state}")(out, final)
             if (self._state, len(self._buf)) == before:
                 return  # waiting for more text
 
-    def _st_text(self, out: list[Event], final: bool) -> None:
+    def _st_text(self, out: list[ParseEvent], final: bool) -> None:
         buf, marker = self._buf, self.fmt.open
         if not self.detect_calls:
             self._text(out, buf)
@@ -155,7 +155,7 @@ class CallParser:
             if len(held) < 2 and not self._after_call:
                 self._text(out, held)
 
-    def _st_open(self, out: list[Event], final: bool) -> None:
+    def _st_open(self, out: list[ParseEvent], final: bool) -> None:
         if self.fmt.args_marker:
             self._open_named(out, final)
             return
@@ -185,7 +185,7 @@ class CallParser:
             self._text(out, self._raw)
             self._raw = ""
 
-    def _open_named(self, out: list[Event], final: bool) -> None:
+    def _open_named(self, out: list[ParseEvent], final: bool) -> None:
         """``name<args marker>{...}``: the name is known at the marker; the arguments object is
         scanned as the value of a call object whose head is fed to the scanner (not the client)."""
         buf, marker = self._buf, self.fmt.args_marker
@@ -218,7 +218,7 @@ class CallParser:
         """A call's opening markup the end of generation cut: never content."""
         self._state, self._raw, self._buf = "text", "", ""
 
-    def _begin_block(self, text: str, out: list[Event]) -> None:
+    def _begin_block(self, text: str, out: list[ParseEvent]) -> None:
         self._scan = CallScanner(self.fmt)
         self._args_only = False
         self._index = None
@@ -226,7 +226,7 @@ class CallParser:
         self._raw += "{"
         self._state = "object"
 
-    def _st_object(self, out: list[Event], final: bool) -> None:
+    def _st_object(self, out: list[ParseEvent], final: bool) -> None:
         scan = self._scan
         assert scan is not None
         close = self.fmt.close
@@ -255,7 +255,7 @@ class CallParser:
         if scan.state in ("done", "broken"):
             self._close_object(out, cut_short=scan.state == "broken")
 
-    def _consume(self, out: list[Event], text: str) -> None:
+    def _consume(self, out: list[ParseEvent], text: str) -> None:
         """Account for scanned ``text``: raw copy, call start once named, argument fragments."""
         scan = self._scan
         assert scan is not None
@@ -268,7 +268,7 @@ class CallParser:
             if args and self._index >= 0:
                 out.append(ArgsEvent(self._index, args))
 
-    def _start_call(self, out: list[Event], name: str) -> None:
+    def _start_call(self, out: list[ParseEvent], name: str) -> None:
         if self.max_calls is not None and self.calls >= self.max_calls:
             self._index = -1  # over the limit: parse it, say nothing
             return
@@ -277,7 +277,7 @@ class CallParser:
         self._raw = ""
         out.append(CallStart(self._index, name))
 
-    def _close_object(self, out: list[Event], *, cut_short: bool) -> None:
+    def _close_object(self, out: list[ParseEvent], *, cut_short: bool) -> None:
         scan = self._scan
         assert scan is not None
         if self._index is None:  # never named: not a call, give the text back
@@ -298,7 +298,7 @@ class CallParser:
         self._scan, self._index, self._raw = None, None, ""
         self._state = "between"
 
-    def _st_between(self, out: list[Event], final: bool) -> None:
+    def _st_between(self, out: list[ParseEvent], final: bool) -> None:
         close = self.fmt.close
         # Inside a block that has a close marker, stray brackets and fences before it are noise.
         buf = self._buf.lstrip(_WS + ",;" + ("`}]" if close else ""))
@@ -328,7 +328,7 @@ class CallParser:
 
     # -- text ---------------------------------------------------------------------------------
 
-    def _text(self, out: list[Event], text: str) -> None:
+    def _text(self, out: list[ParseEvent], text: str) -> None:
         """Emit text; whitespace next to calls is layout, not content."""
         if self._after_call:
             text = text.lstrip(_WS)

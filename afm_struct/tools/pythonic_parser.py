@@ -19,7 +19,7 @@ from typing import Any
 
 from .answer_text import AnswerText
 from .formats import ToolFormat
-from .parser import ArgsEvent, CallEnd, CallStart, Event
+from .parser import ArgsEvent, CallEnd, CallStart, ParseEvent
 from .scanner import WS
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -73,21 +73,21 @@ class PythonicCallParser:
         self._stack: list[str] = []
         self._quote = ""
         self._escape = False
-        self._steps: dict[State, Callable[[list[Event], bool], bool]] = {
+        self._steps: dict[State, Callable[[list[ParseEvent], bool], bool]] = {
             State.START: self._in_start, State.LIST: self._in_list, State.NAME: self._in_name,
             State.ARGS: self._in_args, State.KEY: self._in_key, State.VALUE: self._in_value,
             State.TEXT: self._in_text}
 
-    def feed(self, text: str) -> list[Event]:
+    def feed(self, text: str) -> list[ParseEvent]:
         """Events made available by ``text``."""
-        out: list[Event] = []
+        out: list[ParseEvent] = []
         self._buf += text
         self._run(out, final=False)
         return out
 
-    def finish(self) -> list[Event]:
+    def finish(self) -> list[ParseEvent]:
         """End of generation: a call cut short is closed; held text goes out."""
-        out: list[Event] = []
+        out: list[ParseEvent] = []
         self._run(out, final=True)
         if self.state is State.VALUE:
             # A literal cut short is closed (its quote and brackets are syntax, not value).
@@ -107,17 +107,17 @@ class PythonicCallParser:
         self._text.finish(out, calls=self.calls)
         return out
 
-    def _run(self, out: list[Event], *, final: bool) -> None:
+    def _run(self, out: list[ParseEvent], *, final: bool) -> None:
         while self._steps[self.state](out, final):
             pass
 
-    def _not_a_call(self, out: list[Event]) -> bool:
+    def _not_a_call(self, out: list[ParseEvent]) -> bool:
         self._text.add(out, self._raw + self._buf)
         self._raw, self._buf = "", ""
         self.state = State.TEXT
         return False
 
-    def _in_start(self, out: list[Event], final: bool) -> bool:
+    def _in_start(self, out: list[ParseEvent], final: bool) -> bool:
         s = self._buf.lstrip(WS)
         for tag in self.fmt.extra_markup:
             if s.startswith(tag):
@@ -139,7 +139,7 @@ class PythonicCallParser:
         self.state = State.NAME
         return True
 
-    def _in_list(self, out: list[Event], final: bool) -> bool:
+    def _in_list(self, out: list[ParseEvent], final: bool) -> bool:
         s = self._buf.lstrip(WS + ",")
         self._buf = s
         if not s:
@@ -151,7 +151,7 @@ class PythonicCallParser:
         self.state = State.NAME
         return True
 
-    def _in_name(self, out: list[Event], final: bool) -> bool:
+    def _in_name(self, out: list[ParseEvent], final: bool) -> bool:
         s = self._buf.lstrip(WS)
         at = s.find("(")
         if at < 0:
@@ -181,7 +181,7 @@ class PythonicCallParser:
         self.state = State.TEXT
         return True
 
-    def _in_args(self, out: list[Event], final: bool) -> bool:
+    def _in_args(self, out: list[ParseEvent], final: bool) -> bool:
         s = self._buf.lstrip(WS + ",")
         self._buf = s
         if not s:
@@ -194,7 +194,7 @@ class PythonicCallParser:
         self.state = State.KEY
         return True
 
-    def _in_key(self, out: list[Event], final: bool) -> bool:
+    def _in_key(self, out: list[ParseEvent], final: bool) -> bool:
         at = self._buf.find("=")
         if at < 0:
             if len(self._buf) > MAX_NAME:  # not a key: the call ends here, the rest is text
@@ -207,7 +207,7 @@ class PythonicCallParser:
         self.state = State.VALUE
         return True
 
-    def _in_value(self, out: list[Event], final: bool) -> bool:
+    def _in_value(self, out: list[ParseEvent], final: bool) -> bool:
         buf = self._buf
         i = self._scan
         while i < len(buf):
@@ -234,23 +234,23 @@ class PythonicCallParser:
         self._scan = i
         return False
 
-    def _end_value(self, out: list[Event], source: str) -> None:
+    def _end_value(self, out: list[ParseEvent], source: str) -> None:
         head = "{" if not self._members else ", "
         self._members += 1
         value = json.dumps(literal_json(source), ensure_ascii=False)
         self._args(out, f"{head}{json.dumps(self._key, ensure_ascii=False)}: {value}")
 
-    def _args(self, out: list[Event], text: str) -> None:
+    def _args(self, out: list[ParseEvent], text: str) -> None:
         if self._index >= 0:
             out.append(ArgsEvent(self._index, text))
 
-    def _end_call(self, out: list[Event], *, cut: bool = False) -> None:
+    def _end_call(self, out: list[ParseEvent], *, cut: bool = False) -> None:
         self._args(out, "}" if self._members else "{}")
         if self._index >= 0:
             out.append(CallEnd(self._index, cut=cut))
         self._text.call_ends()
 
-    def _in_text(self, out: list[Event], final: bool) -> bool:
+    def _in_text(self, out: list[ParseEvent], final: bool) -> bool:
         if self._buf:
             self._text.add(out, self._buf)
             self._buf = ""

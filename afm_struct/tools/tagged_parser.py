@@ -23,7 +23,7 @@ from ..grammar.spec import ToolDef
 from ..turn.markers import Marker, MarkerScanner
 from .answer_text import AnswerText
 from .formats import ToolFormat
-from .parser import ArgsEvent, CallEnd, CallStart, Event
+from .parser import ArgsEvent, CallEnd, CallStart, ParseEvent
 from .scanner import WS
 from .values import is_raw_string, property_schemas, read_value
 
@@ -91,23 +91,23 @@ class TaggedCallParser:
         self._part = 0
         self._raw_value = False
         self._value = ""  # a non-string value, held whole
-        self._steps: dict[State, Callable[[list[Event], bool], bool]] = {
+        self._steps: dict[State, Callable[[list[ParseEvent], bool], bool]] = {
             State.TEXT: self._in_text, State.HEAD: self._in_head, State.PARAMS: self._in_params,
             State.KEY: self._in_key, State.KEY_AFTER: self._in_key_after,
             State.VALUE: self._in_value, State.CALL_DONE: self._in_call_done}
 
     # -- public -------------------------------------------------------------------------------
 
-    def feed(self, text: str) -> list[Event]:
+    def feed(self, text: str) -> list[ParseEvent]:
         """Events made available by ``text`` (what could begin a tag is held back)."""
-        out: list[Event] = []
+        out: list[ParseEvent] = []
         self._buf += text
         self._run(out, final=False)
         return out
 
-    def finish(self) -> list[Event]:
+    def finish(self) -> list[ParseEvent]:
         """End of generation: a call cut short is closed; held text goes out."""
-        out: list[Event] = []
+        out: list[ParseEvent] = []
         self._run(out, final=True)
         if self.state is State.VALUE:
             # What was held is the value's closing tag cut short ("\n</para"): markup, not value.
@@ -128,11 +128,11 @@ class TaggedCallParser:
 
     # -- states -------------------------------------------------------------------------------
 
-    def _run(self, out: list[Event], *, final: bool) -> None:
+    def _run(self, out: list[ParseEvent], *, final: bool) -> None:
         while self._steps[self.state](out, final):
             pass
 
-    def _in_text(self, out: list[Event], final: bool) -> bool:
+    def _in_text(self, out: list[ParseEvent], final: bool) -> bool:
         if not self._buf and not (final and self._opener.held):
             return False
         buf, self._buf = self._buf, ""
@@ -151,14 +151,14 @@ class TaggedCallParser:
             self._text.add(out, self._text.cut_opener(self._opener.take()))
         return False
 
-    def _not_a_call(self, out: list[Event]) -> bool:
+    def _not_a_call(self, out: list[ParseEvent]) -> bool:
         """The opener was text after all: give it back."""
         self._text.add(out, self._raw + self._buf)
         self._raw, self._buf = "", ""
         self.state = State.TEXT
         return False
 
-    def _in_head(self, out: list[Event], final: bool) -> bool:
+    def _in_head(self, out: list[ParseEvent], final: bool) -> bool:
         s = self._buf.lstrip(WS)
         if not s:
             return False
@@ -191,7 +191,7 @@ class TaggedCallParser:
             self.state = State.TEXT
         return False
 
-    def _start_call(self, out: list[Event], name: str) -> None:
+    def _start_call(self, out: list[ParseEvent], name: str) -> None:
         self._raw = ""
         self._members = 0
         self._schemas = self._props.get(name, {})
@@ -203,17 +203,17 @@ class TaggedCallParser:
         self.calls += 1
         out.append(CallStart(self._index, name))
 
-    def _args(self, out: list[Event], text: str) -> None:
+    def _args(self, out: list[ParseEvent], text: str) -> None:
         if text and self._index >= 0:
             out.append(ArgsEvent(self._index, text))
 
-    def _end_call(self, out: list[Event], *, cut: bool = False) -> None:
+    def _end_call(self, out: list[ParseEvent], *, cut: bool = False) -> None:
         self._args(out, "}" if self._members else "{}")
         if self._index >= 0:
             out.append(CallEnd(self._index, cut=cut))
         self._text.call_ends()
 
-    def _in_params(self, out: list[Event], final: bool) -> bool:
+    def _in_params(self, out: list[ParseEvent], final: bool) -> bool:
         s = self._buf.lstrip(WS)
         self._buf = s
         if not s:
@@ -232,7 +232,7 @@ class TaggedCallParser:
         self.state = State.TEXT
         return True
 
-    def _in_key(self, out: list[Event], final: bool) -> bool:
+    def _in_key(self, out: list[ParseEvent], final: bool) -> bool:
         part = self._key_parts[0] if self._key_parts else ""
         at = self._buf.find(part) if part else next(
             (i for i, ch in enumerate(self._buf) if ch in WS), -1)
@@ -247,7 +247,7 @@ class TaggedCallParser:
         self.state, self._part = State.KEY_AFTER, 1
         return True
 
-    def _in_key_after(self, out: list[Event], final: bool) -> bool:
+    def _in_key_after(self, out: list[ParseEvent], final: bool) -> bool:
         while self._part < len(self._key_parts):
             part = self._key_parts[self._part]
             s = self._buf.lstrip(WS)
@@ -270,7 +270,7 @@ class TaggedCallParser:
         self._begin_value(out)
         return True
 
-    def _begin_value(self, out: list[Event]) -> None:
+    def _begin_value(self, out: list[ParseEvent]) -> None:
         schema = self._schemas.get(self._key)
         self._raw_value = is_raw_string(schema)
         self._value = ""
@@ -279,7 +279,7 @@ class TaggedCallParser:
         self._args(out, head + ('"' if self._raw_value else ""))
         self.state = State.VALUE
 
-    def _in_value(self, out: list[Event], final: bool) -> bool:
+    def _in_value(self, out: list[ParseEvent], final: bool) -> bool:
         at = self._buf.find(self._value_end)
         if at >= 0:
             text = self._buf[:at]
@@ -298,13 +298,13 @@ class TaggedCallParser:
             self._buf = self._buf[cut:]
         return False
 
-    def _value_text(self, out: list[Event], text: str) -> None:
+    def _value_text(self, out: list[ParseEvent], text: str) -> None:
         if self._raw_value:
             self._args(out, json.dumps(text, ensure_ascii=False)[1:-1])
         else:
             self._value += text
 
-    def _end_value(self, out: list[Event], text: str) -> None:
+    def _end_value(self, out: list[ParseEvent], text: str) -> None:
         self._value_text(out, text)
         if self._raw_value:
             self._args(out, '"')
@@ -313,7 +313,7 @@ class TaggedCallParser:
             self._args(out, json.dumps(value, ensure_ascii=False))
         self._value = ""
 
-    def _in_call_done(self, out: list[Event], final: bool) -> bool:
+    def _in_call_done(self, out: list[ParseEvent], final: bool) -> bool:
         s = self._buf.lstrip(WS)
         if not s and not final:
             return False

@@ -142,7 +142,7 @@ class EnforcementReport:
 
 
 EndEvent = Finish | Failed | UsageReport | EnforcementReport | ProfileReport
-Event = AnswerEvent | EndEvent
+TurnEvent = AnswerEvent | EndEvent
 
 
 @dataclass
@@ -155,7 +155,7 @@ class RunEnding:
     profile: ProfileReport | None = None
     enforcement: EnforcementReport | None = None
 
-    def take(self, event: Event) -> bool:
+    def take(self, event: TurnEvent) -> bool:
         """Record ``event`` if it is an end event (True); False for an answer event.
         :class:`Failed` raises its error (the status is not sent yet)."""
         if isinstance(event, Failed):

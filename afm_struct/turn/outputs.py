@@ -132,4 +132,4 @@ class Finished:
     stop: str | None = None
 
 
-Event = TextDelta | Finished
+GenerationEvent = TextDelta | Finished

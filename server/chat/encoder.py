@@ -20,7 +20,6 @@ from afm_struct.turn.events import (
     CallOpened,
     EnforcementReport,
     Entries,
-    Event,
     Failed,
     Finish,
     ProfileReport,
@@ -28,6 +27,7 @@ from afm_struct.turn.events import (
     ResponseIdentity,
     RunEnding,
     Text,
+    TurnEvent,
     UsageReport,
 )
 
@@ -85,7 +85,7 @@ class ChatStream:
         self.include_usage = include_usage
         self._first = True  # no chunk sent yet: the next one carries the role
 
-    def encode(self, event: Event) -> list[bytes]:
+    def encode(self, event: TurnEvent) -> list[bytes]:
         """The SSE events for ``event`` (possibly none)."""
         if isinstance(event, Finish | Failed):
             out = []
@@ -134,7 +134,7 @@ class ChatCompletion:
         self._entries: Entries = []
         self._end = RunEnding()
 
-    def add(self, event: Event) -> None:
+    def add(self, event: TurnEvent) -> None:
         """Take one event (:class:`Failed` raises its error)."""
         if self._end.take(event):
             return

@@ -18,7 +18,6 @@ from afm_struct.turn.events import (
     CallArguments,
     CallOpened,
     Entries,
-    Event,
     Failed,
     Finish,
     ProfileReport,
@@ -26,6 +25,7 @@ from afm_struct.turn.events import (
     ResponseIdentity,
     RunEnding,
     Text,
+    TurnEvent,
     UsageReport,
 )
 from afm_struct.turn.outputs import FinishReason
@@ -52,7 +52,7 @@ def legacy_logprobs(entries: Entries, base: int) -> dict[str, Any]:
             "top_logprobs": tops, "text_offset": [base + e.offset for e in entries]}
 
 
-def _text(event: Event) -> tuple[str, Entries | None] | None:
+def _text(event: TurnEvent) -> tuple[str, Entries | None] | None:
     if isinstance(event, Text):
         return event.text, event.logprobs
     if isinstance(event, Reasoning):
@@ -99,7 +99,7 @@ class CompletionStream:
         self.echo = echo
         self._base = len(echo or "")
 
-    def encode(self, event: Event) -> list[bytes]:
+    def encode(self, event: TurnEvent) -> list[bytes]:
         """The SSE events for ``event`` (possibly none)."""
         out = self._echo()
         if isinstance(event, Finish):
@@ -143,7 +143,7 @@ class TextCompletion:
         self._entries: Entries = []
         self._end = RunEnding()
 
-    def add(self, event: Event) -> None:
+    def add(self, event: TurnEvent) -> None:
         """Take one event (:class:`Failed` raises its error)."""
         if self._end.take(event):
             return

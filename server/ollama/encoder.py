@@ -21,12 +21,12 @@ from afm_struct.turn.events import (
     CallClosed,
     CallOpened,
     Entries,
-    Event,
     Failed,
     Finish,
     Reasoning,
     ResponseIdentity,
     Text,
+    TurnEvent,
     UsageReport,
 )
 from afm_struct.turn.outputs import FinishReason, Usage
@@ -131,7 +131,7 @@ class OllamaStream(_Base):
         super().__init__(ident, kind, logprobs=logprobs)
         self._failed = False
 
-    def encode(self, event: Event) -> list[bytes]:
+    def encode(self, event: TurnEvent) -> list[bytes]:
         """The lines for ``event`` (possibly none)."""
         if self._failed:
             return []
@@ -140,7 +140,7 @@ class OllamaStream(_Base):
         except AfmError as err:  # a call that cannot be written: the stream's end
             return self._fail(err)
 
-    def _encode(self, event: Event) -> list[bytes]:
+    def _encode(self, event: TurnEvent) -> list[bytes]:
         if isinstance(event, Text):
             return [line(self._part(text=event.text, entries=event.logprobs or []))] if event.text else []
         if isinstance(event, Reasoning):
@@ -182,7 +182,7 @@ class OllamaBody(_Base):
         self._done_calls: list[dict[str, Any]] = []
         self._entries: Entries = []
 
-    def add(self, event: Event) -> None:
+    def add(self, event: TurnEvent) -> None:
         """Take one event (:class:`Failed` raises its error)."""
         if isinstance(event, Failed):
             raise event.error

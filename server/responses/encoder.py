@@ -28,7 +28,6 @@ from afm_struct.turn.events import (
     CallClosed,
     CallOpened,
     EnforcementReport,
-    Event,
     Failed,
     Finish,
     Partial,
@@ -36,6 +35,7 @@ from afm_struct.turn.events import (
     Reasoning,
     ResponseIdentity,
     Text,
+    TurnEvent,
     UsageReport,
 )
 from afm_struct.turn.outputs import FinishReason, Usage
@@ -114,7 +114,7 @@ class ResponsesStream:
         """``response.created`` and ``response.in_progress`` (once)."""
         return [self._sse(p) for p in self._start()]
 
-    def encode(self, event: Event) -> list[bytes]:
+    def encode(self, event: TurnEvent) -> list[bytes]:
         """The SSE events for ``event`` (possibly none)."""
         return [self._sse(p) for p in self.events(event)]
 
@@ -136,7 +136,7 @@ class ResponsesStream:
         return [self._event("response.created", response=shell),
                 self._event("response.in_progress", response=shell)]
 
-    def events(self, event: Event) -> list[Payload]:
+    def events(self, event: TurnEvent) -> list[Payload]:
         """The payloads ``event`` makes, in order (the opening events first, if not sent)."""
         out = self._start()
         if isinstance(event, Text):
@@ -316,7 +316,7 @@ class ResponsesBody:
     def __init__(self, stream: ResponsesStream) -> None:
         self.stream = stream
 
-    def add(self, event: Event) -> None:
+    def add(self, event: TurnEvent) -> None:
         """Take one event (:class:`Failed` raises its error)."""
         if isinstance(event, Failed):
             raise event.error
