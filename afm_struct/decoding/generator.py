@@ -75,18 +75,8 @@ if TYPE_CHECKING:
 # when a row has a long forced run or prompt tail).
 PACKED_FEED_MAX = 32
 
-__all__ = [
-    "Constraint",
-    "FinishReason",
-    "Finished",
-    "GenerationEvent",
-    "GenerationRequest",
-    "Generator",
-    "LanguageModel",
-    "TextDelta",
-    "Timings",
-    "Usage",
-]
+__all__ = ["Constraint", "FinishReason", "Finished", "GenerationEvent", "GenerationRequest", "Generator",
+           "LanguageModel", "TextDelta", "Timings", "Usage"]
 
 
 class Generator:

@@ -268,9 +268,15 @@ def test_enforcement_report_in_the_body_and_as_the_final_stream_event(live) -> N
     assert [e["type"] for e in events][-3:] == ["afm_enforcement", "message_delta", "message_stop"]
 
 
-def test_a_format_beside_tools_is_reported_unconstrained(live) -> None:
-    """Chat with tools: the tool grammar owns the mask, the format runs best-effort."""
+def test_a_format_beside_tools_is_reported_as_the_answer_branch_runs_it(live) -> None:
+    """Chat with tools and a format: the tool grammar holds the format as its answer branch
+    (issue 49.1), exact; with ``tool_choice: required`` no answer can be written and the
+    format runs without its mask (reported unconstrained, every keyword only validated)."""
     body = {"messages": USER, "tools": TOOLS, "response_format": _format(EXACT)}
+    headers = {"X-AFM-Enforcement": "true"}
     report = httpx.post(f"{live.url}/v1/chat/completions", json=body, timeout=120,
-                        headers={"X-AFM-Enforcement": "true"}).json()["afm_enforcement"]
-    assert report["rung"] == "unconstrained" and report["counts"]["validated"] == len(report["keywords"]) > 0
+                        headers=headers).json()["afm_enforcement"]
+    assert report["rung"] == "exact" and report["counts"]["validated"] == report["counts"]["relaxed"] == 0
+    calls = httpx.post(f"{live.url}/v1/chat/completions", json={**body, "tool_choice": "required"},
+                       timeout=120, headers=headers).json()["afm_enforcement"]
+    assert calls["rung"] == "unconstrained" and calls["counts"]["validated"] == len(calls["keywords"]) > 0
