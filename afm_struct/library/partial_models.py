@@ -48,6 +48,12 @@ class EventStream:
     def __next__(self) -> Any:
         return next(self._events)
 
+    def close(self) -> None:
+        """Close the stream (its connection) before its end, as the generator it wraps."""
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
+
     def partials(self, model: Any = None) -> Iterator[Any]:
         """The content's value parsed so far, once per content chunk that carries one (the
         stream's remaining events are consumed); typed with ``model`` (:func:`typed_partial`)."""
@@ -70,6 +76,13 @@ class AsyncEventStream:
 
     async def __anext__(self) -> Any:
         return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        """Close the stream (its connection) before its end: ``contextlib.aclosing`` works on
+        it as on the async generator it wraps."""
+        aclose = getattr(self._events, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
     async def partials(self, model: Any = None) -> AsyncIterator[Any]:
         """As :meth:`EventStream.partials`."""

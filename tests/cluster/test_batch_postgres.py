@@ -32,8 +32,10 @@ def replicas(tokenizer: Any) -> Iterator[list[LiveServer]]:
         pg.start()
         url = pg.create_schema("batches")
         for _ in range(2):
-            # A few ms per pass, so each replica holds lines while the other claims.
-            loaded = scripted_loaded_model(tokenizer, Script("shared work", delay_s=0.01))
+            # 10 ms a pass and 40 tokens a line: one replica alone needs >= 4 s for the batch,
+            # longer than the other's idle look at the store (runner.IDLE_POLL_S), so both take
+            # lines (a 3-token script let the first finish alone on a quiet machine).
+            loaded = scripted_loaded_model(tokenizer, Script("shared work " * 40, delay_s=0.01))
             started.append(start_server(loaded, ServerSettings(batch_lines_in_flight=3),
                                         response_store=open_store(url)))
         yield started
@@ -55,7 +57,7 @@ def test_two_replicas_share_one_batch_each_line_once(replicas: list[LiveServer])
 def _share(first: openai.OpenAI, second: openai.OpenAI, replicas: list[LiveServer]) -> None:
     text = "".join(json.dumps({"custom_id": f"doc-{i}", "method": "POST", "url": "/v1/chat/completions",
                                "body": {"messages": [{"role": "user", "content": f"doc {i}"}],
-                                        "max_tokens": 8}}) + "\n" for i in range(LINES))
+                                        "max_tokens": 40}}) + "\n" for i in range(LINES))
     file_id = first.files.create(file=("in.jsonl", io.BytesIO(text.encode())), purpose="batch").id
     batch_id = first.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions",
                                     completion_window="24h").id
