@@ -18,7 +18,13 @@ When to search (a search costs ~1-6 ms, a forward pass 10-50 ms, a mask ~6 µs):
   ``t`` (and its forced run): if ``t`` would leave too little room, or its completion cannot be
   found with little room to spare, ``P`` is fed instead.  No search is needed when the model
   follows ``P``, or when ``P`` still completes after ``t`` (string or number content: checked
-  with a cheap probe), and ``P`` is reused across steps while it stays valid.
+  with a cheap probe), or when the run the grammar forces after ``t`` and a tail of ``P``
+  complete it within the room (a *repair*: ``"`` where ``P`` had ``",``, the comma forced and
+  ``P``'s rest after it; ``ti`` where ``P`` spelled ``title``), and ``P`` is reused across steps
+  while it stays valid.  Every plan kept is walked on a fork of the matcher to a complete
+  state, as a search's result is, so a shortcut never costs validity; a repair is not always
+  the shortest completion after ``t``, which only matters near the cut: there a repair that
+  does not fit the room is not taken, and the search runs as before.
 
 The text the search reads (its JSON nesting, the string being written) is the constrained span
 only: each step whose mask is free text (a thinking block, prose before a tool call's opener)
@@ -50,6 +56,7 @@ import numpy as np
 
 from ..errors import InvalidRequestError
 from ..grammar.closer.completion import accepts, closing_vocab_for, shortest_completion
+from ..grammar.closer.search import fork_of, is_complete
 from ..grammar.closer.vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engines.protocol import Matcher
 from .masking import allows_most
@@ -262,6 +269,10 @@ class BudgetCloser:
         room = max_tokens - len(tokens) - 1  # after ``token``
         if len(plan) <= room and self._still_completes(matcher, token, plan):
             return None  # content inside a string or number: the same completion follows it
+        repaired = self._repair(matcher, token, plan, room)
+        if repaired is not None:
+            self.plan = repaired
+            return None
         if self.spent:  # no time left to search where ``token`` leads: close now, valid
             self.plan, self.closed = None, True
             return plan
@@ -288,6 +299,35 @@ class BudgetCloser:
         if probe is None or not probe.advance(token) or probe.forced_tokens():
             return False
         return all(probe.advance(t) for t in plan) and (probe.is_accepting() or probe.is_finished())
+
+    def _repair(self, matcher: Matcher, token: int, plan: list[int], room: int) -> list[int] | None:
+        """A completion after ``token`` without a search: the run the grammar forces after it,
+        then the shortest tail of ``plan`` the matcher takes from there and ends complete in
+        (``"ti`` off ``"title": ""}``: the plan's own ``tle": ""}``; a ``}"`` token where the
+        plan had ``}`` then ``"``), if it fits ``room``; None: search.  Every tail is walked
+        on a fork, so what it returns completes the grammar as surely as a search's result
+        (found by the same matcher, counted as the generator counts: forced run first)."""
+        wall, cpu = time.perf_counter(), time.thread_time()  # the closer's time, as a search's
+        try:
+            probe = fork_of(matcher)
+            if probe is None or not probe.advance(token):
+                return None
+            forced = probe.forced_tokens()
+            if len(forced) > room or not all(probe.advance(t) for t in forced):
+                return None
+            for k in range(len(plan), -1, -1):  # shortest tail first
+                tail = plan[k:]
+                if len(forced) + len(tail) > room:
+                    return None
+                if tail and not accepts(probe, tail):  # most tails fail at their first token
+                    continue
+                end = fork_of(probe) if tail else probe
+                if end is not None and all(end.advance(t) for t in tail) and is_complete(end):
+                    return forced + tail
+            return None
+        finally:
+            self.search_wall_s += time.perf_counter() - wall
+            self.search_cpu_s += time.thread_time() - cpu
 
     def advanced(self, run: Sequence[int]) -> None:
         """The generator appended ``run[1:]`` (forced tokens) after the sampled ``run[0]``."""
