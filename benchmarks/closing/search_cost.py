@@ -1,8 +1,10 @@
 """What the budget-aware closer's searches cost: searches, search time and tokens per request.
 
 Runs constrained generations cut by ``max_tokens`` (so the whole output lies in the closer's
-zone) and counts every call of ``shortest_completion`` the closer makes
-(``afm_struct.decoding.length_close``), with its wall time:
+zone) and counts the searches the closer makes (``BudgetCloser._search`` in
+``afm_struct.decoding.length_close``; not the admission search of ``check_budget``), with their
+wall time, and the closer's whole time (``before_sample`` + ``review``: searches, probes,
+repairs):
 
 * ``random``: the random-logits model (``afm_struct.testing.RandomModel``, temperature 1) on
   JSONSchemaBench dev-set schemas (``tests/dev_set.py``) compiled strict, ``max_tokens`` drawn in
@@ -13,7 +15,7 @@ zone) and counts every call of ``shortest_completion`` the closer makes
   vocabulary) through HTTP, temperature 1.5, ``max_tokens`` 400, thinking on and off.
 
 Each length-ended output is judged by the constraint's ``validate`` (``invalid`` must stay 0).
-``--profile FILE`` writes a cProfile of the searches alone (pstats, sorted by cumulative time).
+``--profile FILE`` writes a cProfile of the closer alone (pstats).
 
     PYTHONPATH=<tree> python benchmarks/closing/search_cost.py --n 40 --seed 3 --out FILE.json
 """
@@ -36,39 +38,56 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Counter:
-    """Searches and their wall time, per request (reset by the caller)."""
+    """The closer's searches, their wall time and all its time, per request (reset by the
+    caller)."""
 
     def __init__(self, profile: cProfile.Profile | None) -> None:
         self.searches = 0
         self.seconds = 0.0
+        self.closer_seconds = 0.0
         self.profile = profile
 
 
 @contextmanager
 def counting(profile: cProfile.Profile | None) -> Iterator[Counter]:
-    """Wrap the closer's ``shortest_completion`` to count its calls and time them."""
-    from afm_struct.decoding import length_close
+    """Wrap the closer (``BudgetCloser``): its searches (``_search``: not the admission search
+    of ``check_budget``) counted and timed, and its whole time per token (``before_sample``
+    and ``review``: searches, probes, repairs) timed."""
+    from afm_struct.decoding.length_close import BudgetCloser
 
     counter = Counter(profile)
-    original: Callable[..., Any] = length_close.shortest_completion
+    originals: dict[str, Callable[..., Any]] = {
+        name: getattr(BudgetCloser, name) for name in ("_search", "before_sample", "review")}
 
-    def timed(*args: Any, **kwargs: Any) -> Any:
+    def searched(*args: Any, **kwargs: Any) -> Any:
         counter.searches += 1
         t0 = time.perf_counter()
-        if counter.profile is not None:
-            counter.profile.enable()
         try:
-            return original(*args, **kwargs)
+            return originals["_search"](*args, **kwargs)
         finally:
-            if counter.profile is not None:
-                counter.profile.disable()
             counter.seconds += time.perf_counter() - t0
 
-    length_close.shortest_completion = timed  # type: ignore[assignment]
+    def timed(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            if counter.profile is not None:
+                counter.profile.enable()
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                if counter.profile is not None:
+                    counter.profile.disable()
+                counter.closer_seconds += time.perf_counter() - t0
+        return call
+
+    BudgetCloser._search = searched  # type: ignore[method-assign]
+    BudgetCloser.before_sample = timed("before_sample")  # type: ignore[method-assign]
+    BudgetCloser.review = timed("review")  # type: ignore[method-assign]
     try:
         yield counter
     finally:
-        length_close.shortest_completion = original  # type: ignore[assignment]
+        for name, original in originals.items():
+            setattr(BudgetCloser, name, original)
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -77,6 +96,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return {"requests": 0}
     searches = [r["searches"] for r in rows]
     ms = [r["search_ms"] for r in rows]
+    closer = [r["closer_ms"] for r in rows]
     return {
         "requests": len(rows),
         "tokens_mean": round(statistics.mean(r["tokens"] for r in rows), 1),
@@ -86,6 +106,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "search_ms_max": round(max(ms), 1),
         "search_ms_total": round(sum(ms), 1),
         "ms_per_search": round(sum(ms) / max(1, sum(searches)), 3),
+        "closer_ms_mean": round(statistics.mean(closer), 2),
+        "closer_ms_total": round(sum(closer), 1),
         "length_valid": sum(r["finish"] == "length" and r["valid"] for r in rows),
         "length_invalid": sum(r["finish"] == "length" and not r["valid"] for r in rows),
         "stop": sum(r["finish"] == "stop" for r in rows),
@@ -126,13 +148,14 @@ def run_local(kind: str, n: int, seed: int, budgets: tuple[int, int],
                   else scripted_loaded_model(tok, SERVED_SCRIPT))
         gen = Generator.from_loaded(loaded)
         params = SamplingParams(temperature=1.0, seed=sample_seed, max_tokens=budget)
-        counter.searches, counter.seconds = 0, 0.0
+        counter.searches, counter.seconds, counter.closer_seconds = 0, 0.0, 0.0
         fin = list(gen.generate(GenerationRequest(prompt, params, constraint=constraint)))[-1]
         assert isinstance(fin, Finished)
         rows.append({"file": path.name, "budget": budget, "seed": sample_seed,
                      "tokens": fin.usage.completion_tokens,
                      "finish": fin.reason.value, "valid": constraint.validate(fin.text).ok,
-                     "searches": counter.searches, "search_ms": round(counter.seconds * 1000, 2)})
+                     "searches": counter.searches, "search_ms": round(counter.seconds * 1000, 2),
+                     "closer_ms": round(counter.closer_seconds * 1000, 2)})
     return rows
 
 
@@ -169,7 +192,7 @@ def run_cmoa(counter: Counter, repeat: int) -> list[dict[str, Any]]:
                             "name": "answer", "strict": True, "schema": schema}}}
                     if not thinking:
                         body["chat_template_kwargs"] = {"enable_thinking": False}
-                    counter.searches, counter.seconds = 0, 0.0
+                    counter.searches, counter.seconds, counter.closer_seconds = 0, 0.0, 0.0
                     reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=300).json()
                     if "choices" not in reply:
                         raise SystemExit(f"cmoa: {reply}")
@@ -177,7 +200,8 @@ def run_cmoa(counter: Counter, repeat: int) -> list[dict[str, Any]]:
                     text = choice["message"]["content"] or ""
                     rows.append({"thinking": thinking, "tokens": reply["usage"]["completion_tokens"],
                                  "finish": choice["finish_reason"], "valid": constraint.validate(text).ok,
-                                 "searches": counter.searches, "search_ms": round(counter.seconds * 1000, 2)})
+                                 "searches": counter.searches, "search_ms": round(counter.seconds * 1000, 2),
+                     "closer_ms": round(counter.closer_seconds * 1000, 2)})
         finally:
             server.stop()
     return rows
