@@ -56,11 +56,11 @@ import numpy as np
 
 from ..errors import InvalidRequestError
 from ..grammar.closer.completion import accepts, closing_vocab_for, shortest_completion
-from ..grammar.closer.search import fork_of, is_complete
 from ..grammar.closer.vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engines.protocol import Matcher
 from .masking import allows_most
 from .output_floor import length_floor, output_floor
+from .plan_repair import repaired_plan
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -101,7 +101,9 @@ class BudgetCloser:
         "_content",
         "_decode",
         "_failures",
+        "_near",
         "_retry_at",
+        "_rough",
         "_scanned",
         "_span",
         "_state",
@@ -143,6 +145,11 @@ class BudgetCloser:
         self.limit_s = limit_s
         self._failures = 0
         self._retry_at = 0
+        # The plan came from a search without refinements (room to spare): its length is an
+        # upper bound on the completion's, not always the least; ``_near``: the room got down
+        # to where the plan's exact length may decide the cut (no rough search from then on).
+        self._rough = False
+        self._near = False
         # The constrained span starts at token ``_span``; ``_state``/``_content`` follow it up to
         # token ``_scanned``.
         self._span = 0
@@ -186,10 +193,13 @@ class BudgetCloser:
         return self._utf8.decode(b"".join(self._token_bytes(t) for t in ids))
 
     def _search(self, matcher: Matcher, tokens: Sequence[int], prefix: Sequence[int] = (), *,
-                thorough: bool = False, limit: int | None = None) -> list[int] | None:
+                thorough: bool = False, limit: int | None = None,
+                refinements: int | None = None) -> list[int] | None:
         self.searches += 1
         state, content = self._text_state(tokens)
         extra: dict[str, Any] = {"refinements": THOROUGH_REFINEMENTS} if thorough else {}
+        if refinements is not None:
+            extra["refinements"] = refinements
         if limit is not None:
             extra["max_tokens"] = limit
         wall, cpu = time.perf_counter(), time.thread_time()
@@ -222,12 +232,20 @@ class BudgetCloser:
         if remaining > ZONE:
             return None
         plan = self.plan if self.in_zone else None
+        if plan is not None and not self._near and remaining <= _ample(plan):
+            self._near = True
+            if self._rough and not self.spent:
+                # Found without refinements while the room was ample; near the cut its length
+                # decides how much the model may still write: search once as before.
+                better = self._search(matcher, tokens)
+                if better is not None and len(better) <= len(plan):
+                    plan, self._rough = better, False
         if plan is None:
             # (Searched even when the closer's time is spent: without a plan it cannot close;
             # the next time the model leaves this one, it is fed.)
             if len(tokens) < self._retry_at:
                 return None
-            plan = self._search(matcher, tokens)
+            plan, self._rough = self._search(matcher, tokens), False
         if plan is None:
             # A matcher that cannot fork now (the rest of a thinking tag is forced) may next
             # step; a search that found nothing in its limits is retried a few steps later.
@@ -276,7 +294,12 @@ class BudgetCloser:
         if self.spent:  # no time left to search where ``token`` leads: close now, valid
             self.plan, self.closed = None, True
             return plan
-        after = self._search(matcher, tokens, prefix=[token])
+        # Far from the cut only the length bound matters: the first completion found is enough
+        # (no refinements: ~1/3 of a search's time; they only run once one is found).
+        rough = not self._near and room > _ample(plan)
+        after = self._search(matcher, tokens, prefix=[token], refinements=0 if rough else None)
+        if rough and after is not None and len(after) > room:
+            rough, after = False, self._search(matcher, tokens, prefix=[token])  # harder, before closing
         if after is None and room > 2 * len(plan) + SLACK:
             self.plan = None  # unknown after ``token`` (the search ran out of time), but room to spare
             return None
@@ -285,7 +308,7 @@ class BudgetCloser:
             # within the search's limits: the known completion is fed instead.
             self.plan, self.closed = None, True
             return plan
-        self.plan = after
+        self.plan, self._rough = after, rough
         return None
 
     @staticmethod
@@ -301,30 +324,10 @@ class BudgetCloser:
         return all(probe.advance(t) for t in plan) and (probe.is_accepting() or probe.is_finished())
 
     def _repair(self, matcher: Matcher, token: int, plan: list[int], room: int) -> list[int] | None:
-        """A completion after ``token`` without a search: the run the grammar forces after it,
-        then the shortest tail of ``plan`` the matcher takes from there and ends complete in
-        (``"ti`` off ``"title": ""}``: the plan's own ``tle": ""}``; a ``}"`` token where the
-        plan had ``}`` then ``"``), if it fits ``room``; None: search.  Every tail is walked
-        on a fork, so what it returns completes the grammar as surely as a search's result
-        (found by the same matcher, counted as the generator counts: forced run first)."""
-        wall, cpu = time.perf_counter(), time.thread_time()  # the closer's time, as a search's
+        """:func:`~.plan_repair.repaired_plan`, its time counted as a search's."""
+        wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            probe = fork_of(matcher)
-            if probe is None or not probe.advance(token):
-                return None
-            forced = probe.forced_tokens()
-            if len(forced) > room or not all(probe.advance(t) for t in forced):
-                return None
-            for k in range(len(plan), -1, -1):  # shortest tail first
-                tail = plan[k:]
-                if len(forced) + len(tail) > room:
-                    return None
-                if tail and not accepts(probe, tail):  # most tails fail at their first token
-                    continue
-                end = fork_of(probe) if tail else probe
-                if end is not None and all(end.advance(t) for t in tail) and is_complete(end):
-                    return forced + tail
-            return None
+            return repaired_plan(matcher, token, plan, room)
         finally:
             self.search_wall_s += time.perf_counter() - wall
             self.search_cpu_s += time.thread_time() - cpu
@@ -338,6 +341,12 @@ class BudgetCloser:
             self.plan = self.plan[len(forced):]
         else:
             self.plan = None  # recompute at the next step
+
+
+def _ample(plan: Sequence[int]) -> int:
+    """The room beyond which ``plan``'s exact length cannot decide the cut yet: a rough plan
+    is taken there, and refined once the room gets down to it."""
+    return 2 * len(plan) + SLACK
 
 
 def _utf8_decoder() -> codecs.IncrementalDecoder:

@@ -1,4 +1,4 @@
-"""The closer's repair: a token off the plan keeps a tail of the plan instead of a new search.
+"""The closer's shortcuts: a plan repaired after a token off it, rough searches far from the cut.
 
 ``BudgetCloser._repair`` (decoding/length_close.py) replaces the closing search after a token
 the model wrote off the known completion when the run the grammar then forces and a tail of the
@@ -110,3 +110,39 @@ def test_every_repaired_plan_fed_then_validates(tokenizer, index, max_tokens, se
         assert len(tokens) + 1 + len(plan) <= max_tokens, where  # it fits the budget
         text = tokenizer.decode([*tokens, token, *plan])
         assert constraint.validate(text).ok or constraint.flag_downgraded, (*where, text[-120:])
+
+
+def test_far_from_the_cut_a_search_takes_its_first_completion_and_near_it_refines(tokenizer) -> None:
+    """A review search with ample room runs without refinements (its length only has to fit);
+    once the room gets down to twice the plan, the plan is searched again with them, and the
+    cut output validates."""
+    from afm_struct.decoding import length_close
+
+    item = {"type": "object", "properties": {"k": STR, "n": {"type": "integer"}}, "required": ["k", "n"],
+            "additionalProperties": False}
+    schema = {"type": "object", "properties": {"rows": {"type": "array", "items": item}, "t": STR},
+              "required": ["rows", "t"], "additionalProperties": False}
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema, strict=True))
+    calls: list[tuple[bool, int | None]] = []  # (after a token off the plan, refinements asked)
+    search = length_close.shortest_completion
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        calls.append((bool(kwargs.get("prefix")), kwargs.get("refinements")))
+        return search(*args, **kwargs)
+
+    budget = 120
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(length_close, "shortest_completion", recorded)
+        gen = Generator.from_loaded(random_loaded_model(tokenizer, 3))
+        prompt = tokenizer.encode_chat([{"role": "user", "content": "JSON"}])
+        params = SamplingParams(temperature=1.0, seed=3, max_tokens=budget)
+        fin = list(gen.generate(GenerationRequest(prompt, params, constraint=constraint)))[-1]
+    assert isinstance(fin, Finished) and fin.reason == "length", fin
+    jsonschema.validate(json.loads(fin.text), schema)
+    rough = [i for i, (after_token, refinements) in enumerate(calls) if after_token and refinements == 0]
+    refined = [i for i, (_, refinements) in enumerate(calls) if refinements != 0]
+    assert rough, calls  # far from the cut: first completions only
+    # Near it: the rough plan is searched again with refinements (from the current state),
+    # and no search after that goes without them.
+    near = next(i for i in refined if i > rough[0])
+    assert not calls[near][0] and all(i < near for i in rough), calls
