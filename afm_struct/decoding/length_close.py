@@ -18,7 +18,13 @@ When to search (a search costs ~1-6 ms, a forward pass 10-50 ms, a mask ~6 µs):
   ``t`` (and its forced run): if ``t`` would leave too little room, or its completion cannot be
   found with little room to spare, ``P`` is fed instead.  No search is needed when the model
   follows ``P``, or when ``P`` still completes after ``t`` (string or number content: checked
-  with a cheap probe), and ``P`` is reused across steps while it stays valid.
+  with a cheap probe), or when the run the grammar forces after ``t`` and a tail of ``P``
+  complete it within the room (a *repair*: ``"`` where ``P`` had ``",``, the comma forced and
+  ``P``'s rest after it; ``ti`` where ``P`` spelled ``title``), and ``P`` is reused across steps
+  while it stays valid.  Every plan kept is walked on a fork of the matcher to a complete
+  state, as a search's result is, so a shortcut never costs validity; a repair is not always
+  the shortest completion after ``t``, which only matters near the cut: there a repair that
+  does not fit the room is not taken, and the search runs as before.
 
 The text the search reads (its JSON nesting, the string being written) is the constrained span
 only: each step whose mask is free text (a thinking block, prose before a tool call's opener)
@@ -54,6 +60,7 @@ from ..grammar.closer.vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engines.protocol import Matcher
 from .masking import allows_most
 from .output_floor import length_floor, output_floor
+from .plan_repair import repaired_plan
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -94,7 +101,9 @@ class BudgetCloser:
         "_content",
         "_decode",
         "_failures",
+        "_near",
         "_retry_at",
+        "_rough",
         "_scanned",
         "_span",
         "_state",
@@ -136,6 +145,11 @@ class BudgetCloser:
         self.limit_s = limit_s
         self._failures = 0
         self._retry_at = 0
+        # The plan came from a search without refinements (room to spare): its length is an
+        # upper bound on the completion's, not always the least; ``_near``: the room got down
+        # to where the plan's exact length may decide the cut (no rough search from then on).
+        self._rough = False
+        self._near = False
         # The constrained span starts at token ``_span``; ``_state``/``_content`` follow it up to
         # token ``_scanned``.
         self._span = 0
@@ -179,10 +193,13 @@ class BudgetCloser:
         return self._utf8.decode(b"".join(self._token_bytes(t) for t in ids))
 
     def _search(self, matcher: Matcher, tokens: Sequence[int], prefix: Sequence[int] = (), *,
-                thorough: bool = False, limit: int | None = None) -> list[int] | None:
+                thorough: bool = False, limit: int | None = None,
+                refinements: int | None = None) -> list[int] | None:
         self.searches += 1
         state, content = self._text_state(tokens)
         extra: dict[str, Any] = {"refinements": THOROUGH_REFINEMENTS} if thorough else {}
+        if refinements is not None:
+            extra["refinements"] = refinements
         if limit is not None:
             extra["max_tokens"] = limit
         wall, cpu = time.perf_counter(), time.thread_time()
@@ -215,12 +232,20 @@ class BudgetCloser:
         if remaining > ZONE:
             return None
         plan = self.plan if self.in_zone else None
+        if plan is not None and not self._near and remaining <= _ample(plan):
+            self._near = True
+            if self._rough and not self.spent:
+                # Found without refinements while the room was ample; near the cut its length
+                # decides how much the model may still write: search once as before.
+                better = self._search(matcher, tokens)
+                if better is not None and len(better) <= len(plan):
+                    plan, self._rough = better, False
         if plan is None:
             # (Searched even when the closer's time is spent: without a plan it cannot close;
             # the next time the model leaves this one, it is fed.)
             if len(tokens) < self._retry_at:
                 return None
-            plan = self._search(matcher, tokens)
+            plan, self._rough = self._search(matcher, tokens), False
         if plan is None:
             # A matcher that cannot fork now (the rest of a thinking tag is forced) may next
             # step; a search that found nothing in its limits is retried a few steps later.
@@ -262,10 +287,19 @@ class BudgetCloser:
         room = max_tokens - len(tokens) - 1  # after ``token``
         if len(plan) <= room and self._still_completes(matcher, token, plan):
             return None  # content inside a string or number: the same completion follows it
+        repaired = self._repair(matcher, token, plan, room)
+        if repaired is not None:
+            self.plan = repaired
+            return None
         if self.spent:  # no time left to search where ``token`` leads: close now, valid
             self.plan, self.closed = None, True
             return plan
-        after = self._search(matcher, tokens, prefix=[token])
+        # Far from the cut only the length bound matters: the first completion found is enough
+        # (no refinements: ~1/3 of a search's time; they only run once one is found).
+        rough = not self._near and room > _ample(plan)
+        after = self._search(matcher, tokens, prefix=[token], refinements=0 if rough else None)
+        if rough and after is not None and len(after) > room:
+            rough, after = False, self._search(matcher, tokens, prefix=[token])  # harder, before closing
         if after is None and room > 2 * len(plan) + SLACK:
             self.plan = None  # unknown after ``token`` (the search ran out of time), but room to spare
             return None
@@ -274,7 +308,7 @@ class BudgetCloser:
             # within the search's limits: the known completion is fed instead.
             self.plan, self.closed = None, True
             return plan
-        self.plan = after
+        self.plan, self._rough = after, rough
         return None
 
     @staticmethod
@@ -289,6 +323,15 @@ class BudgetCloser:
             return False
         return all(probe.advance(t) for t in plan) and (probe.is_accepting() or probe.is_finished())
 
+    def _repair(self, matcher: Matcher, token: int, plan: list[int], room: int) -> list[int] | None:
+        """:func:`~.plan_repair.repaired_plan`, its time counted as a search's."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return repaired_plan(matcher, token, plan, room)
+        finally:
+            self.search_wall_s += time.perf_counter() - wall
+            self.search_cpu_s += time.thread_time() - cpu
+
     def advanced(self, run: Sequence[int]) -> None:
         """The generator appended ``run[1:]`` (forced tokens) after the sampled ``run[0]``."""
         if self.plan is None or len(run) <= 1:
@@ -298,6 +341,12 @@ class BudgetCloser:
             self.plan = self.plan[len(forced):]
         else:
             self.plan = None  # recompute at the next step
+
+
+def _ample(plan: Sequence[int]) -> int:
+    """The room beyond which ``plan``'s exact length cannot decide the cut yet: a rough plan
+    is taken there, and refined once the room gets down to it."""
+    return 2 * len(plan) + SLACK
 
 
 def _utf8_decoder() -> codecs.IncrementalDecoder:
