@@ -151,6 +151,20 @@ class BoundedH11Protocol(H11Protocol):
             self._arm_head_timer()
         super().on_response_complete()
 
+    def shutdown(self) -> None:
+        """The server's graceful shutdown.  An idle keep-alive connection (its last response
+        written, nothing of a next request received) closes at once: lingering guards a
+        response against the reset unread client data would cause, and there is none here,
+        while an idle pooled client would not close its side before its next use (the
+        shutdown waited the whole ``LINGER_S`` for each such connection)."""
+        idle = (self.cycle is None or self.cycle.response_complete) and not self.conn.trailing_data[0]
+        transport = self.transport
+        if idle and isinstance(transport, _LingeringTransport) and not transport.is_closing():
+            transport._closing = True
+            transport._transport.close()  # asyncio writes what is buffered, then closes
+            return
+        super().shutdown()
+
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self._head_timer, self._probe_timer, self.linger_timer):
             self._cancel(timer)
