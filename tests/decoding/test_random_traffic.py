@@ -50,7 +50,7 @@ def test_random_traffic_scripted_matches_alone(tokenizer, seed):
 
 # Seeds 4 and 8 reach the fan-out crash's shape (a burst prefilled together joining a running
 # batch): on the code before bad82d3 they fail the row-count check, 4 of 16 seeds did.
-REAL_SEEDS = [4, 8, 0] if examples(0) == 0 else list(range(examples(0)))
+REAL_SEEDS = [4, 8] if examples(0) == 0 else list(range(examples(0)))
 
 
 @pytest.mark.model

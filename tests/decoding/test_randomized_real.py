@@ -26,4 +26,4 @@ def test_random_traffic_real_model(embedded):
         max_words = 40
         exact = False
 
-    run_state_machine_as_test(Real, settings=machine_settings(3, 10))
+    run_state_machine_as_test(Real, settings=machine_settings(2, 10))

@@ -133,7 +133,7 @@ def scripted_faults(tokenizer):
 
 
 def test_faults_end_only_their_own_row_scripted(scripted_faults):
-    run_state_machine_as_test(scripted_faults, settings=machine_settings(20, 25))
+    run_state_machine_as_test(scripted_faults, settings=machine_settings(10, 25))
     # The run exercised the faults: most kinds fired, and broken rows did end in error.
     assert len(scripted_faults.fired_kinds) >= len(FAULTS) - 2, scripted_faults.fired_kinds
     assert scripted_faults.errors_seen >= 20
@@ -148,7 +148,7 @@ def test_faults_end_only_their_own_row_real_model(embedded):
         exact = False
         fired_kinds: ClassVar[dict[str, int]] = {}
 
-    run_state_machine_as_test(Real, settings=machine_settings(6, 12))
+    run_state_machine_as_test(Real, settings=machine_settings(4, 12))
     assert Real.errors_seen >= 3, Real.fired_kinds
 
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from .driver import FAMILIES, FamilyServers, send
 from .requests import FuzzCase, fuzz_cases
 
-FUZZ_EXAMPLES = 80
+FUZZ_EXAMPLES = 50
 EXAMPLES = int(os.environ.get("AFM_STRUCT_RANDOM_EXAMPLES", "0")) or FUZZ_EXAMPLES
 
 

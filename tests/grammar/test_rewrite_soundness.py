@@ -30,7 +30,7 @@ from afm_struct.grammar.schema.rewrites import REGISTRY, rewrite_schema
 from .conftest import SHARED
 from .schema_strategies import EXAMPLES, INSTANCES, KEYS, PATTERNS, SCALARS, leaf, with_type
 
-DEV_EVERY = int(os.environ.get("AFM_STRUCT_DEV_EVERY", "0")) or 8
+DEV_EVERY = int(os.environ.get("AFM_STRUCT_DEV_EVERY", "0")) or 16
 
 @st.composite
 def _not(draw: Any) -> Any:
