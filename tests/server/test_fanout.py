@@ -26,7 +26,7 @@ FILM = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"
 
 def _body(i: int, strict: bool) -> dict:
     body = {"messages": [{"role": "user", "content": f"Invent film number {i} as a JSON record."}],
-            "max_tokens": 24, "temperature": 0}
+            "max_tokens": 12, "temperature": 0}
     if strict:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "film", "strict": True, "schema": FILM}}
