@@ -49,7 +49,22 @@ class ContentRedaction(logging.Filter):
             message = record.getMessage()
         except Exception:  # a malformed record: its format string alone
             message = str(record.msg)
-        record.msg, record.args = redact(message), None
+        redacted = redact(message)
+        if redacted != message:
+            # Formatters that read the arguments themselves (uvicorn's access formatter unpacks
+            # five) get them redacted one by one; only when that is not enough does the record
+            # become its redacted message alone.
+            args = record.args
+            if isinstance(args, tuple) and args:
+                record.args = tuple(redact(a) if isinstance(a, str) else a for a in args)
+                try:
+                    again = record.getMessage()
+                except Exception:
+                    again = None
+                if again is None or redact(again) != again:
+                    record.msg, record.args = redacted, None
+            else:
+                record.msg, record.args = redacted, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

@@ -112,3 +112,36 @@ def test_redact_keeps_what_an_operator_needs() -> None:
     assert "secret" not in out
     assert "Too many items (limit 50000; ff_tokens)" in out and "Stop: ParserTooComplex" in out
     assert "token 46880" in out
+
+
+def test_uvicorn_text_logs_format_every_line_redacted_or_not() -> None:
+    """``make serve``'s text logs: uvicorn's access formatter unpacks the record's arguments, so
+    the redaction must leave them a tuple (it set them to None: every request printed a
+    "--- Logging error ---" traceback instead of its access line)."""
+    import io
+    import logging.config
+
+    from server.logging_json import uvicorn_log_config
+
+    stream, errors = io.StringIO(), io.StringIO()
+    config = uvicorn_log_config("text")
+    for handler in config["handlers"].values():
+        handler["stream"] = stream
+    saved = logging.raiseExceptions, sys.stderr
+    logging.config.dictConfig(config)
+    sys.stderr = errors  # where logging reports a record it could not format
+    try:
+        access = logging.getLogger("uvicorn.access")
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", "/health", "1.1", 200)
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET",
+                    f'/v1/x?q=text "{PROMPT_MARK}"', "1.1", 404)
+        logging.getLogger("uvicorn.error").info("got %r", PROMPT_MARK)
+    finally:
+        sys.stderr = saved[1]
+        logging.config.dictConfig(uvicorn_log_config("text", log_content=True))
+    lines = stream.getvalue().splitlines()
+    assert not errors.getvalue(), errors.getvalue()
+    assert len(lines) == 3, lines
+    assert '"GET /health HTTP/1.1" 200' in lines[0]
+    assert "chars redacted" in lines[1] and " 404" in lines[1]
+    assert PROMPT_MARK not in stream.getvalue()
