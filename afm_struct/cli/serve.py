@@ -300,8 +300,8 @@ def run(args: argparse.Namespace) -> int:
     warn_if_reference_blas()
     keys = f"API key required ({len(api_keys)} accepted)" if api_keys else "no API key"
     say(f"afm-struct: serving on http://{settings.host}:{settings.port} "
-        f"(POST /v1/chat/completions, /v1/responses, /v1/completions; Ollama's /api/chat, "
-        f"/api/generate; GET /v1/models, /health, /metrics; {keys})")
+        f"(POST /v1/chat/completions, /v1/responses, /v1/completions, /v1/messages, /v1/files, "
+        f"/v1/batches; Ollama's /api/chat, /api/generate; GET /v1/models, /health, /metrics; {keys})")
     options = CompileOptions(backend=args.grammar_backend, property_order=args.property_order)
 
     def compile_fn(tokenizer: Tokenizer, request: Any) -> Any:
