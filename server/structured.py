@@ -113,7 +113,7 @@ async def plan_structured(tokenizer: Tokenizer, fmt: OutputFormat | None, *,
 def _at_field(exc: InvalidRequestError, fmt: OutputFormat) -> InvalidRequestError:
     """A compile error of a regex or grammar format, naming where the request holds it (the
     compiler names its own request's ``pattern`` / ``grammar``); JSON kinds already do."""
-    if fmt.json_output or fmt.param is None:
+    if fmt.json_output or fmt.param is None or fmt.kind == "structural_tag":  # (names its parts)
         return exc
     if isinstance(exc, SchemaError):
         # A converted grammar's positions are in the Lark it became, which the message says.

@@ -1,0 +1,121 @@
+"""Compile a ``structural_tag`` request: its tree read, each JSON body placed on the ladder, one
+Lark grammar built on llguidance.
+
+Each body goes through the schema pipeline a ``json_schema`` format does: the meta-schema check
+(a 400 naming the body), the forced-run budget, the meaning-keeping rewrites, then the ladder
+(exact → relaxed → generic JSON → any JSON), all bodies within the compile's one deadline.  A
+body below the exact rung makes the whole constraint downgraded, its reason naming the body
+(``response_format.structures[1].schema:unsupported_keyword:x``), so the response says so
+(``X-Grammar-Constraints: downgraded``).  The structure around the bodies (tags, triggers,
+strings, regexes, free text) is always exact or refused.
+
+Bodies are written in the schema's property order whatever ``property_order`` the server runs
+with: the any-order grammar is a grammar of its own, not a ``%json`` block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+
+from ..errors import GrammarLimitError, SchemaError
+from .closer.lark_budget import check_grammar_budgets
+from .closer.literal_budget import longest_forced_run
+from .diagnostics import grammar_problem
+from .engines.llguidance_engine import EngineCompileError, EngineNumbersError, LLGuidanceEngine
+from .engines.protocol import CompiledGrammar
+from .ladder import LLGuidanceLadder, climb, generic_schema
+from .patterns.json_escapes import guard_patterns
+from .schema.check import check_schema, schema_limits_reason
+from .schema.rewrites import rewrite_schema
+from .spec import CompileOptions, Rung, StructuralTagRequest
+from .structural_tag import JsonBody, read_structural_tag
+from .structural_tag_lark import structural_tag_lark
+from .worker import WorkerLimitError, run_with_timeout
+
+_ENGINE_OPTIONS = "x-guidance"
+
+
+@dataclass(frozen=True)
+class StructuralTagBuild:
+    """What the compile made: the grammar (None: served unconstrained), its rung and reason
+    (the first body below exact), and the rewrites the bodies needed."""
+
+    rung: Rung
+    grammar: CompiledGrammar | None
+    reason: str | None
+    rewrites: tuple[str, ...] = ()
+
+
+class _Bodies:
+    """Each body's ``%json`` text, chosen by its place on the ladder."""
+
+    def __init__(self, engine: LLGuidanceEngine, options: CompileOptions, start: float) -> None:
+        self.engine, self.options, self.start = engine, options, start
+        self.ladder = LLGuidanceLadder(engine, dataclasses.replace(options, property_order="schema"))
+        self.reason: str | None = None
+        self.rewrites: list[str] = []
+
+    def text(self, node: JsonBody) -> str:
+        schema = node.schema
+        check_schema(schema, param=node.where)
+        limits = schema_limits_reason(schema, self.options)
+        run = None if limits else longest_forced_run(schema)
+        if run is not None:
+            raise run.error(node.where)  # a structural tag is strict: refused, as a strict json_schema
+        rewritten = schema if limits else rewrite_schema(schema)
+        body = schema if limits else rewritten.schema
+        result = climb(self.ladder, body, self.start, self.options.timeout_s, start_reason=limits)
+        if not limits:
+            self.rewrites.extend(r for r in rewritten.applied if r not in self.rewrites)
+        options = self.engine.exact_json
+        if result.rung is Rung.EXACT:
+            body = guard_patterns(body)
+        elif result.rung is Rung.RELAXED and result.reason != "number_beyond_engine":
+            options = self.engine.relaxed_json
+        else:  # generic JSON of the top-level type; nothing narrower compiles (any JSON)
+            body = generic_schema(body) if result.rung is not Rung.UNCONSTRAINED else {}
+        if result.rung is not Rung.EXACT and self.reason is None:
+            self.reason = f"{node.where}:{result.reason or 'compile_error'}"
+        if isinstance(body, dict):
+            # The caller's own engine options never reach the engine (as for json_schema).
+            body = {k: v for k, v in body.items() if k != _ENGINE_OPTIONS}
+            body[_ENGINE_OPTIONS] = options
+        else:
+            body = {"allOf": [body], _ENGINE_OPTIONS: options}
+        return json.dumps(body)
+
+
+def build_structural_tag(engine: LLGuidanceEngine, options: CompileOptions, request: StructuralTagRequest,
+                         start: float) -> StructuralTagBuild:
+    """The grammar of ``request`` on ``engine`` (llguidance: Lark is llguidance's alone).
+    Raises 400s naming the part of the request that cannot be served."""
+    tree = read_structural_tag(request.source, request.param)
+    bodies = _Bodies(engine, options, start)
+    # The structure's own budgets (rule depth, forced runs, size), its bodies aside: each body's
+    # schema was measured by the schema limits above.
+    check_grammar_budgets(structural_tag_lark(tree, lambda _node: "{}"), param=request.param)
+    lark = structural_tag_lark(tree, bodies.text)
+    rung = Rung.EXACT if bodies.reason is None else Rung.RELAXED
+    left = start + options.timeout_s - time.perf_counter()
+    try:
+        grammar = run_with_timeout(lambda: engine.compile_lark(lark), max(left, 0.001))
+    except WorkerLimitError as exc:
+        return StructuralTagBuild(Rung.UNCONSTRAINED, None, exc.reason, tuple(bodies.rewrites))
+    except EngineNumbersError as exc:  # (bodies carrying such numbers are served generic above)
+        raise SchemaError("a body holds a number the grammar engine cannot enforce: "
+                          f"{exc.issues[0].message()}", path=f"$.{request.param}",
+                          param=request.param) from exc
+    except EngineCompileError as exc:
+        if "too big" in exc.message.split("\n", 1)[0]:
+            raise GrammarLimitError(
+                f"the structural tag at {request.param} is larger than the grammar engine allows: use "
+                "fewer or smaller tags", param=request.param) from exc
+        # The bodies compiled alone, so the error is in a regex or a string of the structure.
+        raise SchemaError(f"the structural tag cannot be compiled: {grammar_problem(exc.message)} "
+                          "(a regex pattern the engine does not take?)", path=f"$.{request.param}",
+                          param=request.param) from exc
+    return StructuralTagBuild(rung, grammar, bodies.reason, tuple(bodies.rewrites))
+
