@@ -145,15 +145,22 @@ def _grammar(value: Any, param: str) -> OutputFormat:
 def structural_tag(value: Any, param: str) -> OutputFormat:
     """A structural tag (an object, or JSON text holding one; either form): read here so that a
     malformed part is a 400 naming it before anything compiles
-    (:func:`afm_struct.grammar.structural_tag.read_structural_tag`)."""
-    if isinstance(value, str):
+    (:func:`afm_struct.grammar.structural_tag.read_structural_tag`).  Sent as JSON text
+    (``converted``), its errors name the field: the parts have no path in the request."""
+    text = isinstance(value, str)
+    if text:
         try:
             value = json.loads(value)
         except ValueError as exc:
             raise _invalid(param, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column "
                                   f"{exc.colno})") from exc
-    read_structural_tag(value, param)
-    return OutputFormat("structural_tag", text=json.dumps(value), strict=True, param=param)
+    try:
+        read_structural_tag(value, param)
+    except InvalidRequestError as exc:
+        if not text:
+            raise
+        raise InvalidRequestError(exc.message, param=param, code=exc.code) from exc
+    return OutputFormat("structural_tag", text=json.dumps(value), strict=True, param=param, converted=text)
 
 
 def _json_object(param: str) -> OutputFormat:

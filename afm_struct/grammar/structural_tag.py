@@ -10,10 +10,10 @@
   ``triggered_tags`` (``triggers``, ``tags``, ``at_least_one``, ``stop_after_first``) and
   ``tags_with_separator`` (``tags``, ``separator``, ``at_least_one``, ``stop_after_first``).
 
-Every node keeps ``where`` it sits in the caller's request (``response_format.format.elements[2]``),
-so each error names the part: an unknown type or key, a missing or mistyped field is a 400,
-never ignored.  The tree is bounded (:data:`MAX_NODES`, :data:`MAX_DEPTH`, the triggers and
-strings); :mod:`.structural_tag_lark` writes it as one Lark grammar.
+Every node keeps ``where`` it sits in the caller's request (``response_format.format.elements.2``,
+dotted as every error param), so each error names the part: an unknown type or key, a missing
+or mistyped field is a 400, never ignored.  The tree is bounded (:data:`MAX_NODES`,
+:data:`MAX_DEPTH`, the strings); :mod:`.structural_tag_lark` writes it as one Lark grammar.
 """
 
 from __future__ import annotations
@@ -191,18 +191,18 @@ class _Reader:
             return AnyText(where)
         if kind in ("sequence", "or"):
             elements = self.items(node["elements"], f"{where}.elements")
-            parts = tuple(self.format(e, f"{where}.elements[{i}]", depth + 1) for i, e in enumerate(elements))
+            parts = tuple(self.format(e, f"{where}.elements.{i}", depth + 1) for i, e in enumerate(elements))
             return Sequence(parts, where) if kind == "sequence" else Or(parts, where)
         if kind == "tag":
             return self.tag(node, where, depth)
-        tags = tuple(self.tag_node(t, f"{where}.tags[{i}]", depth + 1)
+        tags = tuple(self.tag_node(t, f"{where}.tags.{i}", depth + 1)
                      for i, t in enumerate(self.items(node["tags"], f"{where}.tags")))
         at_least_one = self.flag(node, "at_least_one", where)
         stop = self.flag(node, "stop_after_first", where)
         if kind == "tags_with_separator":
             return TagsWithSeparator(tags, self.text(node["separator"], f"{where}.separator"), at_least_one,
                                      stop, where)
-        triggers = tuple(self.text(t, f"{where}.triggers[{i}]", empty=False)
+        triggers = tuple(self.text(t, f"{where}.triggers.{i}", empty=False)
                          for i, t in enumerate(self.items(node["triggers"], f"{where}.triggers")))
         return check_triggers(TriggeredTags(triggers, tags, at_least_one, stop, where))
 
@@ -239,7 +239,7 @@ def check_triggers(node: TriggeredTags) -> TriggeredTags:
     for i, a in enumerate(node.triggers):
         for j, b in enumerate(node.triggers):
             if i != j and b.startswith(a):
-                raise _invalid(f"{node.where}.triggers[{j}]", f"{b!r} starts with trigger {a!r}: no trigger "
+                raise _invalid(f"{node.where}.triggers.{j}", f"{b!r} starts with trigger {a!r}: no trigger "
                                "may be a prefix of another")
     for tag in node.tags:
         if not any(tag.begin.startswith(t) for t in node.triggers):
@@ -279,7 +279,7 @@ def read_structural_tag(value: Any, param: str) -> Format:
                                       "triggers", param=f"{param}.{key}", code="missing_required_parameter")
     tags = []
     for i, item in enumerate(reader.items(value["structures"], f"{param}.structures")):
-        where = f"{param}.structures[{i}]"
+        where = f"{param}.structures.{i}"
         if not isinstance(item, dict):
             raise _invalid(where, "must be an object with begin, schema and end")
         for key in item:
@@ -297,6 +297,6 @@ def read_structural_tag(value: Any, param: str) -> Format:
     if reader.nodes > MAX_NODES:
         raise GrammarLimitError(f"{param}.structures: at most {MAX_NODES // 2} structures are allowed",
                                 param=f"{param}.structures")
-    triggers = tuple(reader.text(t, f"{param}.triggers[{i}]", empty=False)
+    triggers = tuple(reader.text(t, f"{param}.triggers.{i}", empty=False)
                      for i, t in enumerate(reader.items(value["triggers"], f"{param}.triggers")))
     return check_triggers(TriggeredTags(triggers, tuple(tags), False, False, param))

@@ -5,7 +5,7 @@ Each body goes through the schema pipeline a ``json_schema`` format does: the me
 (a 400 naming the body), the forced-run budget, the meaning-keeping rewrites, then the ladder
 (exact → relaxed → generic JSON → any JSON), all bodies within the compile's one deadline.  A
 body below the exact rung makes the whole constraint downgraded, its reason naming the body
-(``response_format.structures[1].schema:unsupported_keyword:x``), so the response says so
+(``response_format.structures.1.schema:unsupported_keyword:x``), so the response says so
 (``X-Grammar-Constraints: downgraded``).  The structure around the bodies (tags, triggers,
 strings, regexes, free text) is always exact or refused.
 

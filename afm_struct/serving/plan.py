@@ -83,7 +83,8 @@ class OutputFormat:
     in ``text``; a structural tag as the caller's JSON).  ``strict``:
     the caller asked for exact enforcement, and is told when it is served best-effort;
     ``exact_only``: refuse it rather than serve it best-effort; ``converted``: the grammar was
-    written in GBNF / EBNF (its compile errors then speak of the Lark it became).  ``param`` is
+    written in GBNF / EBNF (its compile errors then speak of the Lark it became), or the structural
+    tag sent as JSON text (its errors then name the field, its parts having no request path).  ``param`` is
     where the schema, pattern or grammar sits in the request."""
 
     kind: Literal["text", "json_object", "json_schema", "regex", "grammar", "structural_tag"] = "text"
