@@ -165,3 +165,35 @@ def test_an_unsupported_part_is_a_400_naming_it(live, fields, param, code) -> No
         response = chat(live.url, **fields)
     err = error(response)
     assert (err["param"], err["code"]) == (param, code), err
+
+
+@pytest.mark.model
+def test_the_embedded_model_writes_a_tag_whose_body_validates(real_server) -> None:
+    """The real model under a forced tag: the output is exactly begin, a valid body, end."""
+    form = {"type": "structural_tag", "format": {"type": "tag", "begin": "<call>", "end": "</call>",
+                                                 "content": {"type": "json_schema", "json_schema": WEATHER}}}
+    client = openai.OpenAI(base_url=f"{real_server.url}/v1", api_key="x", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Weather in Rome for 3 days?"}],
+        max_tokens=40, temperature=0, response_format=form)  # type: ignore[arg-type]
+    text = raw.parse().choices[0].message.content or ""
+    assert text.startswith("<call>") and text.endswith("</call>"), text
+    jsonschema.validate(json.loads(text[len("<call>"):-len("</call>")]), WEATHER)
+    assert raw.headers["x-afm-constraint-mode"] == "exact"
+
+
+@pytest.mark.model
+def test_the_embedded_model_writes_free_text_and_valid_calls(real_server) -> None:
+    """A raw prompt that shows the call syntax: whatever the model writes, each call it opens
+    (through structured_outputs.structural_tag) carries a valid body and is closed."""
+    prompt = ('Tool: <fn=weather>{"city": "Paris", "days": 2}</fn> gives the weather.\n'
+              "User: weather in Rome?\nAssistant: Sure, calling it now:")
+    response = httpx.post(f"{real_server.url}/v1/completions", timeout=120, json={
+        "prompt": prompt, "max_tokens": 30, "temperature": 0,
+        "structured_outputs": {"structural_tag": json.dumps(VLLM_FORM)}})
+    assert response.status_code == 200, response.text
+    text = response.json()["choices"][0]["text"]
+    for begin, body in re.findall(r"<fn=(weather|time)>(.*?)</fn>", text, re.DOTALL):
+        jsonschema.validate(json.loads(body), WEATHER if begin == "weather" else {"type": "string"})
+    opened = text.count("<fn=")
+    assert opened >= 1 and opened == len(re.findall(r"<fn=(?:weather|time)>", text)), text
