@@ -279,7 +279,7 @@ class ConstraintCompiler:
         if isinstance(request, StructuralTagRequest):  # Lark on llguidance, whatever the backend
             built = build_structural_tag(self.llguidance, self.options, request, start)
             return self._result(request, built.rung, built.grammar, built.reason, rewrites=built.rewrites,
-                                backend="llguidance")
+                                backend="llguidance", schema=built.bodies)  # schema: the bodies' outcomes
         raise InvalidRequestError(f"unknown constraint request {type(request).__name__}")
 
     def _json_schema(self, request: ConstraintRequest, schema: Any, start: float, *,

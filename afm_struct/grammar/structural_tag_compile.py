@@ -19,6 +19,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import GrammarLimitError, SchemaError
 from .closer.lark_budget import check_grammar_budgets
@@ -39,14 +40,30 @@ _ENGINE_OPTIONS = "x-guidance"
 
 
 @dataclass(frozen=True)
+class BodyOutcome:
+    """Where one body landed: its place in the request (``where``), its original schema, the
+    rung and reason of its own ladder and where its rewrites fired (for the enforcement report,
+    :func:`afm_struct.grammar.enforcement.enforcement_report`, which reads it as a schema's)."""
+
+    where: str
+    schema: Any
+    rung: Rung
+    reason: str | None
+    rewrite_sites: tuple[tuple[str, str], ...]
+    kind: str = "json_schema"
+    backend: str = "llguidance"
+
+
+@dataclass(frozen=True)
 class StructuralTagBuild:
     """What the compile made: the grammar (None: served unconstrained), its rung and reason
-    (the first body below exact), and the rewrites the bodies needed."""
+    (the first body below exact), the rewrites the bodies needed and each body's outcome."""
 
     rung: Rung
     grammar: CompiledGrammar | None
     reason: str | None
     rewrites: tuple[str, ...] = ()
+    bodies: tuple[BodyOutcome, ...] = ()
 
 
 class _Bodies:
@@ -57,6 +74,7 @@ class _Bodies:
         self.ladder = LLGuidanceLadder(engine, dataclasses.replace(options, property_order="schema"))
         self.reason: str | None = None
         self.rewrites: list[str] = []
+        self.outcomes: list[BodyOutcome] = []
 
     def text(self, node: JsonBody) -> str:
         schema = node.schema
@@ -70,6 +88,8 @@ class _Bodies:
         result = climb(self.ladder, body, self.start, self.options.timeout_s, start_reason=limits)
         if not limits:
             self.rewrites.extend(r for r in rewritten.applied if r not in self.rewrites)
+        self.outcomes.append(BodyOutcome(node.where, schema, result.rung, result.reason,
+                                         () if limits else rewritten.sites))
         options = self.engine.exact_json
         if result.rung is Rung.EXACT:
             body = guard_patterns(body)
@@ -103,7 +123,10 @@ def build_structural_tag(engine: LLGuidanceEngine, options: CompileOptions, requ
     try:
         grammar = run_with_timeout(lambda: engine.compile_lark(lark), max(left, 0.001))
     except WorkerLimitError as exc:
-        return StructuralTagBuild(Rung.UNCONSTRAINED, None, exc.reason, tuple(bodies.rewrites))
+        # No grammar: every body is unconstrained too.
+        outcomes = tuple(dataclasses.replace(b, rung=Rung.UNCONSTRAINED, reason=exc.reason)
+                         for b in bodies.outcomes)
+        return StructuralTagBuild(Rung.UNCONSTRAINED, None, exc.reason, tuple(bodies.rewrites), outcomes)
     except EngineNumbersError as exc:  # (bodies carrying such numbers are served generic above)
         raise SchemaError("a body holds a number the grammar engine cannot enforce: "
                           f"{exc.issues[0].message()}", path=f"$.{request.param}",
@@ -117,5 +140,5 @@ def build_structural_tag(engine: LLGuidanceEngine, options: CompileOptions, requ
         raise SchemaError(f"the structural tag cannot be compiled: {grammar_problem(exc.message)} "
                           "(a regex pattern the engine does not take?)", path=f"$.{request.param}",
                           param=request.param) from exc
-    return StructuralTagBuild(rung, grammar, bodies.reason, tuple(bodies.rewrites))
+    return StructuralTagBuild(rung, grammar, bodies.reason, tuple(bodies.rewrites), tuple(bodies.outcomes))
 

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from afm_struct.errors import InvalidRequestError
+from afm_struct.grammar.enforcement import enforcement_report
 from afm_struct.grammar.spec import Mode, StructuralTagRequest
 from afm_struct.grammar.structural_tag import read_structural_tag
 
@@ -168,6 +169,17 @@ def test_a_body_below_exact_downgrades_the_tag_and_names_it(compiler) -> None:
     assert result.mode is Mode.DOWNGRADED and result.flag_downgraded
     assert result.reason == "rf.structures.0.schema:unsupported_keyword:uniqueItems"
     assert result.validate("x<f>[1, 2]</f>").ok and not result.validate("x<f>{}</f>").ok
+    # the enforcement report names each body's keywords by that body's own rung
+    report = enforcement_report(result)
+    assert (report["kind"], report["rung"], report["reason"]) == ("structural_tag", "relaxed", result.reason)
+    statuses = {(e["body"], e["path"], e["keyword"]): e["status"] for e in report["keywords"]}
+    assert statuses == {("rf.structures.0.schema", "", "type"): "enforced",
+                        ("rf.structures.0.schema", "", "items"): "enforced",
+                        ("rf.structures.0.schema", "/items", "type"): "enforced",
+                        ("rf.structures.0.schema", "", "uniqueItems"): "validated"}
+    integer = {"begin": "<f>", "schema": {"type": "integer"}, "end": "</f>"}
+    exact = compiled(compiler, {"structures": [integer], "triggers": ["<f"]})
+    assert [e["status"] for e in enforcement_report(exact)["keywords"]] == ["enforced"]
 
 
 @pytest.mark.parametrize("tree, param", [

@@ -122,10 +122,16 @@ def test_a_body_the_engine_cannot_enforce_exactly_is_reported(live) -> None:
     unique = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
     form = {"type": "structural_tag", "triggers": ["<fn="],
             "structures": [{"begin": "<fn=weather>", "schema": unique, "end": "</fn>"}]}
-    response = chat(live.url, response_format=form)
+    response = httpx.post(f"{live.url}/v1/chat/completions", timeout=60,
+                          headers={"X-AFM-Enforcement": "true"},
+                          json={"messages": USER, "max_tokens": 60, "response_format": form})
     assert response.status_code == 200, response.text
     assert response.headers["x-grammar-constraints"] == "downgraded"
     assert response.headers["x-afm-constraint-mode"] == "relaxed"
+    report = response.json()["afm_enforcement"]
+    assert report["reason"] == "response_format.structures.0.schema:unsupported_keyword:uniqueItems"
+    assert {(e["body"], e["keyword"], e["status"]) for e in report["keywords"] if e["status"] != "enforced"} \
+        == {("response_format.structures.0.schema", "uniqueItems", "validated")}
 
 
 def _format(*elements: Any) -> dict[str, Any]:
