@@ -117,7 +117,7 @@ def build_structural_tag(engine: LLGuidanceEngine, options: CompileOptions, requ
     # The structure's own budgets (rule depth, forced runs, size), its bodies aside: each body's
     # schema was measured by the schema limits above.
     check_grammar_budgets(structural_tag_lark(tree, lambda _node: "{}"), param=request.param)
-    lark = structural_tag_lark(tree, bodies.text)
+    lark = structural_tag_lark(tree, bodies.text, engine.spelling)
     rung = Rung.EXACT if bodies.reason is None else Rung.RELAXED
     left = start + options.timeout_s - time.perf_counter()
     try:

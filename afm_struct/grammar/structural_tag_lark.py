@@ -12,6 +12,11 @@ So each node is written knowing what follows it (:class:`Follow`): the end of th
 fixed string (the node's expression then includes it), or something else, which free text
 cannot end at (a 400 naming the node).  JSON bodies are ``%json {...}``, their text given by
 the caller (the compile chooses each body's schema and options: structural_tag_compile.py).
+
+A string that starts with a special token's text (``<|python_tag|>`` in Llama 3.1) is written
+with that token itself (``<[id]>``), as vLLM and llguidance's ``StructTag`` read such markup: the
+model writes the special token, not its spelling.  Free text before one needs no lazy lexeme
+(a special token is outside the text's bytes): ``TEXT <[id]>``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from ..errors import InvalidRequestError
 from .structural_tag import (
@@ -48,6 +54,20 @@ class Follow:
 
 END = Follow(end=True)
 OPEN = Follow()
+
+
+class Specials(Protocol):
+    """The special tokens of the tokenizer the grammar is for (``prefix_of``: the one a text
+    starts with, as (id, its text))."""
+
+    def prefix_of(self, text: str) -> tuple[int, str] | None: ...
+
+
+class NoSpecials:
+    """No special tokens: every string is text."""
+
+    def prefix_of(self, text: str) -> tuple[int, str] | None:
+        return None
 
 
 def lit(text: str) -> str:
@@ -100,9 +120,25 @@ def _needs_end(node: Format, what: str) -> InvalidRequestError:
 class _Writer:
     """One grammar's rules, named ``st_<n>``."""
 
-    def __init__(self, body: Callable[[JsonBody], str]) -> None:
+    def __init__(self, body: Callable[[JsonBody], str], specials: Specials) -> None:
         self.body = body
+        self.specials = specials
         self.rules: list[str] = []
+
+    def lit(self, text: str) -> str:
+        """``text`` as Lark: special tokens it starts with (and after each) as the tokens."""
+        parts = []
+        while text:
+            found = self.specials.prefix_of(text)
+            if found is None:
+                parts.append(lit(text))
+                break
+            parts.append(f"<[{found[0]}]>")
+            text = text[len(found[1]):]
+        return " ".join(parts) or '""'
+
+    def special(self, text: str) -> bool:
+        return self.specials.prefix_of(text) is not None
 
     def rule(self, expr: str, attrs: str = "") -> str:
         name = f"st_{len(self.rules)}"
@@ -111,17 +147,20 @@ class _Writer:
 
     def text_until(self, follow: Follow) -> str:
         """Free text up to ``follow`` (taken with it), or to the end of the output."""
-        return TEXT if follow.end else self.rule(TEXT, f"[suffix={lit(follow.text)}]")
+        if follow.end:
+            return TEXT
+        if self.special(follow.text):
+            return f"{TEXT} {self.lit(follow.text)}"
+        return self.rule(TEXT, f"[suffix={lit(follow.text)}]")
 
-    @staticmethod
-    def tail(follow: Follow) -> str:
-        return f" {lit(follow.text)}" if follow.text else ""
+    def tail(self, follow: Follow) -> str:
+        return f" {self.lit(follow.text)}" if follow.text else ""
 
     def emit(self, node: Format, follow: Follow) -> str:
         """``node``'s expression; it includes ``follow.text`` when there is one."""
         if isinstance(node, Const):
-            value = node.value + follow.text
-            return lit(value) if value else '""'
+            written = (self.lit(node.value) if node.value else "") + self.tail(follow)
+            return written.strip() or '""'
         if isinstance(node, Regex):
             return regex_literal(node.pattern) + self.tail(follow)
         if isinstance(node, JsonBody):
@@ -135,7 +174,7 @@ class _Writer:
         if isinstance(node, Or):
             return "(" + " | ".join(self.emit(e, follow) for e in node.elements) + ")"
         if isinstance(node, Tag):
-            begin = f"{lit(node.begin)} " if node.begin else ""
+            begin = f"{self.lit(node.begin)} " if node.begin else ""
             if node.end:
                 return begin + self.emit(node.content, Follow(node.end)) + self.tail(follow)
             return begin + self.emit(node.content, follow)
@@ -168,6 +207,9 @@ class _Writer:
             tags = tuple(t for t in node.tags if t.begin.startswith(trigger))
             if not tags:
                 continue  # a trigger no tag starts with: free text may hold it (as in xgrammar)
+            if self.special(trigger):  # the text ends at the token itself
+                segments.append(f"{TEXT} {self.lit(trigger)} {self.tag_choices(tags, trigger)}")
+                continue
             head = self.rule(f"{TEXT} {lit(trigger)}", "[lazy]")
             segments.append(f"{head} {self.tag_choices(tags, trigger)}")
         seg = self.rule(" | ".join(segments))
@@ -181,14 +223,16 @@ class _Writer:
         if node.stop_after_first:
             body = one if node.at_least_one else f"{one}?"
         else:
-            more = f"({lit(node.separator)} {one})*" if node.separator else f"{one}*"
+            more = f"({self.lit(node.separator)} {one})*" if node.separator else f"{one}*"
             body = f"{one} {more}" if node.at_least_one else f"({one} {more})?"
         return f"({body}){self.tail(follow)}"
 
 
-def structural_tag_lark(tree: Format, body: Callable[[JsonBody], str]) -> str:
-    """The Lark grammar of ``tree``; ``body(node)`` is the JSON text after a body's ``%json``.
-    Raises a 400 naming a free-text node with nothing to end at."""
-    writer = _Writer(body)
+def structural_tag_lark(tree: Format, body: Callable[[JsonBody], str],
+                        specials: Specials | None = None) -> str:
+    """The Lark grammar of ``tree``; ``body(node)`` is the JSON text after a body's ``%json``;
+    ``specials``: the tokenizer's special tokens (none: every string is text).  Raises a 400
+    naming a free-text node with nothing to end at."""
+    writer = _Writer(body, specials or NoSpecials())
     start = writer.emit(tree, END)
     return "\n".join([f"start: {start}", *writer.rules, f"{TEXT}: /(.|\\n)*/", ""])

@@ -203,3 +203,14 @@ def test_what_cannot_be_served_is_refused_naming_the_part(compiler, tree, param)
         read_structural_tag(tree, "p")
         compiler.compile(StructuralTagRequest(json.dumps(tree), "p"))
     assert caught.value.param == param, caught.value.message
+
+
+def test_markup_that_is_a_special_token_is_the_token(compiler, tokenizer) -> None:
+    """SmolLM2's <jupyter_code> is a special token (id 13): a trigger, begin or end spelled so
+    is written as the token, which the model then writes (Llama 3.1's <|python_tag|> case)."""
+    call = {"begin": "<jupyter_code>", "schema": {"type": "integer"}, "end": "<jupyter_output>"}
+    result = compiled(compiler, {"structures": [call], "triggers": ["<jupyter_code>"]})
+    text = "run it: <jupyter_code>12<jupyter_output> done"
+    assert tokenizer.encode("<jupyter_code>")[-1] == 13 and result.validate(text).ok
+    assert not result.validate("run it: <jupyter_code>ab<jupyter_output>").ok
+    assert not result.validate("run it: <jupyter_code>12").ok  # a call opened must close

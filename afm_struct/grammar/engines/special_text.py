@@ -47,6 +47,15 @@ class SpecialSpelling:
         self._backend: Any = None
         self._lock = threading.Lock()
 
+    def prefix_of(self, text: str) -> tuple[int, str] | None:
+        """The special token ``text`` starts with, as (id, its text), the longest; else None (a
+        structural tag writes such markup as the token itself: structural_tag_lark.py)."""
+        with self._lock:
+            if not hasattr(self, "_by_text"):
+                self._by_text = {t: i for i, t in sorted(self._texts.items(), reverse=True) if t}
+        found = [(i, t) for t, i in self._by_text.items() if text.startswith(t)]
+        return max(found, key=lambda f: len(f[1])) if found else None
+
     def any_in(self, tokens: Sequence[int] | np.ndarray) -> bool:
         """True when any of ``tokens`` is special."""
         if not self.ids or len(tokens) == 0:
