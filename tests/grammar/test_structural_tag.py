@@ -214,3 +214,14 @@ def test_markup_that_is_a_special_token_is_the_token(compiler, tokenizer) -> Non
     assert tokenizer.encode("<jupyter_code>")[-1] == 13 and result.validate(text).ok
     assert not result.validate("run it: <jupyter_code>ab<jupyter_output>").ok
     assert not result.validate("run it: <jupyter_code>12").ok  # a call opened must close
+
+
+def test_a_body_only_the_any_order_grammar_takes_is_served_relaxed(compiler) -> None:
+    """``contains`` is exact only in the any-order grammar, which is no ``%json`` block: the
+    body is served relaxed (and said so), not refused as a grammar that does not compile."""
+    some_three = {"type": "array", "items": {"type": "integer"}, "contains": {"const": 3}}
+    result = compiler.compile(StructuralTagRequest(json.dumps(
+        {"structures": [{"begin": "<f>", "schema": some_three, "end": "</f>"}], "triggers": ["<f"]}), "rf"))
+    assert result.mode is Mode.DOWNGRADED
+    assert result.reason == "rf.structures.0.schema:unsupported_keyword:contains"
+    assert result.validate("<f>[1, 3]</f>").ok and not result.validate('<f>["3"]</f>').ok
