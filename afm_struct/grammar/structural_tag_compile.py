@@ -108,7 +108,8 @@ class _Bodies:
             rewritten = RewriteResult(schema, ()) if limits else rewrite_schema(schema)
         finally:
             ITEM_CONTAINS.reset(token)
-        body = rewritten.schema
+        # Unchanged: the caller's own schema (the walk's copy can carry an unused definition).
+        body = rewritten.schema if rewritten.applied else schema
         rung, reason = Rung.EXACT, None
         if self.ladder is not None:
             result = climb(self.ladder, body, self.start, self.options.timeout_s, start_reason=limits)
