@@ -242,7 +242,7 @@ class ConstraintCompiler:
         elif isinstance(request, RegexRequest):
             body = request.pattern
         elif isinstance(request, LarkRequest | StructuralTagRequest):
-            body = getattr(request, "grammar", None) or f"{request.param}|{request.source}"
+            body = request.grammar if isinstance(request, LarkRequest) else request.cache_key
         else:
             body = ""
         # The cache is this compiler's alone (one tokenizer, one set of options): the request

@@ -90,6 +90,11 @@ class StructuralTagRequest:
 
     kind: Literal["structural_tag"] = field(default="structural_tag", init=False)
 
+    @property
+    def cache_key(self) -> str:
+        """The compile cache's key body: where it sits and what it says."""
+        return f"{self.param}|{self.source}"
+
 
 # A tool declared without parameters takes exactly ``{}``.
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}

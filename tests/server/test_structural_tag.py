@@ -92,6 +92,9 @@ def test_openai_sdk_and_the_vllm_fields(live) -> None:
     for extra in ({"structured_outputs": {"structural_tag": json.dumps(VLLM_FORM)}},
                   {"structural_tag": {k: v for k, v in XGRAMMAR_FORM.items() if k != "type"}}):
         steered(chat(live.url, **extra).json()["choices"][0]["message"]["content"])
+    # counted under its own constraint mode (server/observe.py), not as free text
+    metrics = httpx.get(f"{live.url}/metrics", timeout=30).text
+    assert re.search(r'afm_requests_total\{[^}]*mode="structural_tag"[^}]*\} [1-9]', metrics), metrics[-2000:]
 
 
 def test_completions_and_responses(live) -> None:
