@@ -80,7 +80,7 @@ def sequence(parts: list[Drawn]) -> Drawn:
 @st.composite
 def node(draw: st.DrawFn, depth: int = 0) -> Drawn:
     """A format node; every match starts with a fixed character (no free text outside tags)."""
-    kinds = ["leaf", "tag", "any_tag"] + (["sequence", "or", "separated"] if depth < 2 else [])
+    kinds = ["leaf", "tag", "any_tag"] + (["sequence", "or", "separated", "calls"] if depth < 2 else [])
     kind = draw(st.sampled_from(kinds))
     if kind == "leaf":
         return draw(leaf())
@@ -88,6 +88,8 @@ def node(draw: st.DrawFn, depth: int = 0) -> Drawn:
         return tag(f"t{depth}", draw(node(depth + 1)))
     if kind == "any_tag":
         return draw(any_text_tag(f"a{depth}"))
+    if kind == "calls":  # free text with calls inside a tag: it ends at the tag's end
+        return tag(f"r{depth}", draw(triggered()))
     if kind == "sequence":
         return sequence(draw(st.lists(node(depth + 1), min_size=1, max_size=3)))
     if kind == "or":

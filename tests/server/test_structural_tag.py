@@ -163,6 +163,10 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
      "structured_outputs.structural_tag", "invalid_value"),
     ({"response_format": VLLM_FORM, "tools": [{"type": "function", "function": {"name": "f"}}]},
      "response_format", "conflicting_constraints"),
+    # a body below exact where exact was required (vLLM's disable_fallback)
+    ({"structured_outputs": {"disable_fallback": True, "structural_tag": {"triggers": ["<f"], "structures": [
+        {"begin": "<f>", "schema": {"type": "array", "uniqueItems": True}, "end": "</f>"}]}}},
+     "structured_outputs.structural_tag", "constraint_not_exact"),
 ]
 
 
