@@ -5,10 +5,10 @@ own request fields.  Ignoring one would hand back unconstrained text with a 200,
 this server exists to prevent, so every such field is read here into the plan's output format
 (:class:`afm_struct.serving.plan.OutputFormat`, ``param`` = the field) or refused, naming it:
 
-* vLLM: ``guided_json`` / ``guided_regex`` / ``guided_choice`` / ``guided_grammar`` and
-  ``structured_outputs`` (``json``, ``regex``, ``choice``, ``grammar``, ``json_object`` and the
-  options below); ``guided_decoding_backend`` (and ``structured_outputs.backend``) are accepted
-  and ignored: this server has one engine.
+* vLLM: ``guided_json`` / ``guided_regex`` / ``guided_choice`` / ``guided_grammar``,
+  ``structural_tag`` and ``structured_outputs`` (``json``, ``regex``, ``choice``, ``grammar``,
+  ``json_object``, ``structural_tag`` and the options below); ``guided_decoding_backend`` (and
+  ``structured_outputs.backend``) are accepted and ignored: this server has one engine.
 * SGLang: ``regex``, ``ebnf``, ``json_schema`` (a JSON string).
 * llama.cpp: ``grammar`` (GBNF), ``json_schema`` (an object), ``response_format``
   ``{"type": "json_object", "schema": ...}`` (:func:`response_format_schema`).
@@ -36,6 +36,7 @@ from typing import Any
 
 from afm_struct.errors import InvalidRequestError
 from afm_struct.grammar.grammar_syntax import choice_grammar, to_lark
+from afm_struct.grammar.structural_tag import read_structural_tag
 from afm_struct.serving.plan import OutputFormat
 
 # Top-level fields read here: the kind each asks for ("schema", "regex", "choice", "grammar",
@@ -50,12 +51,13 @@ TOP_LEVEL: dict[str, str] = {
     "json_schema": "schema",
     "grammar": "tgi_or_grammar",
     "format": "json_or_schema",
+    "structural_tag": "structural_tag",
 }
 # Accepted and ignored: which grammar engine to use (there is one here).
 IGNORED = ("guided_decoding_backend",)
 # vLLM's structured_outputs: the constraint keys (exactly one) and the options.
 SO_KINDS: dict[str, str] = {"json": "schema", "regex": "regex", "choice": "choice", "grammar": "grammar",
-                            "json_object": "json_object"}
+                            "json_object": "json_object", "structural_tag": "structural_tag"}
 SO_OPTIONS = ("disable_fallback", "disable_any_whitespace", "disable_additional_properties",
               "whitespace_pattern", "backend")
 # An unknown top-level field whose name holds one of these asks for a constraint: refused.
@@ -140,6 +142,27 @@ def _grammar(value: Any, param: str) -> OutputFormat:
     return OutputFormat("grammar", text=lark, strict=True, param=param, converted=syntax == "gbnf")
 
 
+def structural_tag(value: Any, param: str) -> OutputFormat:
+    """A structural tag (an object, or JSON text holding one; either form): read here so that a
+    malformed part is a 400 naming it before anything compiles
+    (:func:`afm_struct.grammar.structural_tag.read_structural_tag`).  Sent as JSON text
+    (``converted``), its errors name the field: the parts have no path in the request."""
+    text = isinstance(value, str)
+    if text:
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise _invalid(param, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                                  f"{exc.colno})") from exc
+    try:
+        read_structural_tag(value, param)
+    except InvalidRequestError as exc:
+        if not text:
+            raise
+        raise InvalidRequestError(exc.message, param=param, code=exc.code) from exc
+    return OutputFormat("structural_tag", text=json.dumps(value), strict=True, param=param, converted=text)
+
+
 def _json_object(param: str) -> OutputFormat:
     return OutputFormat("json_object", strict=True, param=param)
 
@@ -156,6 +179,8 @@ def read_field(kind: str, value: Any, param: str) -> OutputFormat:
         return _choice(value, param)
     if kind == "grammar":
         return _grammar(value, param)
+    if kind == "structural_tag":
+        return structural_tag(value, param)
     if kind == "json_or_schema":  # Ollama's format: "json" or a schema
         if value == "json":
             return _json_object(param)
@@ -282,6 +307,8 @@ def check_response_format_extra(fmt: Any) -> None:
     """400 for a key of ``response_format`` (or of its ``json_schema``) that this server does not
     read but that asks for a constraint: ``{"type": "json_schema", "schema": ...}`` or a
     misspelt ``json_schema.schema`` would otherwise lose the schema."""
+    if getattr(fmt, "type", None) == "structural_tag":
+        return  # its keys are read (unknown ones refused) by read_structural_tag
     for name in getattr(fmt, "model_extra", None) or {}:
         if CONSTRAINT_WORDS.search(name) or name == "strict":
             raise _unsupported(f"response_format.{name}",

@@ -36,6 +36,11 @@ def read_request_constraint(body: ChatCompletionRequest | CompletionRequest) -> 
     asks_json = fmt is not None and fmt.type != "text"
     tools = "tools" if body_tools and getattr(body, "tool_choice", None) != "none" else None
     format_param = "response_format" if asks_json and from_format is None else None
+    if tools is not None and fmt is not None and fmt.type == "structural_tag":
+        # One mask per request and the tool grammar holds only a JSON answer: refused, not dropped.
+        raise InvalidRequestError("response_format (structural_tag) and tools both constrain the output; "
+                                  "send one of them, or tool_choice: none", param="response_format",
+                                  code="conflicting_constraints")
     found = read_constraint_fields(body.model_extra or {}, response_format=format_param, tools=tools)
     if from_format is not None:
         if found is not None:

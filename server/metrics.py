@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # Constraint modes a request is counted under (server/observe.py constraint_mode); "none" for
 # requests that are not generations.
-MODES = ("text", "json_object", "json_schema", "regex", "lark", "tools", "none")
+MODES = ("text", "json_object", "json_schema", "regex", "lark", "structural_tag", "tools", "none")
 # Seconds; LLM requests run from milliseconds (scripted) to minutes (long generations).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)

@@ -51,15 +51,15 @@ def _rung(constraint: Any) -> str | None:
 
 def constraint_mode(prepared: Any) -> tuple[str, str | None]:
     """(mode, rung) of a prepared request: ``tools``, ``json_schema``, ``json_object``,
-    ``regex``, ``lark`` (grammars: Lark, GBNF) or ``text``, and the downgrade ladder's rung of
-    the constraint that owns the mask."""
+    ``regex``, ``lark`` (grammars: Lark, GBNF), ``structural_tag`` or ``text``, and the downgrade
+    ladder's rung of the constraint that owns the mask."""
     tools = getattr(prepared, "tools", None)
     if tools is not None:
         return "tools", _rung(getattr(tools, "constraint", None))
     plan = getattr(prepared, "structured", None)
     constraint = getattr(plan, "constraint", None)
     kind = getattr(constraint, "kind", None)
-    if kind in ("json_schema", "json_object", "regex", "lark"):
+    if kind in ("json_schema", "json_object", "regex", "lark", "structural_tag"):
         return str(kind), _rung(constraint)
     if plan is not None and getattr(plan, "json_output", False):  # a test's stand-in compiler
         return ("json_schema" if getattr(plan, "strict", False) else "json_object"), _rung(constraint)

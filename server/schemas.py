@@ -120,8 +120,18 @@ class ResponseFormatJsonSchema(BaseModel):
     json_schema: JsonSchemaSpec
 
 
+class ResponseFormatStructuralTag(BaseModel):
+    """Free text with tagged sections (vLLM's ``structures`` + ``triggers`` or xgrammar's
+    ``format``): every other key is read, and refused if unknown, by
+    :func:`afm_struct.grammar.structural_tag.read_structural_tag`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["structural_tag"]
+
+
 ResponseFormat = Annotated[
-    ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema,
+    ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema | ResponseFormatStructuralTag,
     Field(discriminator="type"),
 ]
 

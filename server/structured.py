@@ -11,6 +11,7 @@ served best-effort sets ``X-Grammar-Constraints: downgraded`` (the rule:
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,6 +114,13 @@ async def plan_structured(tokenizer: Tokenizer, fmt: OutputFormat | None, *,
 def _at_field(exc: InvalidRequestError, fmt: OutputFormat) -> InvalidRequestError:
     """A compile error of a regex or grammar format, naming where the request holds it (the
     compiler names its own request's ``pattern`` / ``grammar``); JSON kinds already do."""
+    if fmt.kind == "structural_tag":
+        # Its errors name its parts; sent as JSON text they have no path in the request: the field.
+        if not fmt.converted:
+            return exc
+        moved = copy.copy(exc)
+        moved.param = fmt.param
+        return moved
     if fmt.json_output or fmt.param is None:
         return exc
     if isinstance(exc, SchemaError):

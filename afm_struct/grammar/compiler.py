@@ -48,9 +48,11 @@ from .spec import (
     Mode,
     RegexRequest,
     Rung,
+    StructuralTagRequest,
     ToolCallRequest,
     ValidationOutcome,
 )
+from .structural_tag_compile import build_structural_tag
 from .tool_schema import tool_call_schema
 from .validation import sanitize_json_text, validate_json
 from .worker import WorkerLimitError, run_with_timeout
@@ -226,7 +228,7 @@ class ConstraintCompiler:
             result = climb(self.engine, schema, time.perf_counter(), self.options.timeout_s,
                            start_reason="compile_memory", generic_cache=self._generic)
             return self._result(request, result.rung, result.grammar, result.reason, schema=schema)
-        param = "grammar" if isinstance(request, LarkRequest) else "pattern"
+        param = getattr(request, "param", "grammar" if isinstance(request, LarkRequest) else "pattern")
         raise GrammarLimitError(
             f"the {param} is too large to compile within this server's per-compile memory bound "
             f"(about {mb:.0f} MB estimated, {self.options.max_compile_mb} MB allowed): make it smaller",
@@ -239,8 +241,8 @@ class ConstraintCompiler:
             body = schema_key([[t.name, t.parameters] for t in request.tools]) + f"|{request.strict}"
         elif isinstance(request, RegexRequest):
             body = request.pattern
-        elif isinstance(request, LarkRequest):
-            body = request.grammar
+        elif isinstance(request, LarkRequest | StructuralTagRequest):
+            body = request.grammar if isinstance(request, LarkRequest) else request.cache_key
         else:
             body = ""
         # The cache is this compiler's alone (one tokenizer, one set of options): the request
@@ -274,6 +276,10 @@ class ConstraintCompiler:
             return self._regex(request, start)
         if isinstance(request, LarkRequest):
             return self._lark(request, start)
+        if isinstance(request, StructuralTagRequest):  # Lark on llguidance, whatever the backend
+            built = build_structural_tag(self.llguidance, self.options, request, start)
+            return self._result(request, built.rung, built.grammar, built.reason, rewrites=built.rewrites,
+                                backend="llguidance", schema=built.bodies)  # schema: the bodies' outcomes
         raise InvalidRequestError(f"unknown constraint request {type(request).__name__}")
 
     def _json_schema(self, request: ConstraintRequest, schema: Any, start: float, *,

@@ -18,10 +18,14 @@ assertion keyword of the original schema, at the JSON pointer of the subschema h
 
 Every served output is validated against the original schema afterwards whatever the statuses
 say (``CompiledConstraint.validate``).  Pure functions over a compiled constraint's fields.
+
+A structural tag's report lists the keywords of each JSON body (``body``: where the body sits
+in the request), each by its own body's rung (``structural_tag_compile.BodyOutcome``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -126,9 +130,28 @@ def enforcement_report(compiled: Compiled, *, rung: Rung | None = None,
         if how:
             entry["how"] = how
         entries.append(entry)
+    if compiled.kind == "structural_tag":
+        entries = _body_entries(compiled.schema or (), rung)
     counts = {s: sum(1 for e in entries if e["status"] == s) for s in STATUSES}
     return {"kind": compiled.kind, "rung": str(compiled.rung), "reason": compiled.reason,
             "backend": compiled.backend, "keywords": entries, "counts": counts}
+
+
+def _body_entries(bodies: Any, rung: Rung | None) -> list[dict[str, Any]]:
+    """Each structural-tag body's keywords, by its own rung (``rung``: the whole tag served
+    without its mask, so every body too)."""
+    entries: list[dict[str, Any]] = []
+    for body in bodies:
+        if rung is Rung.UNCONSTRAINED:
+            body = dataclasses.replace(body, rung=rung)
+        fired: dict[str, list[str]] = {}
+        for path, name in body.rewrite_sites:
+            fired.setdefault(path, []).append(name)
+        for path, keyword in keyword_sites(body.schema):
+            status, how = keyword_status(keyword, path, body, fired)
+            entry: dict[str, Any] = {"body": body.where, "path": path, "keyword": keyword, "status": status}
+            entries.append({**entry, "how": how} if how else entry)
+    return entries
 
 
 class _Served:

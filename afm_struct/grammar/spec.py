@@ -77,6 +77,25 @@ class LarkRequest:
     kind: Literal["lark"] = field(default="lark", init=False)
 
 
+@dataclass(frozen=True)
+class StructuralTagRequest:
+    """``response_format: {"type": "structural_tag", ...}``: free text and tagged sections, each
+    tag's body enforced (:mod:`afm_struct.grammar.structural_tag`, either form).  ``source``
+    is the caller's object as JSON text; ``param`` where it sits, for errors and reasons that
+    point into it (part of the cache key: a reason names it)."""
+
+    source: str
+    param: str = "response_format"
+    strict: bool = True
+
+    kind: Literal["structural_tag"] = field(default="structural_tag", init=False)
+
+    @property
+    def cache_key(self) -> str:
+        """The compile cache's key body: where it sits and what it says."""
+        return f"{self.param}|{self.source}"
+
+
 # A tool declared without parameters takes exactly ``{}``.
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -123,7 +142,8 @@ class ToolCallRequest:
     kind: Literal["tool_call"] = field(default="tool_call", init=False)
 
 
-ConstraintRequest = JsonSchemaRequest | JsonObjectRequest | RegexRequest | LarkRequest | ToolCallRequest
+ConstraintRequest = (JsonSchemaRequest | JsonObjectRequest | RegexRequest | LarkRequest | ToolCallRequest
+                     | StructuralTagRequest)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from ..grammar.spec import (
     JsonSchemaRequest,
     LarkRequest,
     RegexRequest,
+    StructuralTagRequest,
     ToolDef,
 )
 from ..tools.definitions import Choice
@@ -78,13 +79,15 @@ class Conversation:
 @dataclass(frozen=True)
 class OutputFormat:
     """How the answer's text is constrained: free ``text``, any JSON object, an instance of
-    ``schema``, a whole-output ``regex`` or a Lark ``grammar`` (both in ``text``).  ``strict``:
+    ``schema``, a whole-output ``regex``, a Lark ``grammar`` or a ``structural_tag`` (all three
+    in ``text``; a structural tag as the caller's JSON).  ``strict``:
     the caller asked for exact enforcement, and is told when it is served best-effort;
     ``exact_only``: refuse it rather than serve it best-effort; ``converted``: the grammar was
-    written in GBNF / EBNF (its compile errors then speak of the Lark it became).  ``param`` is
+    written in GBNF / EBNF (its compile errors then speak of the Lark it became), or the structural
+    tag sent as JSON text (its errors then name the field, its parts having no request path).  ``param`` is
     where the schema, pattern or grammar sits in the request."""
 
-    kind: Literal["text", "json_object", "json_schema", "regex", "grammar"] = "text"
+    kind: Literal["text", "json_object", "json_schema", "regex", "grammar", "structural_tag"] = "text"
     schema: dict[str, Any] | bool | None = None
     strict: bool = False
     name: str | None = None
@@ -112,6 +115,8 @@ class OutputFormat:
         if self.kind == "grammar":
             # The request's grammar sets no engine option (grammar/engines/options.py).
             return LarkRequest(without_engine_options(self.text or ""))
+        if self.kind == "structural_tag":  # text: the caller's structural tag as JSON
+            return StructuralTagRequest(self.text or "{}", self.param or "response_format")
         return None
 
 

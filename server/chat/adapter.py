@@ -26,6 +26,7 @@ from afm_struct.serving.plan import (
 )
 from afm_struct.tools import parse_choice, parse_tools
 
+from ..constraint_fields import structural_tag
 from ..constraint_plan import dialect_output
 from ..request import check_model, check_values
 from ..schemas import (
@@ -33,6 +34,7 @@ from ..schemas import (
     ChatMessage,
     ResponseFormatJsonObject,
     ResponseFormatJsonSchema,
+    ResponseFormatStructuralTag,
     ResponseFormatText,
 )
 from ..state import ServerState
@@ -76,9 +78,11 @@ async def plan_chat(state: ServerState, body: ChatCompletionRequest, *, request_
         paths=PATHS)
 
 
-def output_format(fmt: ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema | None,
-                  ) -> OutputFormat:
+def output_format(fmt: ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema
+                  | ResponseFormatStructuralTag | None) -> OutputFormat:
     """``response_format`` as the plan's output format (``param``: where its schema sits)."""
+    if isinstance(fmt, ResponseFormatStructuralTag):
+        return structural_tag({"type": fmt.type, **(fmt.model_extra or {})}, "response_format")
     if isinstance(fmt, ResponseFormatJsonObject):
         return OutputFormat("json_object")
     if isinstance(fmt, ResponseFormatJsonSchema):

@@ -27,6 +27,7 @@ from afm_struct.serving.plan import (
     ToolUse,
 )
 
+from ..constraint_fields import structural_tag
 from ..notes import clamped
 from ..request import check_model, check_values
 from ..state import ServerState
@@ -153,9 +154,11 @@ def output_format(fmt: dict[str, Any] | None) -> OutputFormat:
         return TEXT
     if kind == "json_object":
         return OutputFormat("json_object")
+    if kind == "structural_tag":
+        return structural_tag(fmt, "text.format")
     if kind != "json_schema":
-        raise InvalidRequestError(f"text.format.type must be text, json_object or json_schema, not {kind!r}",
-                                  param="text.format.type")
+        raise InvalidRequestError("text.format.type must be text, json_object, json_schema or "
+                                  f"structural_tag, not {kind!r}", param="text.format.type")
     for key in fmt:
         if key not in FORMAT_KEYS:
             raise refuse(f"unknown parameter text.format.{key}", f"text.format.{key}", "unknown_parameter")
@@ -261,6 +264,12 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
     declared = await asyncio.to_thread(read_tools, body.tools) if body.tools else read_tools(None)
     choice, callable_tools = read_choice(body.tool_choice, declared)
     fmt = body.text.format if body.text else None
+    output = output_format(fmt)
+    if output.kind == "structural_tag" and callable_tools and choice.kind != "none":
+        # One mask per request and the tool grammar holds only a JSON answer: refused, not dropped.
+        raise InvalidRequestError("text.format (structural_tag) and tools both constrain the output; send "
+                                  "one of them, or tool_choice: none", param="text.format",
+                                  code="conflicting_constraints")
     # A budget the context can never hold is a ceiling, lowered to what the prompt leaves (and
     # said in a header); one that could fit stays explicit: 400 when this prompt leaves less.
     context = state.loaded.info.context_length
@@ -273,7 +282,7 @@ async def plan_responses(state: ServerState, body: ResponsesRequest, *, request_
         budget=Budget(explicit=body.max_output_tokens is not None and not ceiling, param="max_output_tokens",
                       reasoning_tokens=reasoning_budget(body),
                       reasoning_set=bool(body.reasoning and body.reasoning.effort)),
-        id_prefix=ID_PREFIX, output=output_format(fmt),
+        id_prefix=ID_PREFIX, output=output,
         tools=ToolUse(callable_tools, choice, body.parallel_tool_calls, format_answer=True,
                       max_calls=body.max_tool_calls),
         logprobs=logprobs_wanted(body), close_on_length=body.afm_close_on_length,

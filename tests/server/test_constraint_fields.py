@@ -149,7 +149,9 @@ def test_disable_fallback_refuses_a_constraint_that_cannot_be_exact(live) -> Non
 UNSUPPORTED = "unsupported_parameter"
 REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"structured_outputs": {"regex": CODE, "grammer": "x"}}, "structured_outputs.grammer", UNSUPPORTED),
-    ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs.structural_tag", UNSUPPORTED),
+    # a structural tag sent as JSON text: its errors name the field (its parts have no request path)
+    ({"structured_outputs": {"structural_tag": '{"format": {"type": "grammar"}}'}},
+     "structured_outputs.structural_tag", UNSUPPORTED),
     ({"structured_outputs": {"json_object": True, "disable_any_whitespace": True}},
      "structured_outputs.disable_any_whitespace", UNSUPPORTED),
     ({"structured_outputs": {"regex": CODE, "whitespace_pattern": " ?"}},
@@ -168,7 +170,8 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     # unknown fields whose names ask for a constraint, and the legacy function calling
     ({"guided_json_object": True}, "guided_json_object", UNSUPPORTED),
     ({"json_mode": True}, "json_mode", UNSUPPORTED),
-    ({"structural_tag": {"structures": []}}, "structural_tag", UNSUPPORTED),
+    ({"structural_tag": {"structures": [{"begin": "<f>", "schema": {}, "end": "</f>"}], "triggers": ["<f"],
+                         "tags": []}}, "structural_tag.tags", UNSUPPORTED),
     ({"grammar_lazy": True, "grammar": YES_NO_GBNF}, "grammar_lazy", UNSUPPORTED),
     ({"functions": [{"name": "f"}]}, "functions", UNSUPPORTED),
     ({"function_call": "auto"}, "function_call", UNSUPPORTED),
@@ -180,7 +183,9 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
      "response_format.json_schema.Schema", UNSUPPORTED),
     ({"tools": [{"type": "function", "function": {"name": "f", "input_schema": CLOSED}}]},
      "tools.0.function.input_schema", UNSUPPORTED),
-    ({"response_format": {"type": "structural_tag", "structures": []}}, "response_format", "invalid_value"),
+    ({"response_format": {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "a"}, {"type": "any_text"}, {"type": "grammar", "grammar": "x"}]}}},
+     "response_format.format.elements.2.type", UNSUPPORTED),
 ]
 
 

@@ -46,6 +46,17 @@ class SpecialSpelling:
         self._plain: dict[int, int | None] = {}
         self._backend: Any = None
         self._lock = threading.Lock()
+        self._by_text: dict[str, int] | None = None  # text -> id, built on first use
+
+    def prefix_of(self, text: str) -> tuple[int, str] | None:
+        """The special token ``text`` starts with, as (id, its text), the longest; else None (a
+        structural tag writes such markup as the token itself: structural_tag_lark.py)."""
+        with self._lock:
+            if self._by_text is None:
+                self._by_text = {t: i for i, t in sorted(self._texts.items(), reverse=True) if t}
+            by_text = self._by_text
+        found = [(i, t) for t, i in by_text.items() if text.startswith(t)]
+        return max(found, key=lambda f: len(f[1])) if found else None
 
     def any_in(self, tokens: Sequence[int] | np.ndarray) -> bool:
         """True when any of ``tokens`` is special."""
