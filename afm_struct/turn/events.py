@@ -25,6 +25,11 @@ from .outputs import FinishReason, TokenLogprob, Usage
 Entries = list[TokenLogprob]
 # The enforcement report's key in a body or stream event (an AFM extension).
 ENFORCEMENT_KEY = "afm_enforcement"
+# Token details (an AFM extension, afm_struct/serving/token_details.py): the per-token records
+# on an answer event's choice, and the per-field sums at the end.
+TOKEN_DETAILS_KEY = "afm_token_details"
+TOKEN_FIELDS_KEY = "afm_token_fields"
+Details = list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Text:
     text: str
     logprobs: Entries | None = None
     partial: Partial | None = None
+    details: Details | None = None  # token details, when asked for
 
 
 @dataclass
@@ -75,6 +81,7 @@ class CallOpened:
     arguments: str = ""
     logprobs: Entries | None = None
     partial: Partial | None = None
+    details: Details | None = None  # token details, when asked for
 
 
 @dataclass
@@ -86,6 +93,7 @@ class CallArguments:
     text: str
     logprobs: Entries | None = None
     partial: Partial | None = None
+    details: Details | None = None  # token details, when asked for
 
 
 @dataclass
@@ -141,7 +149,15 @@ class EnforcementReport:
     report: dict[str, Any] | None
 
 
-EndEvent = Finish | Failed | UsageReport | EnforcementReport | ProfileReport
+@dataclass
+class TokenFieldsReport:
+    """The per-field sums of the token details asked for (tokens, forced, logprob, pressure
+    by JSON path).  After the usage, before the enforcement report."""
+
+    fields: dict[str, dict[str, Any]]
+
+
+EndEvent = Finish | Failed | UsageReport | TokenFieldsReport | EnforcementReport | ProfileReport
 TurnEvent = AnswerEvent | EndEvent
 
 
@@ -154,6 +170,7 @@ class RunEnding:
     usage: Usage = field(default_factory=Usage)
     profile: ProfileReport | None = None
     enforcement: EnforcementReport | None = None
+    token_fields: TokenFieldsReport | None = None
 
     def take(self, event: TurnEvent) -> bool:
         """Record ``event`` if it is an end event (True); False for an answer event.
@@ -168,6 +185,8 @@ class RunEnding:
             self.profile = event
         elif isinstance(event, EnforcementReport):
             self.enforcement = event
+        elif isinstance(event, TokenFieldsReport):
+            self.token_fields = event
         else:
             return False
         return True
@@ -182,6 +201,8 @@ class RunEnding:
         (``afm_enforcement``) and the profile under its key."""
         if self.enforcement is not None:
             body[ENFORCEMENT_KEY] = self.enforcement.report
+        if self.token_fields is not None:
+            body[TOKEN_FIELDS_KEY] = self.token_fields.fields
         if self.profile is not None:
             body[self.profile.key] = self.profile.report
         return body
