@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from afm_struct.decoding.scheduler import Handle
 from afm_struct.errors import AfmError, GenerationError, internal_error
+from afm_struct.library.confidence import field_confidence
 from afm_struct.serving.partials import PartialValues
 from afm_struct.serving.token_details import TokenDetails
 from afm_struct.turn.events import (
@@ -163,13 +164,24 @@ class Run:
         yield Failed(err) if err is not None else Finish(reason, stop=finished.stop)
         yield UsageReport(finished.usage)
         if self._details is not None:
-            yield TokenFieldsReport(self._details.fields())
+            yield TokenFieldsReport(self._details.fields(), self._confidence(self._details))
         if self.prepared.plan.delivery.enforcement:
             yield EnforcementReport(format_enforcement(self.prepared.structured))
         report = self.profile(finished)
         key = self.prepared.plan.delivery.profile
         if report is not None and key is not None:
             yield ProfileReport(key, report)
+
+    def _confidence(self, details: TokenDetails) -> dict[str, dict[str, Any]]:
+        """``extract()``'s per-field confidence of a JSON content answer ({} otherwise)."""
+        entries = details.content_entries
+        if not details.json_content or not entries:
+            return {}
+        text = "".join(details.content_text)
+        found = field_confidence(text, entries, base=entries[0].offset)
+        return {path: {"mean_logprob": round(c.mean_logprob, 6), "min_logprob": round(c.min_logprob, 6),
+                       "probability": round(c.probability, 6), "tokens": c.tokens}
+                for path, c in found.items()}
 
     def profile(self, finished: Finished) -> dict[str, Any] | None:
         """The profile payload for this run, if one was asked for."""

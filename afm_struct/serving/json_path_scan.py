@@ -36,7 +36,7 @@ def format_path(parts: list[str | int]) -> str:
         elif _IDENT.match(p):
             out.append(f".{p}")
         else:
-            out.append(f"[{json.dumps(p)}]")
+            out.append(f"[{json.dumps(p, ensure_ascii=False)}]")
     return "".join(out)
 
 

@@ -52,11 +52,16 @@ class TokenDetails:
         self.json_content = json_content
         self._scanners: dict[str, JsonPathScanner] = {}
         self._fields: dict[str, FieldSums] = {}
+        # The content answer's text and token entries (its per-field confidence, at the end).
+        self.content_text: list[str] = []
+        self.content_entries: list[TokenLogprob] = []
 
     def attach(self, event: AnswerEvent) -> None:
         """Set ``event.details`` (content and call events that carry token entries)."""
         if isinstance(event, Text):
             prefix = "" if self.json_content else None
+            self.content_text.append(event.text)
+            self.content_entries.extend(event.logprobs or [])
             event.details = self._records(prefix, event.text, event.logprobs or [])
         elif isinstance(event, CallOpened | CallArguments):
             text = event.arguments if isinstance(event, CallOpened) else event.text

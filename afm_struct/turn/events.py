@@ -29,6 +29,7 @@ ENFORCEMENT_KEY = "afm_enforcement"
 # on an answer event's choice, and the per-field sums at the end.
 TOKEN_DETAILS_KEY = "afm_token_details"
 TOKEN_FIELDS_KEY = "afm_token_fields"
+CONFIDENCE_KEY = "afm_field_confidence"
 Details = list[dict[str, Any]]
 
 
@@ -152,9 +153,16 @@ class EnforcementReport:
 @dataclass
 class TokenFieldsReport:
     """The per-field sums of the token details asked for (tokens, forced, logprob, pressure
-    by JSON path).  After the usage, before the enforcement report."""
+    by JSON path) and the per-field confidence of a JSON answer (``extract()``'s: the mean and
+    minimum logprob of each leaf value's tokens).  After the usage, before the enforcement
+    report."""
 
     fields: dict[str, dict[str, Any]]
+    confidence: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        """``{afm_token_fields: …, afm_field_confidence: …}``: the stream event, the body keys."""
+        return {TOKEN_FIELDS_KEY: self.fields, CONFIDENCE_KEY: self.confidence}
 
 
 EndEvent = Finish | Failed | UsageReport | TokenFieldsReport | EnforcementReport | ProfileReport
@@ -202,7 +210,7 @@ class RunEnding:
         if self.enforcement is not None:
             body[ENFORCEMENT_KEY] = self.enforcement.report
         if self.token_fields is not None:
-            body[TOKEN_FIELDS_KEY] = self.token_fields.fields
+            body.update(self.token_fields.body())
         if self.profile is not None:
             body[self.profile.key] = self.profile.report
         return body

@@ -16,7 +16,6 @@ from afm_struct.tools.call_deltas import ToolCallAssembler
 from afm_struct.turn.events import (
     ENFORCEMENT_KEY,
     TOKEN_DETAILS_KEY,
-    TOKEN_FIELDS_KEY,
     AnswerEvent,
     CallArguments,
     CallOpened,
@@ -109,7 +108,7 @@ class ChatStream:
         if isinstance(event, EnforcementReport):
             return [sse.encode_event({ENFORCEMENT_KEY: event.report})]
         if isinstance(event, TokenFieldsReport):
-            return [sse.encode_event({TOKEN_FIELDS_KEY: event.fields})]
+            return [sse.encode_event(event.body())]
         delta = chat_delta(event)
         if delta is None:
             return []

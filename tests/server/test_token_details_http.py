@@ -126,3 +126,7 @@ def test_whole_response_by_header(live: LiveServer) -> None:
     assert "".join(t["token"] for t in records) == body["choices"][0]["message"]["content"]
     assert body["choices"][0]["logprobs"] is None  # logprobs were not asked for
     assert "$.name" in body["afm_token_fields"]
+    # extract()'s per-field confidence: the leaves of the answer, each from its tokens.
+    confidence = body["afm_field_confidence"]
+    assert set(confidence) == {"$.name", "$.tags[0]", "$.tags[1]"}
+    assert all(0 < c["probability"] <= 1 and c["tokens"] >= 1 for c in confidence.values())
