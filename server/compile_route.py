@@ -6,7 +6,8 @@ Both take a chat completions body whose ``messages`` may be left out: the output
 ``guided_grammar``, ... : server/constraint_fields.py) or ``tools`` go through exactly the path
 a chat request takes (``plan_chat``, then ``prepare``: parse, checks, compile), so the verdict
 is the one a request would get, 400s included (same envelope, same ``param``).  Nothing is
-generated.  Compile answers the constraint mode (``X-AFM-Constraint-Mode``'s value), whether a
+generated.  Compile answers (``ok: false`` and the 400's ``error`` object for a refused
+constraint) the constraint mode (``X-AFM-Constraint-Mode``'s value), whether a
 strict request would be downgraded, the reason, the rewrites, the backend, the compile time and
 the enforcement report (``afm-struct compile``'s answer); validate judges an ``output`` (and
 ``tool_calls``) by the original request, as the server judges a best-effort output.
@@ -23,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from afm_struct.errors import AfmError
 from afm_struct.grammar.validation import parse_json, validate_json
 
 from .admission import prepare
@@ -32,6 +34,7 @@ from .extensions import format_enforcement
 from .prepared import Prepared
 from .routes import ERROR_RESPONSES
 from .schemas import ChatCompletionRequest, ChatMessage
+from .sse import error_body
 
 router = APIRouter()
 # A call written as text (free decoding): the outermost JSON object of the output.
@@ -67,9 +70,19 @@ async def _prepared(request: Request, body: ChatCompletionRequest) -> Prepared:
 
 @router.post("/v1/afm/compile", responses=ERROR_RESPONSES)
 async def compile_constraint(body: CompileRequest, request: Request) -> JSONResponse:
-    """Compile the request's constraint as a chat request would; answer mode and report."""
+    """Compile the request's constraint as a chat request would; answer mode and report.
+
+    A constraint the request path refuses is a verdict, not a failure of this call: 200 with
+    ``ok: false`` and the ``error`` object the chat request would get in its 400 (a body this
+    route cannot read at all is still a 400).  A page typing a schema then logs no failed
+    request per keystroke."""
     started = time.perf_counter()
-    prepared = await _prepared(request, body)
+    try:
+        prepared = await _prepared(request, body)
+    except AfmError as err:
+        if err.status != 400:
+            raise
+        return JSONResponse({"object": "afm.compile", "ok": False, "error": error_body(err)})
     return JSONResponse(compile_body(prepared, (time.perf_counter() - started) * 1000))
 
 
@@ -80,6 +93,7 @@ def compile_body(prepared: Prepared, elapsed_ms: float) -> dict[str, Any]:
     mode = constraint_mode(structured, tools)
     return {
         "object": "afm.compile",
+        "ok": True,
         "kind": getattr(compiled, "kind", None) or ("tools" if tools is not None else None),
         "mode": mode.value if mode is not None else None,
         "downgraded": prepared.downgraded,

@@ -62,6 +62,11 @@ async function runCompile() {
   showVerdict("compiling", "compiling…");
   try {
     const data = await compile(base, fields, key(), controller.signal);
+    if (!data.ok) {
+      const err = data.error;
+      showVerdict("error", `✗ ${err.message}${err.param ? ` (${err.param})` : ""}`);
+      return;
+    }
     const parts = [`✓ ${data.mode || "free"}`];
     if (data.backend) parts.push(data.backend);
     parts.push(`${data.compile_ms} ms${data.cached ? " (cached)" : ""}`);

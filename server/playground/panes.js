@@ -16,7 +16,7 @@ export class Pane {
     this.mode = el("span", h2, "", "mode");
     this.badge = el("span", h2, "idle", "badge");
     this.badge.dataset.state = "idle";
-    this.subtitle = el("div", this.root, subtitle, "stats");
+    this.subtitle = el("div", this.root, subtitle, "meta");
     this.stats = el("div", this.root, "", "stats");
     this.output = el("div", this.root, "", "output");
     this.errors = el("div", this.root, "", "errors");

@@ -59,10 +59,15 @@ def test_compile_rewrites_are_named(live: LiveServer) -> None:
     assert body["mode"] == "exact" and body["rewrites"], body
 
 
-def test_compile_error_is_the_requests_400(live: LiveServer) -> None:
+def test_compile_error_is_the_requests_400_as_a_verdict(live: LiveServer) -> None:
     r = _post(live, "/v1/afm/compile", _format({"type": "objekt"}))
-    assert r.status_code == 400
+    assert r.status_code == 200 and r.json()["ok"] is False
+    chat = httpx.post(f"{live.url}/v1/chat/completions", timeout=60,
+                      json={"messages": [{"role": "user", "content": "-"}], **_format({"type": "objekt"})})
+    assert chat.status_code == 400 and r.json()["error"] == chat.json()["error"]
     assert r.json()["error"]["param"].startswith("response_format.json_schema.schema")
+    # A body the route cannot read is still its own 400.
+    assert _post(live, "/v1/afm/compile", {"messages": "nope"}).status_code == 400
 
 
 @pytest.mark.parametrize("fields", [{"guided_regex": "[0-9]{3}"}, {"guided_choice": ["yes", "no"]},
