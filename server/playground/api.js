@@ -106,6 +106,7 @@ export function asPython(base, body, hasKey) {
     "import json", "", "from openai import OpenAI", "",
     `client = OpenAI(base_url=${pyString(base + "/v1")}, api_key=${hasKey ? 'os.environ["AFM_STRUCT_API_KEY"]' : '"none"'})`,
     `stream = client.chat.completions.create(`,
+    `    model=client.models.list().data[0].id,  # the SDK needs one; the server serves one model`,
     `    messages=json.loads(${pyString(JSON.stringify(messages))}),`,
     `    stream=True,`,
     `    stream_options=json.loads(${pyString(JSON.stringify(options || {}))}),`,
@@ -113,7 +114,7 @@ export function asPython(base, body, hasKey) {
     `    extra_body=json.loads(${pyString(JSON.stringify(rest))}),`,
     `)`,
     "for chunk in stream:",
-    "    for choice in chunk.choices:",
+    "    for choice in chunk.choices or ():  # AFM events (afm_token_fields, …) have none",
     '        print(choice.delta.content or "", end="", flush=True)',
   ];
   if (hasKey) lines.unshift("import os");

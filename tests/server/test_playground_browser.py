@@ -6,7 +6,10 @@ copy as curl; and no console error from the page's JavaScript in any of it."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,12 +113,20 @@ def test_run_streams_both_panes_with_token_details(page: Any) -> None:
     page.locator("#pane-constrained .tok[data-forced=false]").first.hover()
     card = page.inner_text("#tooltip")
     assert "alternatives:" in card and "constraint pressure" in card
+    # The copied requests are the exact request: run as copied, they stream the same answer.
     page.click("#copy-curl")
     curl = page.inner_text("#copied")
-    assert curl.startswith("curl -N") and '"response_format"' in curl
-    assert '"include_token_details": true' in curl
+    assert curl.startswith("curl -N") and '"include_token_details": true' in curl
+    shell = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60)
+    streamed = [json.loads(line[6:]) for line in shell.stdout.splitlines()
+                if line.startswith("data: {") and '"choices"' in line]
+    assert "".join(c["delta"].get("content") or "" for e in streamed for c in e["choices"]) == PERSON
     page.click("#copy-python")
-    assert "client.chat.completions.create(" in page.inner_text("#copied")
+    script = page.inner_text("#copied")
+    assert "client.chat.completions.create(" in script
+    python = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert python.returncode == 0, python.stderr[-2000:]
+    assert python.stdout == PERSON
 
 
 def test_badges_for_a_valid_constrained_and_an_invalid_free_output(page: Any) -> None:
