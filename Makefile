@@ -28,6 +28,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt $(EMBEDDED)
 	@bash scripts/install-blas.sh $(BIN)/python
 	@bash scripts/install-haproxy.sh
+	@bash scripts/install-chromium.sh
 	@bash scripts/install-postgresql.sh
 	@bash scripts/install-prometheus.sh
 	@touch $(STAMP)

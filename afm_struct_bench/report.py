@@ -1,4 +1,6 @@
-"""``afm-struct bench report RESULTS... --out DIR``: one Markdown report with PNG plots.
+"""``afm-struct bench report RESULTS... --out DIR``: one Markdown report with PNG plots, and
+the same as one self-contained ``report.html`` (plots embedded, every run's environment:
+:mod:`.report_html`).
 
 Reads the JSON files written by ``bench masks``, ``bench decode``, ``bench extract``,
 ``bench serve`` and ``bench soak`` (the kind is told by the keys, so files can be passed in any order or as
@@ -16,6 +18,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from .report_html import write_html
 
 log = logging.getLogger("afm_struct_bench")
 
@@ -407,6 +411,8 @@ def write_report(paths: list[str], out: Path) -> Path:
         lines.append("No benchmark results found.")
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n")
+    write_html(report, [(label, d["environment"]) for rs in found.values() for label, d in rs
+                        if isinstance(d.get("environment"), dict)])
     return report
 
 
@@ -423,8 +429,8 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``bench report``."""
-    parser = sub.add_parser("report", help="Markdown report with plots from benchmark result files")
+    parser = sub.add_parser("report", help="Markdown and HTML report with plots from benchmark result files")
     parser.add_argument("results", nargs="+", help="result JSON files or folders of them")
-    parser.add_argument("--out", required=True, help="output folder (report.md and PNGs)")
+    parser.add_argument("--out", required=True, help="output folder (report.md, PNGs, report.html)")
     parser.add_argument("--log-level", default="warning")
     parser.set_defaults(func=run)

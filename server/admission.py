@@ -24,6 +24,7 @@ from afm_struct.errors import InvalidRequestError
 from afm_struct.serving.plan import ENGINE_CONVERSATION, Conversation, GenerationPlan
 from afm_struct.serving.reasoning_budget import HEADER as REASONING_HEADER
 from afm_struct.serving.reasoning_budget import default_reasoning_budget
+from afm_struct.serving.token_details import DETAIL_TOP
 from afm_struct.tools import ToolPlan, plan_tools
 from afm_struct.turn.events import ResponseIdentity
 from afm_struct.turn.reasoning import SYNTAXES, for_prompt, syntax_of
@@ -39,6 +40,14 @@ from .structured import plan_structured
 
 if TYPE_CHECKING:
     from afm_struct.models.tokenizer import Tokenizer
+
+
+def details_logprobs(plan: GenerationPlan) -> int | None:
+    """The logprobs the generator tracks: the request's, or (token details asked, which ride
+    the logprob entries) :data:`DETAIL_TOP` alternatives when it asked for none."""
+    if plan.delivery.token_details and plan.logprobs is None:
+        return DETAIL_TOP
+    return plan.logprobs
 
 
 async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | None = None) -> Prepared:
@@ -89,7 +98,8 @@ async def prepare(state: ServerState, plan: GenerationPlan, *, started: float | 
     close = state.settings.close_on_length if plan.close_on_length is None else plan.close_on_length
     generation = GenerationRequest(prompt_ids=prompt_ids, params=plan.sampling, constraint=constraint,
                                    logits_processors=[counter], request_id=plan.request_id,
-                                   close_on_length=close, logprobs=plan.logprobs,
+                                   close_on_length=close, logprobs=details_logprobs(plan),
+                                   token_details=plan.delivery.token_details,
                                    grammar_budget_s=state.settings.grammar_budget_s,
                                    hidden_token_ids=hidden_tokens(tokenizer, plan, reasoning, tool_plan),
                                    stops_cut_grammar=tool_plan is None,

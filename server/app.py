@@ -26,12 +26,14 @@ from .auth import ApiKeyMiddleware
 from .batches.routes import router as batches_router
 from .batches.runner import BatchRunner
 from .cancel import InflightRegistry
+from .compile_route import router as compile_router
 from .completions_api.route import router as completions_router
 from .errors import install_error_handlers
 from .messages.routes import router as messages_router
 from .middleware import BodyLimitMiddleware, RequestIdMiddleware
 from .ollama.route import router as ollama_router
 from .operations import install as install_operations
+from .playground_page import router as playground_router
 from .responses.routes import router as responses_router
 from .routes import router
 from .settings import ServerSettings
@@ -106,9 +108,12 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
     app.include_router(ollama_router)
     app.include_router(messages_router)
     app.include_router(batches_router)
+    app.include_router(compile_router)
+    app.include_router(playground_router)
     add_operations_middleware = install_operations(
         app, settings, [*router.routes, *responses_router.routes, *completions_router.routes,
-                        *ollama_router.routes, *messages_router.routes, *batches_router.routes])
+                        *ollama_router.routes, *messages_router.routes, *batches_router.routes,
+                        *compile_router.routes])
     app.openapi = lambda: _openapi_without_422(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
                        timeout_s=settings.body_timeout_s)

@@ -29,11 +29,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from afm_struct.errors import AfmError
 
 from .middleware import send_error
+from .playground_page import PAGE_PATHS
 from .tenants import ANONYMOUS, ApiKey, Tenant, distinct_keys
 
 ENV_VAR = "AFM_STRUCT_API_KEYS"
-# Routes a prober must reach without a key.
-OPEN_PATHS = frozenset({"/health"})
+# Routes a prober must reach without a key, and the playground's static page (it holds no
+# data; what it reads goes through the API with the key typed into it: playground_page.py).
+OPEN_PATHS = frozenset({"/health", *PAGE_PATHS})
 _LOOPBACK = ("127.", "::1", "localhost")
 
 

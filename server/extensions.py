@@ -1,6 +1,8 @@
 """The AFM extensions a request turns on by header, beside what its body says: partial values
 (``X-AFM-Partial``, the Messages door's way; chat and the Responses API also take
-``stream_options.include_partial``) and the enforcement report (``X-AFM-Enforcement``).
+``stream_options.include_partial``), the enforcement report (``X-AFM-Enforcement``) and
+token details (``X-AFM-Token-Details`` or chat's ``stream_options.include_token_details``;
+written by chat's encoders only).
 
 Headers, as ``X-AFM-Profile``: every door reads them the same way, and no client library's body
 type has to learn a field.
@@ -19,6 +21,7 @@ from afm_struct.serving.plan import GenerationPlan
 from .structured import StructuredPlan
 
 PARTIAL_HEADER = "x-afm-partial"
+TOKEN_DETAILS_HEADER = "x-afm-token-details"
 ENFORCEMENT_HEADER = "x-afm-enforcement"
 _ON = ("true", "1", "yes", "on")
 
@@ -29,14 +32,16 @@ def header_on(value: str | None) -> bool:
 
 
 def with_extensions(plan: GenerationPlan, headers: Mapping[str, str], *,
-                    include_partial: bool = False) -> GenerationPlan:
-    """``plan`` with the extensions its request's ``headers`` (or, for partial values, its body:
-    ``include_partial``) asked for."""
+                    include_partial: bool = False, token_details: bool = False) -> GenerationPlan:
+    """``plan`` with the extensions its request's ``headers`` (or, for partial values and token
+    details, its body: ``include_partial``, ``token_details``) asked for."""
     partial = include_partial or header_on(headers.get(PARTIAL_HEADER))
     enforcement = header_on(headers.get(ENFORCEMENT_HEADER))
-    if not (partial or enforcement):
+    details = token_details or header_on(headers.get(TOKEN_DETAILS_HEADER))
+    if not (partial or enforcement or details):
         return plan
-    delivery = dataclasses.replace(plan.delivery, include_partial=partial, enforcement=enforcement)
+    delivery = dataclasses.replace(plan.delivery, include_partial=partial, enforcement=enforcement,
+                                   token_details=details)
     return dataclasses.replace(plan, delivery=delivery)
 
 

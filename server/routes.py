@@ -84,8 +84,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Str
     started = time.perf_counter()
     plan = await plan_chat(state, body, request_id=request.state.request_id,
                            profile_key=parse_profile_header(request.headers.get("x-afm-profile")))
+    options = body.stream_options
     plan = with_extensions(plan, request.headers,
-                           include_partial=bool(body.stream_options and body.stream_options.include_partial))
+                           include_partial=bool(options and options.include_partial),
+                           token_details=bool(options and options.include_token_details))
     prepared = await prepare(state, plan, started=started)
     logprobs = plan.logprobs is not None
     return await respond(request, state, prepared,

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from afm_struct.decoding.scheduler import Handle
 from afm_struct.errors import AfmError, GenerationError, internal_error
+from afm_struct.library.confidence import field_confidence
 from afm_struct.serving.partials import PartialValues
+from afm_struct.serving.token_details import TokenDetails
 from afm_struct.turn.events import (
     AnswerEvent,
     CallArguments,
@@ -29,6 +31,7 @@ from afm_struct.turn.events import (
     Finish,
     ProfileReport,
     Text,
+    TokenFieldsReport,
     TurnEvent,
     UsageReport,
 )
@@ -55,6 +58,7 @@ class Run:
         self._outcome: tuple[FinishReason, Finished, AfmError | None] | None = None
         self._energy0 = read_energy_uj()
         self._sampler: ProfileSampler | None = None
+        self._details: TokenDetails | None = None  # token details asked for: set by answer()
         if prepared.plan.delivery.profile == PROFILE_EXTENDED:
             self._sampler = ProfileSampler(prepared.counter, state.settings.profile_interval_s).start()
 
@@ -94,9 +98,11 @@ class Run:
         turn = prepared.generation.turn
         deferred: list[str] = []
         deferred_entries: Entries = []
-        routing = LogprobRouting() if prepared.plan.logprobs is not None else None
-        partials = (PartialValues(json_content=structured.json_output)
-                    if prepared.plan.delivery.include_partial else None)
+        delivery = prepared.plan.delivery
+        routing = LogprobRouting() if prepared.plan.logprobs is not None or delivery.token_details else None
+        partials = PartialValues(json_content=structured.json_output) if delivery.include_partial else None
+        details = self._details = (TokenDetails(json_content=structured.json_output)
+                                   if delivery.token_details else None)
 
         def route(text: str, events: list[AnswerEvent], entries: Entries | None) -> list[AnswerEvent]:
             slots = routing.assign(text, events, entries) if routing is not None else [None] * len(events)
@@ -111,6 +117,8 @@ class Run:
                     event.logprobs = slot
                 if partials is not None:
                     partials.attach(event)
+                if details is not None:
+                    details.attach(event)
                 out.append(event)
             return out
 
@@ -134,6 +142,8 @@ class Run:
                     whole = Text(text, within(deferred_entries, raw, text) if routing else None)
                     if partials is not None:
                         partials.attach(whole)
+                    if details is not None:
+                        details.attach(whole)
                     yield whole
             reason = (FinishReason.CANCELLED if cancelled
                       else turn.finish_reason(event.reason, whole=event.whole))
@@ -148,17 +158,30 @@ class Run:
 
     def ending(self) -> Iterator[EndEvent]:
         """How the run ended (after :meth:`answer`): :class:`Finish` or :class:`Failed`, the
-        usage, and the enforcement report and the profile when asked for."""
+        usage, and the token fields, the enforcement report and the profile when asked for."""
         assert self._outcome is not None, "ending() before the answer ended"
         reason, finished, err = self._outcome
         yield Failed(err) if err is not None else Finish(reason, stop=finished.stop)
         yield UsageReport(finished.usage)
+        if self._details is not None:
+            yield TokenFieldsReport(self._details.fields(), self._confidence(self._details))
         if self.prepared.plan.delivery.enforcement:
             yield EnforcementReport(format_enforcement(self.prepared.structured))
         report = self.profile(finished)
         key = self.prepared.plan.delivery.profile
         if report is not None and key is not None:
             yield ProfileReport(key, report)
+
+    def _confidence(self, details: TokenDetails) -> dict[str, dict[str, Any]]:
+        """``extract()``'s per-field confidence of a JSON content answer ({} otherwise)."""
+        entries = details.content_entries
+        if not details.json_content or not entries:
+            return {}
+        text = "".join(details.content_text)
+        found = field_confidence(text, entries, base=entries[0].offset)
+        return {path: {"mean_logprob": round(c.mean_logprob, 6), "min_logprob": round(c.min_logprob, 6),
+                       "probability": round(c.probability, 6), "tokens": c.tokens}
+                for path, c in found.items()}
 
     def profile(self, finished: Finished) -> dict[str, Any] | None:
         """The profile payload for this run, if one was asked for."""

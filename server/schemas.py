@@ -137,10 +137,12 @@ ResponseFormat = Annotated[
 
 
 class StreamOptions(BaseModel):
-    """``stream_options``; ``include_partial`` is an AFM extension (server/extensions.py)."""
+    """``stream_options``; ``include_partial`` and ``include_token_details`` are AFM
+    extensions (server/extensions.py)."""
 
     include_usage: bool = False
     include_partial: bool = False
+    include_token_details: bool = False
 
 
 class ChatCompletionRequest(BaseModel):

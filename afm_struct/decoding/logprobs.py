@@ -96,9 +96,11 @@ class RowStats:
 
     logprob: float
     top: list[tuple[int, float]] = field(default_factory=list)
+    # The mass the grammar mask removed (decoding/constraint_pressure.py), when asked for.
+    pressure: float | None = None
 
 
-def _logsumexp(logits: mx.array) -> mx.array:
+def row_logsumexp(logits: mx.array) -> mx.array:
     """``(R, 1)`` log-sum-exp of each row.  On the CPU MLX's ``exp`` runs one float at a time
     (a vocabulary row: ~0.8 ms); the fused polynomial of :mod:`afm_struct.models.cpu_exp`
     is several times faster at float32 precision (removed tokens, -inf, count as ~1e-38)."""
@@ -119,7 +121,7 @@ def logprob_arrays(dists: Sequence[mx.array], tokens: mx.array, n: int) -> list[
     built, and the top-n is selected on the logits (same order).
     """
     logits = dists[0] if len(dists) == 1 else mx.concatenate(list(dists), axis=0)
-    lse = _logsumexp(logits)
+    lse = row_logsumexp(logits)
     chosen = (mx.take_along_axis(logits, tokens.reshape(-1, 1).astype(mx.int32), axis=-1) - lse)[:, 0]
     if n <= 0:
         return [chosen]
@@ -159,7 +161,7 @@ def make_entries(run: Sequence[int], sampled: int, stats: RowStats | None, want:
         text, raw = table.lookup(token)
         if i == 0 and token == sampled and stats is not None:
             top = tuple(_alternative(table, t, lp) for t, lp in stats.top)
-            out.append(TokenLogprob(text, token, stats.logprob, raw, top))
+            out.append(TokenLogprob(text, token, stats.logprob, raw, top, pressure=stats.pressure))
         else:  # forced or closing: the only token allowed, probability 1
             top = (TopLogprob(text, token, 0.0, raw),) if want > 0 else ()
             out.append(TokenLogprob(text, token, 0.0, raw, top, sampled=False))
@@ -239,4 +241,4 @@ class TokenTrack:
 
 def _with_span(entry: TokenLogprob, start: int, end: int) -> TokenLogprob:
     return TokenLogprob(entry.token, entry.id, entry.logprob, entry.bytes, entry.top, start, end,
-                        entry.sampled)
+                        entry.sampled, entry.pressure)

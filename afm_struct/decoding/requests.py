@@ -77,6 +77,10 @@ class GenerationRequest:
     # Token logprobs: None (off, free) or how many alternatives per token (0-20); the
     # TextDelta events then carry the entries of the tokens whose text they show.
     logprobs: int | None = None
+    # Token details (the playground's per-token view): each sampled token's entry also
+    # carries the constraint pressure, the mass its mask removed (constraint_pressure.py).
+    # Needs ``logprobs`` set (the entries ride the logprob track); off: nothing is computed.
+    token_details: bool = False
     # Tokens whose text is never shown (special tokens, markup no parser of this request reads:
     # decoding/hidden_tokens.py); empty shows every token's text.
     hidden_token_ids: frozenset[int] = frozenset()

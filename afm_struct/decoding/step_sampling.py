@@ -28,6 +28,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..grammar.engines.protocol import buffer_address, mask_words
+from .constraint_pressure import pressure_array, read_pressures
 from .logprobs import RowStats, logprob_arrays, read_stats
 from .masking import allows_token, apply_bitmask
 from .sampling import processors_idle
@@ -74,6 +75,11 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
     host: list[int] = []  # rows whose token is the argmax of all their logits, taken by numpy
     views = _masked_logits(rows, [i for i in masked if i not in argmax_only and i not in failed],
                            bitmask, words, row_failed)
+    # Rows that asked for token details and were masked: the mass their mask removed, built
+    # from the masked logits before any processor rebinds them (constraint_pressure.py).
+    pressured = [i for i in views if _wants_details(rows[i])]
+    pressures = (pressure_array([rows[i].logits for i in pressured], [views[i] for i in pressured])
+                 if pressured else None)
     picks: dict[int, mx.array] = {}  # row -> its sampled token (1,)
     listed: dict[int, tuple[np.ndarray, mx.array]] = {}  # row -> (allowed ids, argmax among them)
     asked: list[int] = []
@@ -127,9 +133,16 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
         wants = [rows[i].request.logprobs or 0 for i in asked]
         at = {row: k for k, row in enumerate(order)}
         arrays = logprob_arrays(dists, tokens_arr[mx.array([at[i] for i in asked])], max(wants))
-        mx.eval(tokens_arr, *among, *arrays)  # one sync for tokens and logprobs
+        extra = [pressures] if pressures is not None else []
+        mx.eval(tokens_arr, *among, *arrays, *extra)  # one sync for tokens and logprobs
         for i, s in zip(asked, read_stats(arrays, wants), strict=True):
+            if _wants_details(rows[i]):
+                s.pressure = 0.0  # not masked this step: the grammar removed nothing
             stats[i] = s
+        if pressures is not None:
+            for i, p in zip(pressured, read_pressures(pressures), strict=True):
+                if stats[i] is not None:
+                    stats[i].pressure = p
     else:
         mx.eval(*([tokens_arr] if tokens_arr is not None else []), *among)
     if tokens_arr is not None:
@@ -145,6 +158,11 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
         if r.timings.first_token_s is None:
             r.timings.first_token_s = now - r.started
     return tokens, stats
+
+
+def _wants_details(row: SequenceState) -> bool:
+    """Whether the row's request asked for token details (stand-in requests of tests: no)."""
+    return bool(getattr(row.request, "token_details", False))
 
 
 def _host_argmax(logits: mx.array) -> bool:

@@ -161,13 +161,15 @@ class Delivery:
     the profile asked for (its key, ``X-AFM-Profile``).  ``include_partial``: each content
     event of a JSON answer and each tool-argument event carries the value parsed so far
     (:mod:`afm_struct.serving.partials`); ``enforcement``: the enforcement report is sent
-    last (``X-AFM-Enforcement``)."""
+    last (``X-AFM-Enforcement``); ``token_details``: each answer event carries its tokens'
+    details and the per-field sums come at the end (:mod:`afm_struct.serving.token_details`)."""
 
     stream: bool = False
     include_usage: bool = False
     profile: str | None = None
     include_partial: bool = False
     enforcement: bool = False
+    token_details: bool = False
 
 
 @dataclass(frozen=True)

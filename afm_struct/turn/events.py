@@ -25,6 +25,12 @@ from .outputs import FinishReason, TokenLogprob, Usage
 Entries = list[TokenLogprob]
 # The enforcement report's key in a body or stream event (an AFM extension).
 ENFORCEMENT_KEY = "afm_enforcement"
+# Token details (an AFM extension, afm_struct/serving/token_details.py): the per-token records
+# on an answer event's choice, and the per-field sums at the end.
+TOKEN_DETAILS_KEY = "afm_token_details"
+TOKEN_FIELDS_KEY = "afm_token_fields"
+CONFIDENCE_KEY = "afm_field_confidence"
+Details = list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class Text:
     text: str
     logprobs: Entries | None = None
     partial: Partial | None = None
+    details: Details | None = None  # token details, when asked for
 
 
 @dataclass
@@ -75,6 +82,7 @@ class CallOpened:
     arguments: str = ""
     logprobs: Entries | None = None
     partial: Partial | None = None
+    details: Details | None = None  # token details, when asked for
 
 
 @dataclass
@@ -86,6 +94,7 @@ class CallArguments:
     text: str
     logprobs: Entries | None = None
     partial: Partial | None = None
+    details: Details | None = None  # token details, when asked for
 
 
 @dataclass
@@ -141,7 +150,22 @@ class EnforcementReport:
     report: dict[str, Any] | None
 
 
-EndEvent = Finish | Failed | UsageReport | EnforcementReport | ProfileReport
+@dataclass
+class TokenFieldsReport:
+    """The per-field sums of the token details asked for (tokens, forced, logprob, pressure
+    by JSON path) and the per-field confidence of a JSON answer (``extract()``'s: the mean and
+    minimum logprob of each leaf value's tokens).  After the usage, before the enforcement
+    report."""
+
+    fields: dict[str, dict[str, Any]]
+    confidence: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        """``{afm_token_fields: …, afm_field_confidence: …}``: the stream event, the body keys."""
+        return {TOKEN_FIELDS_KEY: self.fields, CONFIDENCE_KEY: self.confidence}
+
+
+EndEvent = Finish | Failed | UsageReport | TokenFieldsReport | EnforcementReport | ProfileReport
 TurnEvent = AnswerEvent | EndEvent
 
 
@@ -154,6 +178,7 @@ class RunEnding:
     usage: Usage = field(default_factory=Usage)
     profile: ProfileReport | None = None
     enforcement: EnforcementReport | None = None
+    token_fields: TokenFieldsReport | None = None
 
     def take(self, event: TurnEvent) -> bool:
         """Record ``event`` if it is an end event (True); False for an answer event.
@@ -168,6 +193,8 @@ class RunEnding:
             self.profile = event
         elif isinstance(event, EnforcementReport):
             self.enforcement = event
+        elif isinstance(event, TokenFieldsReport):
+            self.token_fields = event
         else:
             return False
         return True
@@ -182,6 +209,8 @@ class RunEnding:
         (``afm_enforcement``) and the profile under its key."""
         if self.enforcement is not None:
             body[ENFORCEMENT_KEY] = self.enforcement.report
+        if self.token_fields is not None:
+            body.update(self.token_fields.body())
         if self.profile is not None:
             body[self.profile.key] = self.profile.report
         return body

@@ -33,7 +33,10 @@ class TokenLogprob:
     ``offset``/``end`` are character offsets of the token's text in the generation's output
     text (what :class:`Finished` ``.text`` holds); a token ending
     inside a multi-byte character shares the span of the token that completes it.
-    ``sampled`` is False for forced and budget-closing tokens.
+    ``sampled`` is False for forced and budget-closing tokens.  ``pressure``: the probability
+    mass the grammar mask removed at the step that sampled it, when the request asked for
+    token details (``afm_struct/decoding/constraint_pressure.py``; None otherwise, and for
+    tokens not sampled).
     """
 
     token: str
@@ -44,6 +47,7 @@ class TokenLogprob:
     offset: int = 0
     end: int = 0
     sampled: bool = True
+    pressure: float | None = None
 
 
 class FinishReason(enum.StrEnum):

@@ -15,6 +15,7 @@ from typing import Any
 from afm_struct.tools.call_deltas import ToolCallAssembler
 from afm_struct.turn.events import (
     ENFORCEMENT_KEY,
+    TOKEN_DETAILS_KEY,
     AnswerEvent,
     CallArguments,
     CallOpened,
@@ -27,6 +28,7 @@ from afm_struct.turn.events import (
     ResponseIdentity,
     RunEnding,
     Text,
+    TokenFieldsReport,
     TurnEvent,
     UsageReport,
 )
@@ -65,12 +67,16 @@ def _entries(event: AnswerEvent) -> Entries | None:
 
 
 def _partial(event: AnswerEvent) -> dict[str, Any] | None:
-    """The choice's partial-value field of ``event`` (None: it carries none)."""
+    """The choice's AFM fields of ``event``: its partial value and its token details (None:
+    it carries neither)."""
+    out: dict[str, Any] = {}
     if isinstance(event, Text) and event.partial is not None:
-        return partial_fields(event.partial.value)
-    if isinstance(event, CallOpened | CallArguments) and event.partial is not None:
-        return partial_fields(event.partial.value, event.index)
-    return None
+        out = partial_fields(event.partial.value)
+    elif isinstance(event, CallOpened | CallArguments) and event.partial is not None:
+        out = partial_fields(event.partial.value, event.index)
+    if isinstance(event, Text | CallOpened | CallArguments) and event.details is not None:
+        out[TOKEN_DETAILS_KEY] = event.details
+    return out or None
 
 
 class ChatStream:
@@ -101,6 +107,8 @@ class ChatStream:
             return [sse.encode_event(profile_event(event.key, event.report))]
         if isinstance(event, EnforcementReport):
             return [sse.encode_event({ENFORCEMENT_KEY: event.report})]
+        if isinstance(event, TokenFieldsReport):
+            return [sse.encode_event(event.body())]
         delta = chat_delta(event)
         if delta is None:
             return []
@@ -132,6 +140,7 @@ class ChatCompletion:
         self._reasoning: list[str] = []
         self._calls = ToolCallAssembler()
         self._entries: Entries = []
+        self._details: list[dict[str, Any]] | None = None
         self._end = RunEnding()
 
     def add(self, event: TurnEvent) -> None:
@@ -139,6 +148,9 @@ class ChatCompletion:
         if self._end.take(event):
             return
         self._entries.extend(_entries(event) or ())
+        if isinstance(event, Text | CallOpened | CallArguments) and event.details is not None:
+            self._details = self._details or []
+            self._details.extend(event.details)
         if isinstance(event, Text):
             self._content.append(event.text)
         elif isinstance(event, Reasoning):
@@ -150,10 +162,13 @@ class ChatCompletion:
         """The ``chat.completion`` (after the run's :class:`Finish`)."""
         reason = self._end.finished()
         content = "".join(self._content)
-        return self._end.add_profile(completion_body(
+        body = completion_body(
             self.ident, content=content if content or not self._calls.calls else None,
             reasoning_content="".join(self._reasoning) or None,
             tool_calls=self._calls.to_list() or None,
             finish_reason=reason, usage=self._end.usage,
-            logprobs=logprobs_object(self._entries) if self.logprobs else None))
+            logprobs=logprobs_object(self._entries) if self.logprobs else None)
+        if self._end.token_fields is not None:  # token details asked for: on the choice
+            body["choices"][0][TOKEN_DETAILS_KEY] = self._details or []
+        return self._end.add_profile(body)
 

@@ -48,8 +48,13 @@ def _extract() -> dict:
             "per_category": {"invoice": {"free": 0.2, "constrained": 0.5}}, "per_task": []}
 
 
+ENV = {"time_utc": "2026-12-07T15:00:00Z", "cpu": "Test CPU <9000>", "cores": 2, "mlx_device": "cpu",
+       "blas": "openblas", "versions": {"mlx": "0.31.0"}, "command": "afm-struct bench serve"}
+
+
 def _serve() -> dict:
-    return {"runs": [{"concurrency": c, "throughput_tok_s": 20.0 * c ** 0.5, "errors": 0, "downgrades": 0,
+    return {"environment": ENV,
+            "runs": [{"concurrency": c, "throughput_tok_s": 20.0 * c ** 0.5, "errors": 0, "downgrades": 0,
                       "ttft_ms": {"p50": 50.0 * c, "p95": 80.0 * c, "p99": 99.0 * c},
                       "latency_ms": {"p50": 900.0 * c, "p95": 1200.0 * c, "p99": 1500.0 * c}}
                      for c in (1, 2, 4, 8)]}
@@ -101,6 +106,7 @@ def test_report_has_every_section_and_valid_pngs(results: Path, tmp_path: Path) 
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000, name
         assert f"({name})" in text
+    _check_html(out)
 
 
 def test_report_robust_to_missing_kinds_and_percentile_only_masks(tmp_path: Path) -> None:
@@ -165,3 +171,35 @@ def test_report_renders_soak_runs_old_and_hostile(tmp_path: Path) -> None:
     assert "ordinary_harmed_0 FAIL" in text and "| pattern_schema | 1 |" in text
     assert "| soak-1 | free | stream_error:generation_failed | 1.0-2.0 | 1 (1) |" in text
     assert (tmp_path / "out" / "soak_rss.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def _check_html(out: Path) -> None:
+    """report.html beside report.md: every plot embedded as a PNG, the tables, the environment
+    of the runs (the fixture's serve file), and no reference to any other file."""
+    import base64
+    import re
+    from html.parser import HTMLParser
+
+    page = (out / "report.html").read_text()
+
+    class Refs(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.srcs: list[str] = []
+            self.tags: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.tags.append(tag)
+            self.srcs += [v or "" for k, v in attrs if k in ("src", "href")]
+
+    refs = Refs()
+    refs.feed(page)
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert len(refs.srcs) == len(pngs) == 7  # one embedded image per plot, nothing else linked
+    for src in refs.srcs:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_MAGIC)
+    assert refs.tags.count("table") >= 5 and "h2" in refs.tags
+    assert "<th>cpu</th><td>Test CPU &lt;9000&gt;</td>" in page  # the environment, escaped
+    assert "<th>versions: mlx</th><td>0.31.0</td>" in page and "<code>serve</code>" in page
+    assert not re.search(r"\((?:\w+)\.png\)", page)  # no Markdown image left unrendered

@@ -233,7 +233,7 @@ def test_masked_tokens_never_appear_among_alternatives(tokenizer, seed):
 
 
 def test_fast_log_sum_exp_matches_mlx():
-    from afm_struct.decoding.logprobs import _logsumexp
+    from afm_struct.decoding.logprobs import row_logsumexp as _logsumexp
 
     x = np.random.default_rng(0).standard_normal((3, 49152)).astype(np.float32) * 4
     x[1, 100:] = -np.inf  # a masked row

@@ -102,6 +102,7 @@ def test_the_wheel_holds_every_module_and_the_data_under_afm_struct(installed) -
     expected |= {f"afm_struct_bench/{p.relative_to(bench)}" for p in bench.rglob("*.py")}
     expected |= {f"afm_struct_bench/data/{p.name}" for p in (bench / "data").glob("*.json")}
     expected.add("afm_struct/deploy/haproxy.cfg")
+    expected |= {f"afm_struct/server/playground/{p.name}" for p in (http / "playground").iterdir()}
     assert expected - names == set()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     # No generic top-level ``server`` package; the benchmark harness is its own package.
