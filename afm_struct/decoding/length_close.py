@@ -106,6 +106,7 @@ class BudgetCloser:
         "_rough",
         "_scanned",
         "_span",
+        "_start",
         "_state",
         "_token_bytes",
         "_utf8",
@@ -125,8 +126,11 @@ class BudgetCloser:
     def __init__(self, vocab: ClosingVocab, vocab_size: int,
                  decode: Callable[[list[int]], str],
                  token_bytes: Callable[[int], bytes] | None = None,
-                 limit_s: float | None = CLOSING_BUDGET_S) -> None:
+                 limit_s: float | None = CLOSING_BUDGET_S, start: Sequence[int] | None = None) -> None:
         self._vocab = vocab
+        # The grammar's shortest output from its start, when admission already searched for it
+        # (:func:`known_shortest_output`): the first plan, without searching again per request.
+        self._start = start
         self._vocab_size = vocab_size
         self._decode = decode
         self._token_bytes = token_bytes or (lambda t: decode([t]).encode())
@@ -245,7 +249,8 @@ class BudgetCloser:
             # the next time the model leaves this one, it is fed.)
             if len(tokens) < self._retry_at:
                 return None
-            plan, self._rough = self._search(matcher, tokens), False
+            plan = list(self._start) if not tokens and self._start else self._search(matcher, tokens)
+            self._rough = False
         if plan is None:
             # A matcher that cannot fork now (the rest of a thinking tag is forced) may next
             # step; a search that found nothing in its limits is retried a few steps later.
@@ -388,6 +393,14 @@ def shortest_output(constraint: Any, tokenizer: Tokenizer) -> list[int] | None:
     with _SHORTEST_LOCK:
         _SHORTEST[grammar] = found
     return found
+
+
+def known_shortest_output(constraint: Any) -> list[int] | None:
+    """:func:`shortest_output` of ``constraint`` if it was already searched for, else None
+    (never searches: the generator's thread asks)."""
+    grammar = getattr(constraint, "grammar", None)
+    with _SHORTEST_LOCK:
+        return None if grammar is None else _SHORTEST.get(grammar)
 
 
 def min_output_tokens(constraint: Any, tokenizer: Tokenizer,

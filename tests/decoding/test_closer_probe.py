@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from afm_struct.decoding.length_close import BudgetCloser
+from afm_struct.decoding.length_close import BudgetCloser, known_shortest_output, shortest_output
 from afm_struct.decoding.sampling import find_loop
 from afm_struct.grammar.closer.completion import closing_vocab_for
 from afm_struct.grammar.compiler import compile_constraint
@@ -112,6 +112,27 @@ def test_the_zone_check_consumes_one_token_whatever_the_plan(tokenizer, constrai
     assert BudgetCloser._still_completes(Counting(matcher, counts), close, plan) is walk_completes(
         matcher, [close, *plan]) is False
     assert counts[0] == 0  # refused by the probe alone
+
+
+def test_the_first_plan_is_the_one_admission_found(tokenizer) -> None:
+    schema = {**SCHEMA, "title": "test_closer_probe first plan"}  # a grammar of its own
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(schema, strict=True))
+    assert known_shortest_output(constraint) is None  # not searched for yet: the closer searches
+    found = shortest_output(constraint, tokenizer)  # admission's check_budget searches once
+    assert found and known_shortest_output(constraint) == found
+    vocab = closing_vocab_for(tokenizer)
+    with_start = BudgetCloser(vocab, tokenizer.vocab_size, tokenizer.decode, start=found)
+    matcher = constraint.new_matcher()
+    assert with_start.before_sample(matcher, [], 150) is None
+    assert with_start.searches == 0 and with_start.plan == found and walk_completes(matcher, found)
+    alone = BudgetCloser(vocab, tokenizer.vocab_size, tokenizer.decode)
+    assert alone.before_sample(matcher, [], 150) is None
+    assert alone.searches == 1 and alone.plan and len(alone.plan) >= len(found)
+    # Past the start (a token taken), the known output says nothing: the closer searches.
+    first = found[0]
+    assert matcher.advance(first)
+    later = BudgetCloser(vocab, tokenizer.vocab_size, tokenizer.decode, start=found)
+    assert later.before_sample(matcher, [first], 150) is None and later.searches == 1
 
 
 def loop_by_definition(tokens: list[int], max_period: int = 16, min_repeats: int = 3,
