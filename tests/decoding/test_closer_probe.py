@@ -148,7 +148,7 @@ def loop_by_definition(tokens: list[int], max_period: int = 16, min_repeats: int
     return None
 
 
-@settings(max_examples=EXAMPLES * 20, deadline=None)
+@settings(max_examples=EXAMPLES * 8, deadline=None)
 @given(prefix=st.lists(st.integers(0, 3), max_size=20),
        cycle=st.lists(st.integers(0, 3), min_size=1, max_size=17),
        repeats=st.integers(0, 6), cut=st.integers(0, 16))
