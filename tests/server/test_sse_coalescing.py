@@ -15,8 +15,11 @@ import time
 from typing import Any
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from afm_struct.testing import Script
+from server.sse import encode_event
 
 from .conftest import decode, sse_payloads
 
@@ -68,3 +71,22 @@ def test_events_ready_together_go_out_in_one_write(serve) -> None:
 
     assert same(events) == same(plain)  # the same events, in the same order
     assert raw.count(b"data: ") == plain_raw.count(b"data: ")
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(payload=st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=4),
+       text=st.text(alphabet=st.sampled_from("ab\n\x85\u2028\u2029é\"\\\x00"), max_size=10))
+def test_an_event_is_encoded_as_before(payload, text) -> None:
+    """The encoder made once and the line-break scan give the bytes ``json.dumps`` and a
+    translation of every event gave."""
+    payload = {**payload, "content": text}
+    before = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(
+        str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}))
+    assert encode_event(payload) == b"data: " + before.encode() + b"\n\n"
+    assert len(encode_event(payload)[:-2].decode().splitlines()) == 1  # one data line
