@@ -218,22 +218,41 @@ class BodyEncoder(Protocol):
         """The response body."""
 
 
+# Most bytes one write of a stream holds (frames that were ready together).
+COALESCE_BYTES = 64 * 1024
+
+
 async def sse_body(run: Run, encoder: StreamEncoder) -> AsyncIterator[bytes]:
     """The SSE byte stream of ``run``: a failure once the status is sent (a server bug while
-    streaming) is reported in-band, as the run's end."""
+    streaming) is reported in-band, as the run's end.
+
+    The frames of events that are ready together go out as one write: the bytes on the wire
+    are the same, but each write costs the event loop its way through the ASGI middlewares,
+    h11 and a socket send (~60 % of the loop's time per token at 32 streams, issue 40).  A
+    frame is never held back waiting for an event: it goes out as soon as no further event is
+    ready, so a stream that keeps up writes once per event, as before, and one whose loop fell
+    behind catches up in fewer writes."""
+    pending: list[bytes] = []
+    size = 0
     try:
         async for event in run.answer():
             for frame in encoder.encode(event):
-                yield frame
+                pending.append(frame)
+                size += len(frame)
+            if pending and (size >= COALESCE_BYTES or not run.handle.ready()):
+                yield b"".join(pending)
+                pending.clear()
+                size = 0
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a server bug mid-stream: the status is sent, so report in-band
         run.fail(internal_error(exc, [run.request_id], what="streaming failed"))
+    # The end events and the stream's close are ready at once: one write with what is pending.
     for end in run.ending():
-        for frame in encoder.encode(end):
-            yield frame
-    for frame in encoder.end():
-        yield frame
+        pending.extend(encoder.encode(end))
+    pending.extend(encoder.end())
+    if pending:
+        yield b"".join(pending)
 
 
 async def collect(run: Run, encoder: BodyEncoder) -> dict[str, Any]:

@@ -23,12 +23,17 @@ DONE = b"data: [DONE]\n\n"
 # Characters JSON may hold raw that Python's str.splitlines (and so httpx's iter_lines, which
 # httpx-sse reads events with) takes for line ends: escaped, the event stays one line for them.
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+# One encoder for every event: ``json.dumps`` with options builds a new one per call.  (With the
+# check below, ~40 % of an event's encoding at 32 streams; the bytes are the same, issue 40.)
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def encode_event(payload: Mapping[str, Any], *, event: str | None = None) -> bytes:
     """One SSE event: an optional ``event: <type>`` line, ``data: <compact JSON>`` and a blank
     line (the JSON holds no character any line splitter reads as a line end)."""
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
+    text = _JSON.encode(payload)
+    if "\u2028" in text or "\u2029" in text or "\x85" in text:  # rare: a scan is ~100x cheaper
+        text = text.translate(_LINE_BREAKS)
     data = b"data: " + text.encode() + b"\n\n"
     if event is None:
         return data

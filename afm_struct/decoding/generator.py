@@ -44,7 +44,7 @@ from .detokenizer import StreamingDetokenizer
 from .emit import emit_run, fail, finish, read_token
 from .forward import calibrate_fixed_cost, split_head
 from .grammar_budget import GrammarBudget
-from .length_close import BudgetCloser
+from .length_close import BudgetCloser, known_shortest_output
 from .logprobs import RowStats, TokenTrack, token_table
 from .next_mask import MaskFiller
 from .packed import enable_packing
@@ -172,9 +172,10 @@ class Generator:
             grammar=GrammarBudget(request.grammar_budget_s))
         if matcher is not None and request.close_on_length:
             table = token_table(self.tokenizer)
+            start = None if tags is not None else known_shortest_output(request.constraint)  # (admission's)
             seq.closer = BudgetCloser(closing_vocab_for(self.tokenizer), self.vocab_size,
                                       self.tokenizer.decode, lambda t: bytes(table.lookup(t)[1]),
-                                      limit_s=request.closing_budget_s)
+                                      limit_s=request.closing_budget_s, start=start)
         if request.logprobs is not None:
             seq.track = TokenTrack(request.logprobs, token_table(self.tokenizer))
         seq.usage.prompt_tokens = len(request.prompt_ids)

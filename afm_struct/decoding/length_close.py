@@ -106,6 +106,7 @@ class BudgetCloser:
         "_rough",
         "_scanned",
         "_span",
+        "_start",
         "_state",
         "_token_bytes",
         "_utf8",
@@ -125,8 +126,11 @@ class BudgetCloser:
     def __init__(self, vocab: ClosingVocab, vocab_size: int,
                  decode: Callable[[list[int]], str],
                  token_bytes: Callable[[int], bytes] | None = None,
-                 limit_s: float | None = CLOSING_BUDGET_S) -> None:
+                 limit_s: float | None = CLOSING_BUDGET_S, start: Sequence[int] | None = None) -> None:
         self._vocab = vocab
+        # The grammar's shortest output from its start, when admission already searched for it
+        # (:func:`known_shortest_output`): the first plan, without searching again per request.
+        self._start = start
         self._vocab_size = vocab_size
         self._decode = decode
         self._token_bytes = token_bytes or (lambda t: decode([t]).encode())
@@ -245,7 +249,8 @@ class BudgetCloser:
             # the next time the model leaves this one, it is fed.)
             if len(tokens) < self._retry_at:
                 return None
-            plan, self._rough = self._search(matcher, tokens), False
+            plan = list(self._start) if not tokens and self._start else self._search(matcher, tokens)
+            self._rough = False
         if plan is None:
             # A matcher that cannot fork now (the rest of a thinking tag is forced) may next
             # step; a search that found nothing in its limits is retried a few steps later.
@@ -314,13 +319,23 @@ class BudgetCloser:
     @staticmethod
     def _still_completes(matcher: Matcher, token: int, plan: list[int]) -> bool:
         """True when ``plan`` still completes the grammar after ``token`` (with nothing forced
-        in between): a probe (~1 µs), then one consume per plan token, not a search."""
-        if not accepts(matcher, [token, *plan]):
+        in between), not a search.  Where the engine can say in one probe that ``token`` then
+        ``plan`` ends complete (llguidance: a validation of them and EOS), that probe and the
+        forced-run check after ``token`` are all it costs; otherwise a fork consumes the plan
+        token by token (~14 µs each: most of the closer's time per step in the zone, issue 40)."""
+        run = [token, *plan]
+        completes = getattr(matcher, "completes_with", None)
+        verdict = completes(run) if completes is not None else None
+        if verdict is False or (verdict is None and not accepts(matcher, run)):
             return False
         fork = getattr(matcher, "fork", None)
         probe = fork() if fork is not None else None
+        # A forced run after ``token`` is appended by the generator before the plan's next
+        # token: the plan then no longer follows as is (review() repairs or searches).
         if probe is None or not probe.advance(token) or probe.forced_tokens():
             return False
+        if verdict:
+            return True
         return all(probe.advance(t) for t in plan) and (probe.is_accepting() or probe.is_finished())
 
     def _repair(self, matcher: Matcher, token: int, plan: list[int], room: int) -> list[int] | None:
@@ -378,6 +393,14 @@ def shortest_output(constraint: Any, tokenizer: Tokenizer) -> list[int] | None:
     with _SHORTEST_LOCK:
         _SHORTEST[grammar] = found
     return found
+
+
+def known_shortest_output(constraint: Any) -> list[int] | None:
+    """:func:`shortest_output` of ``constraint`` if it was already searched for, else None
+    (never searches: the generator's thread asks)."""
+    grammar = getattr(constraint, "grammar", None)
+    with _SHORTEST_LOCK:
+        return None if grammar is None else _SHORTEST.get(grammar)
 
 
 def min_output_tokens(constraint: Any, tokenizer: Tokenizer,

@@ -70,6 +70,12 @@ class Handle:
             if isinstance(event, Finished):
                 return
 
+    def ready(self) -> int:
+        """How many events are already delivered to the loop and not yet read: the next read
+        of :meth:`events` returns at once while this is positive (a stream coalesces its writes
+        on it: server/run.py)."""
+        return self._async_q.qsize() if self._async_q is not None else self._sync_q.qsize()
+
     async def events(self) -> AsyncIterator[GenerationEvent]:
         """The events as an async iterator (the handle must have been made with a loop)."""
         assert self._async_q is not None, "submit(..., loop=...) for async iteration"

@@ -11,6 +11,7 @@ there.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -145,3 +146,17 @@ def test_uvicorn_text_logs_format_every_line_redacted_or_not() -> None:
     assert '"GET /health HTTP/1.1" 200' in lines[0]
     assert "chars redacted" in lines[1] and " 404" in lines[1]
     assert PROMPT_MARK not in stream.getvalue()
+
+
+def test_an_access_line_formats_through_the_redaction() -> None:
+    from uvicorn.logging import AccessFormatter
+
+    from server.log_redaction import ContentRedaction
+
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                               ("127.0.0.1:5", "GET", "/v1/models?q=⟦secret⟧", "1.1", 200), None)
+    assert ContentRedaction().filter(record)
+    access = AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False)
+    line = access.format(record)
+    assert line.startswith('127.0.0.1:5 - "GET /v1/models?q=⟦') and line.endswith('HTTP/1.1" 200 OK')
+    assert "secret" not in line
