@@ -88,6 +88,17 @@ CASES: list[tuple[dict[str, Any], list[Any]]] = [
        [{"tags": ["a"]}, {"name": "x"}, {"tags": ["a"], "name": "x"}, {"tags": [1], "name": "x"},
         {"tags": ["a", 2, "b"], "name": "x"}, {"tags": [1]}, {"name": 1}, {}, {"tags": [], "name": "x"}])
       for d in (4, 7)],
+    # no object satisfies it (two required keys, at most one property): llguidance reads the
+    # condition `not(true)` as true, which let such objects close
+    ({"properties": {"x": {"type": "integer"}}, "required": ["a", "b"], "maxProperties": 1},
+     [{"a": 1, "b": 2}, {"b": 2, "a": 1, "x": 0}, 3, "s", None]),
+    # extra keys JSON escapes (a quote, a backslash, a newline) next to a declared one that does
+    ({"type": "object", "properties": {"a": {"type": "integer"}, 'q"': {"type": "string"}}, "required": ["a"]},
+     [{"a": 1, "s\\": 2}, {"a": 1, "n\nl": 0}, {"a": 1, 'q"': "s"}, {"a": 1, 'q"': 1}, {"a": "x"}]),
+    # a presence formula naming a key whose schema is false (it had no bit: a KeyError)
+    ({"type": "object", "properties": {"a": INT, "b": False, "c": {}},
+      "anyOf": [{"required": ["b"]}, {"required": ["a"]}]},
+     [{"a": 1}, {"a": 1, "c": 2}, {"c": 1}, {"b": 1}, {"b": 1, "a": 1}]),
     # recursion through $ref and vendor keywords (ignored, as JSON Schema says)
     ({"$ref": "#/$defs/node", "$defs": {"node": NODE}},
      [{"value": 1, "children": [{"value": 2.5, "children": []}]}, {"children": [], "value": 0},

@@ -31,11 +31,11 @@ from .any_order_terms import (
     SCALAR_TERMINALS,
     SCALARS,
     escape_slashes,
+    extra_key_regex,
     json_literal,
     punctuation,
-    regex_literal,
 )
-from .key_presence import all_of, asserting, condition, is_false, json_types, presence
+from .key_presence import FALSE, all_of, asserting, condition, is_false, json_types, presence
 
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
                           "allOf", "anyOf", "oneOf", "not"})
@@ -243,7 +243,7 @@ class _Translator:
         bits = {k: i for i, k in enumerate(order)}
         end_parts = [f"is_ones([0:{len([k for k in required if k in declared])}])"] if required else []
         if any(k in absent or is_false(declared.get(k, True)) for k in required):
-            end_parts = ["not(true)"]
+            end_parts = [FALSE]
         end_parts += [condition(f, bits, absent) for f in formulas if f is not None]
         end = f" %if {all_of(end_parts)}" if end_parts else ""
         values = [self.node(self.value_schema(k, declared[k], pattern)) for k in order]
@@ -294,17 +294,9 @@ class _Translator:
         """Keys that are not declared (declared ones must not come back as extras), matching
         ``body`` when given and not matching the pattern ``exclude`` (its keys have their own).
 
-        One regex over the whole quoted key: llguidance computes masks ~30x slower when the
-        intersection and complement sit inside the quotes of a composed terminal."""
+        (:func:`.any_order_terms.extra_key_regex`)."""
         terminal = f"{tag}KEY_{name.upper()}"
-        regex = r'/"[^"\\\x00-\x1F\x7F]*"/'
-        if body is not None:
-            regex += f' & /"({body})"/'
-        if isinstance(exclude, tuple):
-            regex += f' & ~/"({exclude[0]})"/'
-        plain = [k for k in declared if not any(c in k for c in '"\\') and all(ord(c) >= 0x20 for c in k)]
-        if plain:
-            regex += ' & ~/"(' + "|".join(regex_literal(k) for k in plain) + ')"/'
+        regex = extra_key_regex(list(declared), body, exclude[0] if isinstance(exclude, tuple) else None)
         self.terminals[terminal] = regex
         return terminal
 
