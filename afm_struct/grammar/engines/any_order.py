@@ -321,11 +321,12 @@ class _Translator:
     @staticmethod
     def is_plain_array(schema: dict[str, Any], keys: set[str]) -> bool:
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
-        keys = _own_keys(keys, "array")
+        # A list of types with "array" in it: the other types stay a leaf beside the rule.
+        keys = _own_keys(keys, "array") if schema.get("type") == "array" else keys
         if "contains" in keys:  # some item matches: unbounded arrays of at least one item only
             return (keys <= _ARRAY_KEYS | {"contains"} and schema.get("type") == "array"
                     and isinstance(schema.get("items", {}), dict | bool) and lo in (0, 1) and hi is None)
-        return (keys <= _ARRAY_KEYS and schema.get("type") == "array"
+        return (keys <= _ARRAY_KEYS and "type" in schema and "array" in json_types(schema)
                 and isinstance(schema.get("items"), dict)
                 and isinstance(lo, int) and not isinstance(lo, bool) and lo >= 0
                 and (hi is None or (isinstance(hi, int) and not isinstance(hi, bool) and hi >= max(lo, 1))))
@@ -345,8 +346,9 @@ class _Translator:
         rest_lo = max(lo - 1, 0)
         rest = f"(COMMA {item}){{{rest_lo},{'' if hi is None else hi - 1}}}"
         items = f"{item} {rest}" if lo > 0 else f"({item} {rest})?"
+        others = [t for t in json_types(schema) if t != "array"]
         name = self.new_rule()
-        self.define(name, f": LBRACK {items} RBRACK")
+        self.define(name, f": LBRACK {items} RBRACK" + (f" | {self.leaf({'type': others})}" * bool(others)))
         return name
 
     # ---------------------------------------------------------------- leaves

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..schema.keywords import keyword_types
 from ..schema.paths import MISSING, resolve_pointer
+from .key_presence import json_types
 
 _VALUES = ("enum", "const", "default", "examples")
 
@@ -30,7 +32,8 @@ def holds_ordered_object(schema: Any, root: Any) -> bool:
             continue
         if not isinstance(node, dict):
             continue
-        if _orders_keys(node):
+        types = set(json_types(node))
+        if "object" in types and _orders_keys(node):
             return True
         ref = node.get("$ref")
         if isinstance(ref, str) and ref not in seen:
@@ -38,7 +41,11 @@ def holds_ordered_object(schema: Any, root: Any) -> bool:
             target = resolve_pointer(root, ref) if ref.startswith("#") else MISSING
             if target is not MISSING:
                 stack.append(target)
-        stack.extend(v for k, v in node.items() if k not in _VALUES)
+        # Only keywords that apply to the node's types (an array's `properties`, an object's
+        # `items` are inert), and definitions (reached through references above).
+        stack.extend(v for k, v in node.items()
+                     if k not in _VALUES and k not in ("definitions", "$defs")
+                     and (not keyword_types(k) or types & set(keyword_types(k))))
     return False
 
 
