@@ -178,3 +178,22 @@ def test_schema_order_falls_back_to_the_exact_any_order_grammar(tokenizer, compi
     for instance in ({"xs": [3]}, {"xs": [1, 3, 2]}, {"xs": []}, {"xs": [1, 2]}, {"xs": [3, "a"]}, {}):
         text = json.dumps(instance)
         assert _accepts(constraint, tokenizer, text) == validator.is_valid(instance), text
+
+
+def test_an_object_left_in_schema_order_downgrades_any_order(tokenizer, any_order, compiler) -> None:  # type: ignore[no-untyped-def]
+    # Two patternProperties entries: the translation leaves the inner object a %json leaf, where
+    # llguidance takes "a" before "b" only; in any order that is not exact, so it says so, and
+    # the relaxed rung serves the any-order grammar (the outer object still free, never an
+    # invalid instance). Schema order is exact as before.
+    inner = {"type": "object", "properties": {"a": INT, "b": {"type": "string"}},
+             "patternProperties": {"^x": INT, "^y": BOOL}}
+    schema = {"type": "object", "properties": {"inner": inner, "c": INT}, "required": ["c"],
+              "additionalProperties": False}
+    constraint = any_order.compile(JsonSchemaRequest(schema))
+    assert (constraint.mode, constraint.reason) == (Mode.DOWNGRADED, "property_order_fixed")
+    assert _accepts(constraint, tokenizer, json.dumps({"c": 1, "inner": {"a": 1, "b": "s"}}))
+    for invalid in ({"inner": {"a": 1}}, {"c": "1"}, {"c": 1, "inner": {"x1": "s"}}, {"c": 1, "d": 2}):
+        assert not _accepts(constraint, tokenizer, json.dumps(invalid)), invalid
+    assert compiler.compile(JsonSchemaRequest(schema)).mode is Mode.ENFORCED
+    # The same object alone: nothing the grammar could free, the JSON Schema's grammar, downgraded.
+    assert any_order.compile(JsonSchemaRequest(inner)).reason == "property_order_fixed"
