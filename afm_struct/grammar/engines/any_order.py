@@ -279,8 +279,10 @@ class _Translator:
                            + guarded(None, guard))
         body = f": LBRACE {name}_first::0x0 RBRACE"
         others = [t for t in json_types(schema) if t != "object"]
-        if others:  # object keywords say nothing about other types: they stay JSON leaves
-            body += f" | {self.leaf({'type': others})}"
+        # Object keywords say nothing about other types, the applicators do (a false conjunct,
+        # a branch typed "object"): other types stay a JSON leaf with them; none under false.
+        if others and not any(is_false(b) for b in schema.get("allOf", [])):
+            body += f" | {self.leaf({'type': others, **{k: schema[k] for k in _APPLICATORS if k in schema}})}"
         self.define(name, body)
         first, more = f'{name}_first::_ : ""{end}', f'{name}_more::_ : ""{end}'
         if members:
