@@ -13,9 +13,10 @@ from typing import Any
 
 from ..schema.keywords import keyword_types
 from ..schema.paths import MISSING, resolve_pointer
-from .key_presence import json_types
+from .key_presence import JSON_TYPES, json_types
 
 _VALUES = ("enum", "const", "default", "examples")
+_SAME_VALUE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else")
 
 
 def holds_ordered_object(schema: Any, root: Any) -> bool:
@@ -23,29 +24,36 @@ def holds_ordered_object(schema: Any, root: Any) -> bool:
     has two keys whose order llguidance's JSON compiler fixes: a declared (or required) property
     and another, or one next to an extra key (``additionalProperties`` not false, or a
     ``patternProperties`` entry).  Conservative: it may flag an object no instance reaches."""
-    seen: set[str] = set()
-    stack = [schema]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    everything = frozenset(JSON_TYPES)
+    # (subschema, the types a value it applies to can have): applicators apply to the same
+    # value as their parent (a leaf typed ["string", ...] holds no object at its own level).
+    stack: list[tuple[Any, frozenset[str]]] = [(schema, everything)]
     while stack:
-        node = stack.pop()
+        node, allowed = stack.pop()
         if isinstance(node, list):
-            stack.extend(node)
+            stack.extend((n, allowed) for n in node)
             continue
         if not isinstance(node, dict):
             continue
-        types = set(json_types(node))
+        types = allowed & set(json_types(node))
         if "object" in types and _orders_keys(node):
             return True
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref not in seen:
-            seen.add(ref)
+        if isinstance(ref, str) and (ref, types) not in seen:
+            seen.add((ref, types))
             target = resolve_pointer(root, ref) if ref.startswith("#") else MISSING
             if target is not MISSING:
-                stack.append(target)
+                stack.append((target, types))
         # Only keywords that apply to the node's types (an array's `properties`, an object's
         # `items` are inert), and definitions (reached through references above).
-        stack.extend(v for k, v in node.items()
-                     if k not in _VALUES and k not in ("definitions", "$defs")
-                     and (not keyword_types(k) or types & set(keyword_types(k))))
+        for k, v in node.items():
+            if k in _VALUES or k in ("definitions", "$defs"):
+                continue
+            if k in _SAME_VALUE:
+                stack.append((v, frozenset(types)))
+            elif types & set(keyword_types(k)):
+                stack.append((v, everything))
     return False
 
 
