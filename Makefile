@@ -62,7 +62,7 @@ FUZZ_EXAMPLES ?= 2000
 PROPERTY_EXAMPLES ?= 200
 PROPERTY_TESTS := tests/grammar/test_formats.py tests/grammar/test_rewrites.py \
 	tests/grammar/test_rewrite_soundness.py tests/grammar/test_regular.py tests/grammar/test_negation.py \
-	tests/grammar/test_json_escapes.py tests/grammar/test_engine_numbers.py \
+	tests/grammar/test_json_escapes.py tests/grammar/test_engine_numbers.py tests/grammar/test_any_order_properties.py \
 	tests/decoding/test_randomized_real.py tests/decoding/test_random_traffic.py \
 	tests/decoding/test_close_on_length.py tests/decoding/test_row_isolation.py
 fuzz: setup fuzz-grammar

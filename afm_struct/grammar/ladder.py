@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .engines.any_order import any_order_grammar
+from .engines.any_order import any_order_translation
 from .engines.llguidance_engine import EngineCompileError, EngineNumbersError, LLGuidanceEngine
 from .engines.protocol import RELAXED_COMPILE, CompiledGrammar, SchemaCompileOptions
 from .patterns.classify import first_irregular_pattern
@@ -26,11 +26,14 @@ from .schema.keywords import ENGINE_REASONS, TABLE
 from .spec import CompileOptions, Rung
 from .worker import WorkerLimitError, run_with_timeout, submit
 
+# The exact rung's refusal in property_order="any" when some object would keep the schema's order.
+PROPERTY_ORDER_FIXED = "an object keeps the schema's property order"
 _UNIMPLEMENTED = re.compile(r'Unimplemented keys: \["([^"]+)"')
 # llguidance's words → reason: the keyword table's entries first, then what no keyword causes.
 _REASONS: tuple[tuple[str, str], ...] = (
     (EngineNumbersError.PREFIX, "number_beyond_engine"),  # first: its detail names keywords
     *ENGINE_REASONS,
+    (PROPERTY_ORDER_FIXED, "property_order_fixed"),
     ("intersection stack level exceeded", "schema_intersection_too_deep"),
     ("Unsatisfiable schema", "unsatisfiable_schema"),
     ("integer range", "unsupported_integer_range"),
@@ -134,8 +137,7 @@ class LLGuidanceLadder(LadderEngine):
         guarded = guard_patterns(schema, text)
         text = text if guarded is schema else None
         if self.any_order:
-            found = self._any_order(guarded, released)
-            return found if found is not None else self.backend.compile_json_schema(guarded, text=text)
+            return self._free_order(guarded, text, released)
         try:
             return self.backend.compile_json_schema(guarded, text=text, released=released)
         except EngineCompileError:
@@ -146,15 +148,39 @@ class LLGuidanceLadder(LadderEngine):
                 raise
             return found
 
+    def _free_order(self, schema: Any, text: str | None,
+                    released: Callable[[], None] | None) -> CompiledGrammar:
+        """``property_order="any"``'s exact grammar: the any-order grammar, or the JSON Schema
+        itself where no object has an order to free.  Raise EngineCompileError (reason
+        ``property_order_fixed``) where some object would keep the schema's order: a grammar
+        that rejects valid key orders is not exact in this mode (the relaxed rung serves it)."""
+        fixed = False
+        for merge in (True, False):
+            found = any_order_translation(schema, self.backend.exact_json, merge=merge)
+            # A translation the engine refuses leaves the JSON Schema: objects in schema order.
+            fixed = fixed or found.fixed or found.text is not None
+            if found.text is None:
+                break  # (merging changes nothing then)
+            if not found.fixed:
+                try:
+                    return self.backend.compile_lark(found.text, released)
+                except EngineCompileError:
+                    pass
+        if fixed:
+            # The JSON Schema's own refusal, if any, names the unsupported part first.
+            self.backend.compile_json_schema(schema, text=text)
+            raise EngineCompileError(PROPERTY_ORDER_FIXED)
+        return self.backend.compile_json_schema(schema, text=text, released=released)
+
     def _any_order(self, schema: Any, released: Callable[[], None] | None = None) -> CompiledGrammar | None:
         """The any-order grammar: conjunctions merged into rules first; if a merged part leaves
         the engine a leaf it refuses, the same translation without merging; None when neither
         compiles (the JSON Schema's own error then names the unsupported part)."""
         for merge in (True, False):
-            grammar = any_order_grammar(schema, self.backend.exact_json, merge=merge)
-            if grammar is not None:
+            found = any_order_translation(schema, self.backend.exact_json, merge=merge)
+            if found.text is not None:
                 try:
-                    return self.backend.compile_lark(grammar, released)
+                    return self.backend.compile_lark(found.text, released)
                 except EngineCompileError:
                     pass
         return None
@@ -175,8 +201,13 @@ class LLGuidanceLadder(LadderEngine):
         return run_with_timeout(lambda: self.build_exact(schema), timeout_s)
 
     def relaxed(self, schema: Any, timeout_s: float) -> CompiledGrammar:
-        return run_with_timeout(
-            lambda: self.backend.compile_json_schema(schema, RELAXED_COMPILE), timeout_s)
+        return run_with_timeout(lambda: self._relaxed(schema), timeout_s)
+
+    def _relaxed(self, schema: Any) -> CompiledGrammar:
+        # In any order, the any-order grammar with some objects in schema order (sound, and
+        # free wherever it can be) before the lenient JSON grammar (schema order everywhere).
+        found = self._any_order(guard_patterns(schema)) if self.any_order else None
+        return found if found is not None else self.backend.compile_json_schema(schema, RELAXED_COMPILE)
 
     def generic(self, schema: Any, timeout_s: float) -> CompiledGrammar:
         return run_with_timeout(lambda: self.backend.compile_json_schema(generic_schema(schema)),

@@ -88,6 +88,21 @@ CASES: list[tuple[dict[str, Any], list[Any]]] = [
        [{"tags": ["a"]}, {"name": "x"}, {"tags": ["a"], "name": "x"}, {"tags": [1], "name": "x"},
         {"tags": ["a", 2, "b"], "name": "x"}, {"tags": [1]}, {"name": 1}, {}, {"tags": [], "name": "x"}])
       for d in (4, 7)],
+    # no object satisfies it (a required key whose schema is false): llguidance reads the
+    # condition `not(true)` as true, which let such objects close with any keys
+    ({"properties": {"a": False, "b": INT, "c": INT}, "required": ["a"]},
+     [{"b": 1, "c": 2}, {"c": 2}, {"a": 1}, {}, 3, "s", None]),
+    # extra keys JSON escapes (a quote, a backslash, a newline) next to a declared one that does
+    ({"type": "object", "properties": {"a": INT, 'q"': {"type": "string"}}, "required": ["a"]},
+     [{"a": 1, "s\\": 2}, {"a": 1, "n\nl": 0}, {"a": 1, 'q"': "s"}, {"a": 1, 'q"': 1}, {"a": "x"}]),
+    # a presence formula naming a key whose schema is false (it had no bit: a KeyError)
+    ({"type": "object", "properties": {"a": INT, "b": False, "c": {}},
+      "anyOf": [{"required": ["b"]}, {"required": ["a"]}]},
+     [{"a": 1}, {"a": 1, "c": 2}, {"c": 1}, {"b": 1}, {"b": 1, "a": 1}]),
+    # no "type": the applicators hold for other types too (a oneOf of two always-true branches
+    # is false for every value: a non-object value was accepted)
+    ({"properties": {"a": {}, "ab": {}, "abc": {"required": ["a", "ab"], "oneOf": [{}, {}]}}},
+     [{"abc": False}, {"abc": {}}, {}, {"a": 1, "ab": 2}]),
     # recursion through $ref and vendor keywords (ignored, as JSON Schema says)
     ({"$ref": "#/$defs/node", "$defs": {"node": NODE}},
      [{"value": 1, "children": [{"value": 2.5, "children": []}]}, {"children": [], "value": 0},
@@ -167,3 +182,36 @@ def test_schema_order_falls_back_to_the_exact_any_order_grammar(tokenizer, compi
     for instance in ({"xs": [3]}, {"xs": [1, 3, 2]}, {"xs": []}, {"xs": [1, 2]}, {"xs": [3, "a"]}, {}):
         text = json.dumps(instance)
         assert _accepts(constraint, tokenizer, text) == validator.is_valid(instance), text
+
+
+def test_an_object_left_in_schema_order_downgrades_any_order(tokenizer, any_order, compiler) -> None:  # type: ignore[no-untyped-def]
+    # Two patternProperties entries: the translation leaves the inner object a %json leaf, where
+    # llguidance takes "a" before "b" only; in any order that is not exact, so it says so, and
+    # the relaxed rung serves the any-order grammar (the outer object still free, never an
+    # invalid instance). Schema order is exact as before.
+    inner = {"type": "object", "properties": {"a": INT, "b": {"type": "string"}},
+             "patternProperties": {"^x": INT, "^y": BOOL}}
+    schema = {"type": "object", "properties": {"inner": inner, "c": INT}, "required": ["c"],
+              "additionalProperties": False}
+    constraint = any_order.compile(JsonSchemaRequest(schema))
+    assert (constraint.mode, constraint.reason) == (Mode.DOWNGRADED, "property_order_fixed")
+    assert _accepts(constraint, tokenizer, json.dumps({"c": 1, "inner": {"a": 1, "b": "s"}}))
+    for invalid in ({"inner": {"a": 1}}, {"c": "1"}, {"c": 1, "inner": {"x1": "s"}}, {"c": 1, "d": 2}):
+        assert not _accepts(constraint, tokenizer, json.dumps(invalid)), invalid
+    assert compiler.compile(JsonSchemaRequest(schema)).mode is Mode.ENFORCED
+    # The same object alone: nothing the grammar could free, the JSON Schema's grammar, downgraded.
+    assert any_order.compile(JsonSchemaRequest(inner)).reason == "property_order_fixed"
+
+
+@pytest.mark.parametrize("schema", [
+    {"properties": {"x": INT}, "required": ["a", "b"], "maxProperties": 1},
+    {"properties": {"x": INT, "y": INT}, "additionalProperties": False, "minProperties": 3},
+])
+def test_counts_no_object_meets_leave_other_types_valid(tokenizer, any_order, compiler, schema) -> None:  # type: ignore[no-untyped-def]
+    # The min/maxProperties rewrite wrote "no object" as `false`, which refused every value.
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for each in (any_order, compiler):
+        constraint = each.compile(JsonSchemaRequest(schema))
+        for instance in (3, "s", None, [1], {"a": 1, "b": 2}, {"x": 1, "y": 2}):
+            expected = validator.is_valid(instance)
+            assert _accepts(constraint, tokenizer, json.dumps(instance)) == expected, instance

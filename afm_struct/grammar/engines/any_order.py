@@ -27,18 +27,20 @@ from ..schema.keywords import keyword_types
 from ..schema.merge import conjuncts, distribute, merge_all
 from ..schema.paths import MISSING, resolve_pointer
 from ..schema.value_kinds import contained, kind_of
+from .any_order_counts import count_bounds, count_conditions, counter_width, fits, guarded
+from .any_order_leaves import has_nested_ids, holds_ordered_object
 from .any_order_terms import (
     SCALAR_TERMINALS,
     SCALARS,
     escape_slashes,
+    extra_key_regex,
     json_literal,
     punctuation,
-    regex_literal,
 )
-from .key_presence import all_of, asserting, condition, is_false, json_types, presence
+from .key_presence import FALSE, all_of, asserting, condition, is_false, json_types, presence
 
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties", "patternProperties",
-                          "allOf", "anyOf", "oneOf", "not"})
+                          "allOf", "anyOf", "oneOf", "not", "minProperties", "maxProperties"})
 _APPLICATORS = ("allOf", "anyOf", "oneOf", "not")
 _ARRAY_KEYS = frozenset({"type", "items", "minItems", "maxItems"})
 _MAX_PROPERTIES = 64  # bits in an llguidance rule parameter
@@ -59,6 +61,7 @@ class _Translator:
     by_pointer: dict[str, str] = field(default_factory=dict)
     by_leaf: dict[str, str] = field(default_factory=dict)
     reorderable: int = 0  # objects whose order the grammar frees, arrays with contains
+    fixed: bool = False  # a %json leaf holds an object whose properties keep the schema's order
     merges: int = _MAX_MERGES
     by_conjunction: dict[str, str] = field(default_factory=dict)
     count: int = 0
@@ -131,14 +134,14 @@ class _Translator:
             return False
         return merge_all(self.root, conjuncts(self.root, schema)) is False
 
-    def snapshot(self) -> tuple[int, dict[str, dict[str, str]]]:
+    def snapshot(self) -> tuple[tuple[int, bool], dict[str, dict[str, str]]]:
         """The translation state, to undo a branch that could not be translated."""
         tables = {"rules": self.rules, "terminals": self.terminals, "by_pointer": self.by_pointer,
                   "by_leaf": self.by_leaf, "by_conjunction": self.by_conjunction}
-        return self.reorderable, {k: dict(v) for k, v in tables.items()}
+        return (self.reorderable, self.fixed), {k: dict(v) for k, v in tables.items()}
 
-    def restore(self, saved: tuple[int, dict[str, dict[str, str]]]) -> None:
-        self.reorderable, tables = saved
+    def restore(self, saved: tuple[tuple[int, bool], dict[str, dict[str, str]]]) -> None:
+        (self.reorderable, self.fixed), tables = saved
         for key, table in tables.items():
             setattr(self, key, table)
 
@@ -193,9 +196,9 @@ class _Translator:
                 and isinstance(required, list) and all(isinstance(r, str) for r in required)
                 and len(set(required)) == len(required)
                 and isinstance(schema.get("additionalProperties", True), bool | dict)
-                and self.single_pattern(schema) is not False
+                and self.single_pattern(schema) is not False and count_bounds(schema) is not None
                 and (props or required or isinstance(schema.get("additionalProperties"), dict)
-                     or "patternProperties" in schema)
+                     or keys & {"patternProperties", "minProperties", "maxProperties"})
                 and all(presence({k: schema[k]}, set()) is not None
                         for k in _APPLICATORS if k in schema))
 
@@ -238,33 +241,48 @@ class _Translator:
                 declared[key] = value
         order = [k for k in required if k in declared] + [
             k for k in declared if k not in required and not is_false(declared[k])]
-        if len(order) > _MAX_PROPERTIES:
+        lo, hi = count_bounds(schema) or (0, None)
+        has_extras = extra is not False or isinstance(pattern, tuple)
+        width = counter_width(lo, hi) if has_extras else 0
+        if len(order) > _MAX_PROPERTIES or not fits(len(order), width):
             return self.leaf(schema)
         bits = {k: i for i, k in enumerate(order)}
-        end_parts = [f"is_ones([0:{len([k for k in required if k in declared])}])"] if required else []
+        n_required = len([k for k in required if k in declared])
+        counter = (len(order), len(order) + width) if width else None
+        count_end, guard = count_conditions(n_required, len(order), counter, lo, hi)
+        end_parts = [f"is_ones([0:{n_required}])"] if required else []
         if any(k in absent or is_false(declared.get(k, True)) for k in required):
-            end_parts = ["not(true)"]
+            end_parts = [FALSE]
         end_parts += [condition(f, bits, absent) for f in formulas if f is not None]
+        end_parts += [count_end] if count_end is not None else []
         end = f" %if {all_of(end_parts)}" if end_parts else ""
-        values = [self.node(self.value_schema(k, declared[k], pattern)) for k in order]
-        if len(order) >= 2 or (order and (extra is not False or pattern)):
-            self.reorderable += 1
+        # A required key whose schema is false keeps its bit (the object never closes) but has
+        # no member: llguidance refuses a false leaf.
+        values = [None if is_false(declared[k]) else self.node(self.value_schema(k, declared[k], pattern))
+                  for k in order]
+        if len(order) >= 2 or (order and (extra is not False or pattern)) or count_end or guard:
+            self.reorderable += 1  # (llguidance's JSON compiler has no min/maxProperties)
         name = self.new_rule()
         # One member rule shared by the first and the later positions (the comma is all that
         # differs): half the rules, ~25% less llguidance build time on 12-24 properties.
         members = [f"{json_literal(k)} COLON {v} {name}_more::set_bit({i})"
-                   f" %if bit_clear({i})" for i, (k, v) in enumerate(zip(order, values, strict=True))]
+                   + guarded(f"bit_clear({i})", guard if i >= n_required else None)
+                   for i, (k, v) in enumerate(zip(order, values, strict=True)) if v is not None]
         extras: list[tuple[str, Any]] = []
         if isinstance(pattern, tuple):
             extras.append((self.key_terminal(name, "P", declared, pattern[0]), pattern[1]))
         if extra is not False:
             extras.append((self.key_terminal(name, "X", declared, None, exclude=pattern), extra))
         for key_terminal, sub in extras:
-            members.append(f"{key_terminal} COLON {self.node({} if sub is True else sub)} {name}_more::_")
+            step = f"incr([{counter[0]}:{counter[1]}])" if counter else "_"
+            members.append(f"{key_terminal} COLON {self.node({} if sub is True else sub)} {name}_more::{step}"
+                           + guarded(None, guard))
         body = f": LBRACE {name}_first::0x0 RBRACE"
         others = [t for t in json_types(schema) if t != "object"]
-        if others:  # object keywords say nothing about other types: they stay JSON leaves
-            body += f" | {self.leaf({'type': others})}"
+        # Object keywords say nothing about other types, the applicators do (a false conjunct,
+        # a branch typed "object"): other types stay a JSON leaf with them; none under false.
+        if others and not any(is_false(b) for b in schema.get("allOf", [])):
+            body += f" | {self.leaf({'type': others, **{k: schema[k] for k in _APPLICATORS if k in schema}})}"
         self.define(name, body)
         first, more = f'{name}_first::_ : ""{end}', f'{name}_more::_ : ""{end}'
         if members:
@@ -294,17 +312,9 @@ class _Translator:
         """Keys that are not declared (declared ones must not come back as extras), matching
         ``body`` when given and not matching the pattern ``exclude`` (its keys have their own).
 
-        One regex over the whole quoted key: llguidance computes masks ~30x slower when the
-        intersection and complement sit inside the quotes of a composed terminal."""
+        (:func:`.any_order_terms.extra_key_regex`)."""
         terminal = f"{tag}KEY_{name.upper()}"
-        regex = r'/"[^"\\\x00-\x1F\x7F]*"/'
-        if body is not None:
-            regex += f' & /"({body})"/'
-        if isinstance(exclude, tuple):
-            regex += f' & ~/"({exclude[0]})"/'
-        plain = [k for k in declared if not any(c in k for c in '"\\') and all(ord(c) >= 0x20 for c in k)]
-        if plain:
-            regex += ' & ~/"(' + "|".join(regex_literal(k) for k in plain) + ')"/'
+        regex = extra_key_regex(list(declared), body, exclude[0] if isinstance(exclude, tuple) else None)
         self.terminals[terminal] = regex
         return terminal
 
@@ -313,11 +323,12 @@ class _Translator:
     @staticmethod
     def is_plain_array(schema: dict[str, Any], keys: set[str]) -> bool:
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
-        keys = _own_keys(keys, "array")
+        # A list of types with "array" in it: the other types stay a leaf beside the rule.
+        keys = _own_keys(keys, "array") if schema.get("type") == "array" else keys
         if "contains" in keys:  # some item matches: unbounded arrays of at least one item only
             return (keys <= _ARRAY_KEYS | {"contains"} and schema.get("type") == "array"
                     and isinstance(schema.get("items", {}), dict | bool) and lo in (0, 1) and hi is None)
-        return (keys <= _ARRAY_KEYS and schema.get("type") == "array"
+        return (keys <= _ARRAY_KEYS and "type" in schema and "array" in json_types(schema)
                 and isinstance(schema.get("items"), dict)
                 and isinstance(lo, int) and not isinstance(lo, bool) and lo >= 0
                 and (hi is None or (isinstance(hi, int) and not isinstance(hi, bool) and hi >= max(lo, 1))))
@@ -337,8 +348,9 @@ class _Translator:
         rest_lo = max(lo - 1, 0)
         rest = f"(COMMA {item}){{{rest_lo},{'' if hi is None else hi - 1}}}"
         items = f"{item} {rest}" if lo > 0 else f"({item} {rest})?"
+        others = [t for t in json_types(schema) if t != "array"]
         name = self.new_rule()
-        self.define(name, f": LBRACK {items} RBRACK")
+        self.define(name, f": LBRACK {items} RBRACK" + (f" | {self.leaf({'type': others})}" * bool(others)))
         return name
 
     # ---------------------------------------------------------------- leaves
@@ -353,6 +365,7 @@ class _Translator:
         doc["x-guidance"] = self.options
         text = json.dumps(doc, ensure_ascii=False)
         if text not in self.by_leaf:
+            self.fixed = self.fixed or holds_ordered_object(schema, self.root)
             name = self.by_leaf[text] = self.new_rule()
             self.define(name, ": %json " + text)
         return self.by_leaf[text]
@@ -389,46 +402,48 @@ def _own_keys(keys: set[str], json_type: str) -> set[str]:
     return {k for k in keys if not keyword_types(k) or json_type in keyword_types(k)}
 
 
+@dataclass(frozen=True)
+class AnyOrderGrammar:
+    """The translation of a schema: ``text`` the Lark grammar (None: nothing to reorder, or
+    references it cannot carry); ``fixed``: some object the schema admits keeps the schema's
+    property order (in a ``%json`` leaf, or everywhere when ``text`` is None)."""
+
+    text: str | None
+    fixed: bool
+
+
 def any_order_grammar(schema: Any, options: dict[str, Any], *, merge: bool = True) -> str | None:
     """An llguidance Lark grammar for ``schema`` whose objects take their properties in any order.
 
     ``options`` are the llguidance JSON options the exact rung uses (separators, whitespace); the
     result writes and accepts exactly the same JSON text per value, only the order of properties
-    is free.  None when no object would gain (compile the JSON Schema as usual then) or when the
-    schema's references cannot be carried into embedded leaves.  ``merge=False`` leaves every
-    conjunction a ``%json`` leaf (the translation before :mod:`.schema_merge`).
+    is free (except inside ``%json`` leaves: :attr:`AnyOrderGrammar.fixed`).  None when no object
+    would gain (compile the JSON Schema as usual then) or when the schema's references cannot be
+    carried into embedded leaves.  ``merge=False`` leaves every conjunction a ``%json`` leaf
+    (the translation before :mod:`.schema_merge`).
     """
+    return any_order_translation(schema, options, merge=merge).text
+
+
+def any_order_translation(schema: Any, options: dict[str, Any], *, merge: bool = True) -> AnyOrderGrammar:
+    """:func:`any_order_grammar`, and whether objects keep the schema's order somewhere."""
     if not isinstance(schema, dict):
-        return None
+        return AnyOrderGrammar(None, False)
     # Both walks below matter only for schemas with references (most have none); the text
     # tests are a cheap superset of what they look for.
     text = json.dumps(schema, ensure_ascii=False)
     has_refs = '"$ref"' in text
-    if has_refs and 'id": "' in text and _has_nested_ids(schema):
-        return None
+    if has_refs and 'id": "' in text and has_nested_ids(schema):
+        return AnyOrderGrammar(None, holds_ordered_object(schema, schema))
     translator = _Translator(schema, {k: v for k, v in options.items() if v is not None}, has_refs=has_refs,
                              merges=_MAX_MERGES if merge else 0)
     try:
         top = translator.node(schema)
     except _Untranslatable:
-        return None
+        return AnyOrderGrammar(None, holds_ordered_object(schema, schema))
     if translator.reorderable == 0:
-        return None
+        return AnyOrderGrammar(None, translator.fixed)
     terminals = {**punctuation(options), **translator.terminals}
-    return "\n".join([f"start: {top}", *translator.rules.values(),
-                      *(f"{name}: {body}" for name, body in terminals.items())]) + "\n"
-
-
-def _has_nested_ids(schema: dict[str, Any]) -> bool:
-    """True when a subschema changes the base URI (its ``$ref``s would resolve elsewhere)."""
-    stack: list[Any] = [v for k, v in schema.items() if k not in ("enum", "const", "default", "examples")]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            for key in ("$id", "id"):
-                if isinstance(node.get(key), str) and not node[key].startswith("#"):
-                    return True
-            stack.extend(v for k, v in node.items() if k not in ("enum", "const", "default", "examples"))
-    return False
+    return AnyOrderGrammar("\n".join([f"start: {top}", *translator.rules.values(),
+                                      *(f"{name}: {body}" for name, body in terminals.items())]) + "\n",
+                           translator.fixed)

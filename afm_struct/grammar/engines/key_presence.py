@@ -12,6 +12,12 @@ from typing import Any
 
 from ..schema.keywords import ASSERTIONS
 
+# llguidance's conditions have no constants: ``true`` is read as some condition that holds, and
+# ``not(true)`` holds too (an object closed under "required key absent" took any keys). Written
+# as tautology and contradiction over bit 0, which every rule parameter has.
+TRUE = "or(bit_set(0), bit_clear(0))"
+FALSE = "and(bit_set(0), bit_clear(0))"
+
 JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
 
 
@@ -44,7 +50,7 @@ def is_false(schema: Any) -> bool:
 
 def all_of(conds: list[str]) -> str:
     """An llguidance condition true when every one of ``conds`` is."""
-    out = conds[0] if conds else "true"
+    out = conds[0] if conds else TRUE
     for c in conds[1:]:
         out = f"and({out}, {c})"
     return out
@@ -53,7 +59,7 @@ def all_of(conds: list[str]) -> str:
 def any_of(conds: list[str]) -> str:
     """An llguidance condition true when one of ``conds`` is (false for none)."""
     if not conds:
-        return "not(true)"
+        return FALSE
     out = conds[0]
     for c in conds[1:]:
         out = f"or({out}, {c})"
@@ -120,10 +126,11 @@ def condition(formula: list[Any], bits: dict[str, int], absent: set[str]) -> str
     """A formula as an llguidance ``%if`` condition over the bits of ``bits``."""
     head = formula[0]
     if head is True:
-        return "true"
+        return TRUE
     if head == "has":
         key = formula[1]
-        return "not(true)" if key in absent else f"bit_set({bits[key]})"
+        # A key without a bit (absent, or declared with a false schema) is never present.
+        return FALSE if key in absent or key not in bits else f"bit_set({bits[key]})"
     subs = [condition(f, bits, absent) for f in formula[1:]]
     if head == "not":
         return f"not({subs[0]})"

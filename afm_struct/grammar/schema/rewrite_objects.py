@@ -167,6 +167,10 @@ def property_names(node: dict[str, Any], original: dict[str, Any], ctx: Any) -> 
     return out
 
 
+# "No object": the counts bind objects only (``false`` here also refused every other value).
+_NOT_OBJECT = {"type": ["array", "boolean", "null", "number", "string"]}
+
+
 def min_max_properties(node: dict[str, Any], original: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     """``minProperties`` / ``maxProperties`` → what llguidance takes: nothing when implied; over
     a closed list, "some k of these present" / "some of these absent"; otherwise one ``anyOf``
@@ -202,7 +206,7 @@ def min_max_properties(node: dict[str, Any], original: dict[str, Any], ctx: Any)
         if need_lo:
             k = lo - len(req)
             if k > n:
-                return {**out, "allOf": [*out.get("allOf", []), False]}
+                return {**out, "allOf": [*out.get("allOf", []), _NOT_OBJECT]}
             subsets = list(itertools.combinations(optional, k))
             if len(subsets) > _MAX_BRANCHES:
                 return None
@@ -211,7 +215,7 @@ def min_max_properties(node: dict[str, Any], original: dict[str, Any], ctx: Any)
             assert hi is not None
             k = n - (hi - len(req))
             if k > n:
-                return {**out, "allOf": [*out.get("allOf", []), False]}
+                return {**out, "allOf": [*out.get("allOf", []), _NOT_OBJECT]}
             subsets = list(itertools.combinations(optional, k))
             if len(subsets) > _MAX_BRANCHES:
                 return None
@@ -232,6 +236,6 @@ def min_max_properties(node: dict[str, Any], original: dict[str, Any], ctx: Any)
                 if hi is not None:
                     branch["maxProperties"] = hi
                 branches.append(branch)
-        conds.append({"anyOf": branches} if branches else False)
+        conds.append({"anyOf": branches} if branches else _NOT_OBJECT)
     return {**out, "allOf": [*out.get("allOf", []), *conds]}
 
