@@ -40,11 +40,13 @@ serve: setup
 cluster: setup
 	$(BIN)/afm-struct cluster --replicas $(REPLICAS) --host $(HOST) --port $(PORT) $(MODEL_ARG)
 
-# Two worker processes by default, a test file each at a time (module-scoped servers stay
-# whole); most of the suite waits on servers and subprocesses, so 2 workers fit 2 cores.  The
-# longest files go out first (tests/suite_schedule.py, weights in tests/suite_durations.json).
+# Three worker processes by default, a test file each at a time (module-scoped servers stay
+# whole): much of the suite waits on servers and subprocesses, so 2 workers left a third of a
+# core idle.  Measured on 2 cores, the same tree back to back: 2 workers 23 min 17 s at 167 %
+# CPU, 3 workers 19 min 47 s at 190 % (benchmarks/suite/README.md).  The longest files go out
+# first (tests/suite_schedule.py, weights in tests/suite_durations.json).
 # TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 # One BLAS thread per process in the suite: two workers and their servers already fill both
 # cores, and OpenBLAS's spinning threads on top cost more than they give (measured on 2 cores:
