@@ -135,15 +135,20 @@ async function judge(pane) {
   }
 }
 
-async function run() {
-  let bodies;
+// The two request bodies, or null after showing why the input cannot make them.
+function bodiesOrSayWhy() {
   try {
-    bodies = requestBodies();
+    return requestBodies();
   } catch (err) {
     if (!(err instanceof InputError)) throw err;
     showVerdict("error", `✗ ${err.message}`);
-    return;
+    return null;
   }
+}
+
+async function run() {
+  const bodies = bodiesOrSayWhy();
+  if (!bodies) return;
   const controller = new AbortController();
   const other = compareUrl();
   running = {
@@ -177,14 +182,8 @@ async function cancelRun() {
 }
 
 function copy(kind) {
-  let bodies;
-  try {
-    bodies = requestBodies();
-  } catch (err) {
-    if (!(err instanceof InputError)) throw err;
-    showVerdict("error", `✗ ${err.message}`);
-    return;
-  }
+  const bodies = bodiesOrSayWhy();
+  if (!bodies) return;
   const text = kind === "curl" ? asCurl(base, bodies.constrained, Boolean(key()))
     : asPython(base, bodies.constrained, Boolean(key()));
   const box = $("copied");
