@@ -26,6 +26,7 @@ export class Pane {
     this.tokens = 0;
     this.started = performance.now();
     this.firstAt = null;
+    this.contentChunks = 0;
     this.endedAt = null;
     this.finishReason = null;
     this.usage = null;
@@ -78,6 +79,7 @@ export class Pane {
       }
       if ((records && records.length) || shown) {
         if (this.firstAt === null) this.firstAt = performance.now();
+        this.contentChunks += 1;
       }
     }
     this.updateStats();
@@ -109,8 +111,13 @@ export class Pane {
   updateStats() {
     const ttft = this.firstAt === null ? "-" : `${Math.round(this.firstAt - this.started)} ms`;
     const end = this.endedAt || performance.now();
-    const rate = this.firstAt !== null && end > this.firstAt && this.tokens > 1
-      ? `${((this.tokens - 1) / ((end - this.firstAt) / 1000)).toFixed(1)} tok/s` : "-";
+    // A best-effort answer is held back and sent whole at the end (docs/protocol.md): its one
+    // chunk says nothing of the decode speed, so the rate is taken over the whole request.
+    const heldBack = this.endedAt && this.contentChunks === 1 && this.tokens > 1;
+    const rate = heldBack
+      ? `${(this.tokens / ((end - this.started) / 1000)).toFixed(1)} tok/s over the request (answer held back)`
+      : this.firstAt !== null && end > this.firstAt && this.tokens > 1
+        ? `${((this.tokens - 1) / ((end - this.firstAt) / 1000)).toFixed(1)} tok/s` : "-";
     this.stats.textContent = "";
     for (const [name, value] of [["TTFT", ttft], ["speed", rate], ["tokens", this.tokens],
       ["finish", this.finishReason || "-"]]) {
