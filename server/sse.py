@@ -28,13 +28,20 @@ _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+def json_text(value: Any) -> str:
+    """``value``'s compact JSON as an event carries it: no character any line splitter reads
+    as a line end.  Character by character, so a part of a value encodes as it does inside it
+    (server/chat/content_frames.py relies on it)."""
+    text = _JSON.encode(value)
+    if "\u2028" in text or "\u2029" in text or "\x85" in text:  # rare: a scan is ~100x cheaper
+        text = text.translate(_LINE_BREAKS)
+    return text
+
+
 def encode_event(payload: Mapping[str, Any], *, event: str | None = None) -> bytes:
     """One SSE event: an optional ``event: <type>`` line, ``data: <compact JSON>`` and a blank
     line (the JSON holds no character any line splitter reads as a line end)."""
-    text = _JSON.encode(payload)
-    if "\u2028" in text or "\u2029" in text or "\x85" in text:  # rare: a scan is ~100x cheaper
-        text = text.translate(_LINE_BREAKS)
-    data = b"data: " + text.encode() + b"\n\n"
+    data = b"data: " + json_text(payload).encode() + b"\n\n"
     if event is None:
         return data
     if not event or any(ch in event for ch in "\r\n"):

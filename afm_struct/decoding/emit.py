@@ -157,7 +157,7 @@ def finish(seq: SequenceState, reason: FinishReason, *, error: AfmError | None =
         grammar_complete = False if seq.matcher is not None else None
     if seq.decode_start:
         seq.timings.decode_s = time.perf_counter() - seq.decode_start
-    seq.logits = None
+    seq.logits = seq.logits_row = None
     seq.cache = None
     try:
         seq.sink(Finished(reason=reason, usage=seq.usage, timings=seq.timings, text="".join(seq.text),

@@ -44,6 +44,7 @@ from .detokenizer import StreamingDetokenizer
 from .emit import emit_run, fail, finish, read_token
 from .forward import calibrate_fixed_cost, split_head
 from .grammar_budget import GrammarBudget
+from .host_argmax import take_row
 from .length_close import BudgetCloser, known_shortest_output
 from .logprobs import RowStats, TokenTrack, token_table
 from .next_mask import MaskFiller
@@ -385,7 +386,7 @@ class Generator:
             mx.eval(out)
         for i, (seq, fed) in enumerate(zip(group.rows, feeds, strict=True)):
             seq.pending = seq.pending[len(fed):]
-            seq.logits = None if seq.pending else out[i:i + 1]
+            take_row(seq, None if seq.pending else out, i)
             if not seq.decode_start:  # a row that joined with its prompt's tail: prefilled now
                 mark_prefilled(seq, time.perf_counter())
 

@@ -30,6 +30,7 @@ from .decode_batch import DecodeBatch
 from .emit import fail, finish
 from .failures import request_error
 from .forward import Head, logits_at
+from .host_argmax import take_row
 from .next_mask import MaskFiller
 from .prefix_cache import PrefixCache, common_prefix
 from .ragged_pass import RaggedPass
@@ -223,7 +224,7 @@ class Prefiller:
         mx.async_eval(out)
         failed: list[tuple[SequenceState, Exception]] = []
         for i, seq in enumerate(seqs):
-            seq.logits = out[i:i + 1]
+            take_row(seq, out, i)
         # This prompt's grammar: it alone ends (after joining).
         self.fill_mask.fill_rows(seqs, lambda seq, exc: failed.append((seq, exc)))
         mx.eval(out)
@@ -260,6 +261,7 @@ class Prefiller:
             return n
         # The last chunk: its final position gives the first token's logits.
         seq.logits = logits_at(self.model, self.head, mx.array([prompt[seq.prefilled:]]), seq.cache)
+        seq.logits_row = None
         mx.async_eval(seq.logits)
         self.fill_mask(seq)
         mx.eval(seq.logits)

@@ -31,7 +31,7 @@ from ..errors import AfmError, OverloadedError, UnavailableError, internal_error
 from .generator import Finished, FinishReason, GenerationEvent, GenerationRequest, Generator, Timings, Usage
 from .heap import IdleRelease
 from .join_wait import JoinWait
-from .loop_mailbox import mailbox_for
+from .loop_mailbox import held_wakeups, mailbox_for
 
 log = logging.getLogger("afm_struct")
 
@@ -210,7 +210,8 @@ class Scheduler:
         """One iteration of the generator's phases, admitting replacements where rows left."""
         gen = self.generator
         gen.join_short_tails()
-        freed = gen.sample_and_emit()
+        with held_wakeups():  # the step's deltas for all streams: one wake-up per loop
+            freed = gen.sample_and_emit()
         if freed:  # the shared group runs on with free rows: fill them before its next pass
             self._refill(freed)
             gen.join_short_tails()

@@ -43,6 +43,9 @@ class SequenceState:
     # The grammar time it spent, against the request's grammar_budget_s.
     grammar: GrammarBudget = field(default_factory=GrammarBudget)
     logits: mx.array | None = None  # (1, V) next-token logits, possibly still being computed
+    # (batch logits (B, V), row, the slice that ``logits`` was made as): read together with the
+    # batch's other rows on the host (host_argmax.py); stale once ``logits`` is set otherwise.
+    logits_row: tuple[mx.array, int, mx.array] | None = None
     pending: list[int] = field(default_factory=list)  # decided tokens not yet fed to the model
     mask: np.ndarray | None = None  # (1, words) bitmask row of the next step
     mask_all: bool = True

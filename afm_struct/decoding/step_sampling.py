@@ -29,6 +29,7 @@ import numpy as np
 
 from ..grammar.engines.protocol import buffer_address, mask_words
 from .constraint_pressure import pressure_array, read_pressures
+from .host_argmax import listed_argmax, sources, whole_argmaxes
 from .logprobs import RowStats, logprob_arrays, read_stats
 from .masking import allows_token, apply_bitmask
 from .sampling import processors_idle
@@ -82,6 +83,7 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
                  if pressured else None)
     picks: dict[int, mx.array] = {}  # row -> its sampled token (1,)
     listed: dict[int, tuple[np.ndarray, mx.array]] = {}  # row -> (allowed ids, argmax among them)
+    host_listed: dict[int, np.ndarray] = {}  # row -> allowed ids, their argmax taken by numpy
     asked: list[int] = []
     dists: list[mx.array] = []
     for i, r in enumerate(rows):
@@ -92,6 +94,9 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
                 ids = r.mask_tokens
                 if ids is not None:
                     ids = ids[ids < vocab] if ids.size and ids[-1] >= vocab else ids
+                    if ids.size and on_host:
+                        host_listed[i] = ids
+                        continue
                     if ids.size:
                         among = mx.take(r.logits[0], mx.array(ids.astype(np.int32)))
                         listed[i] = (ids, mx.argmax(among, axis=-1))
@@ -123,11 +128,12 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
     stats: list[RowStats | None] = [None] * len(rows)
     tokens = [-1] * len(rows)
     order = [i for i in range(len(rows)) if i in picks]
-    if not order and not listed and not host:
+    if not order and not listed and not host and not host_listed:
         return tokens, stats
     tokens_arr = mx.concatenate([picks[i] for i in order]) if order else None
     among = [k for _, k in listed.values()]
-    among += [rows[i].logits for i in host]  # evaluated in the same sync, read in place below
+    # Evaluated in the same sync (each batch's logits once), read in place below.
+    among += sources(rows, [*host, *host_listed])
     if asked:
         assert tokens_arr is not None
         wants = [rows[i].request.logprobs or 0 for i in asked]
@@ -150,8 +156,10 @@ def sample_rows(rows: Sequence[SequenceState], on_error: Callable[[int, Exceptio
             tokens[i] = int(t)
     for i, (ids, k) in listed.items():
         tokens[i] = int(ids[int(k.item())])
-    for i in host:
-        tokens[i] = int(np.argmax(np.asarray(rows[i].logits)[0]))
+    for i, t in whole_argmaxes(rows, host).items():
+        tokens[i] = t
+    for i, ids in host_listed.items():
+        tokens[i] = listed_argmax(rows[i], ids)
     _redo_banned(rows, [i for i in (*order, *host) if i in argmax_only], tokens, row_failed)
     now = time.perf_counter()
     for r in rows:

@@ -44,6 +44,7 @@ from .chunks import (
     profile_event,
     usage_chunk,
 )
+from .content_frames import ContentFrames
 
 Delta = dict[str, Any]
 
@@ -90,6 +91,7 @@ class ChatStream:
         self.logprobs = logprobs
         self.include_usage = include_usage
         self._first = True  # no chunk sent yet: the next one carries the role
+        self._frames = ContentFrames(ident)
 
     def encode(self, event: TurnEvent) -> list[bytes]:
         """The SSE events for ``event`` (possibly none)."""
@@ -109,6 +111,10 @@ class ChatStream:
             return [sse.encode_event({ENFORCEMENT_KEY: event.report})]
         if isinstance(event, TokenFieldsReport):
             return [sse.encode_event(event.body())]
+        if type(event) is Text and not self._first and not self.logprobs and _partial(event) is None:
+            frame = self._frames.frame(event.text)  # the same bytes as the whole encoding below
+            if frame is not None:
+                return [frame]
         delta = chat_delta(event)
         if delta is None:
             return []

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from afm_struct.decoding import step_sampling
+from afm_struct.decoding.host_argmax import take_row
 from afm_struct.decoding.logprobs import logprob_arrays, read_stats
 from afm_struct.decoding.masking import allowed_count, allowed_tokens, apply_bitmask
 from afm_struct.decoding.next_mask import LIST_ALLOWED_MAX
@@ -63,8 +64,11 @@ def _mask_row(kind: str, words: int, vocab: int, rng: np.random.Generator) -> np
 
 
 def _rows(plan: list[dict[str, Any]], vocab: int, extra_words: int,
-          seed: int) -> tuple[list[Any], np.ndarray]:
-    """Rows as the generator holds them after a fill into one group bitmask."""
+          seed: int, held: list[str] | None = None) -> tuple[list[Any], np.ndarray]:
+    """Rows as the generator holds them after a fill into one group bitmask.  ``held[i]``:
+    row i's logits are its own array ("own"), row i of the pass's batch array ("batch", as
+    the generator gives them: read on the host together), or were the batch's row and then
+    replaced by other values ("stale": the batch array must not be read for it)."""
     rng = np.random.default_rng(seed)
     words = max(1, (vocab + 31) // 32 + extra_words)
     # Few distinct values: ties between allowed and banned tokens are common.
@@ -87,6 +91,11 @@ def _rows(plan: list[dict[str, Any]], vocab: int, extra_words: int,
                                                 seed=i)),
             request=SimpleNamespace(logprobs=p["logprobs"]), started=0.0,
             timings=SimpleNamespace(first_token_s=None)))
+    for i, (r, how) in enumerate(zip(rows, held or [], strict=False)):
+        if how != "own":
+            take_row(r, logits, i)
+        if how == "stale":
+            r.logits = mx.array(rng.integers(-3, 4, size=(1, vocab)).astype(np.float32))
     return rows, bitmask
 
 
@@ -114,10 +123,11 @@ def _reference(rows: list[Any], vocab: int) -> tuple[list[int], list[Any]]:
 
 @settings(max_examples=examples(40), deadline=None)
 @given(plan=st.lists(ROW, min_size=1, max_size=7), vocab=st.integers(1, 200), extra_words=st.integers(-1, 1),
-       seed=st.integers(0, 2**32 - 1), group=st.booleans())
+       seed=st.integers(0, 2**32 - 1), group=st.booleans(),
+       held=st.lists(st.sampled_from(["own", "batch", "batch", "stale"]), min_size=7, max_size=7))
 def test_tokens_are_exactly_the_masked_samplers(plan: list[dict[str, Any]], vocab: int, extra_words: int,
-                                                seed: int, group: bool) -> None:
-    rows, bitmask = _rows(plan, vocab, extra_words, seed)
+                                                seed: int, group: bool, held: list[str]) -> None:
+    rows, bitmask = _rows(plan, vocab, extra_words, seed, held)
     want, want_stats = _reference(rows, vocab)
     got, stats = sample_rows(rows, bitmask=bitmask if group else None)
     assert got == want
