@@ -48,6 +48,7 @@ OFF_ENV = "AFM_STRUCT_NO_CACHE"
 _MAGIC = b"afm-struct-cache\n"
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 # ("hit" | "miss" | "write" | "corrupt" | "unwritable", kind) -> count, in this process.
 stats: Counter[tuple[str, str]] = Counter()
@@ -141,10 +142,8 @@ def _read(path: Path, kind: str, key: str) -> Any | None:
         return None
 
 
-def _write(path: Path, kind: str, key: str, value: Any) -> None:
-    payload = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-    header = json.dumps({"kind": kind, "key": key, "format": FORMAT, "version": _version(),
-                         "sha256": hashlib.sha256(payload).hexdigest()}).encode()
+def _replace_atomically(path: Path, kind: str, data: bytes) -> bool:
+    """Write ``data`` to ``path`` whole or not at all; False (one warning) when it cannot."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # A temporary file of our own in the same directory, renamed over the entry: readers
@@ -152,7 +151,7 @@ def _write(path: Path, kind: str, key: str, value: Any) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{kind}-", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + header + b"\n" + payload)
+                f.write(data)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -161,15 +160,47 @@ def _write(path: Path, kind: str, key: str, value: Any) -> None:
         _count("unwritable", kind)
         _warn_once(f"write:{path.parent}", f"cache directory {path.parent} not writable ({exc}); "
                    f"set {DIR_ENV} to a writable directory or {OFF_ENV}=1")
-        return
-    _count("write", kind)
+        return False
+    return True
+
+
+def _write(path: Path, kind: str, key: str, value: Any) -> None:
+    payload = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    header = json.dumps({"kind": kind, "key": key, "format": FORMAT, "version": _version(),
+                         "sha256": hashlib.sha256(payload).hexdigest()}).encode()
+    if _replace_atomically(path, kind, _MAGIC + header + b"\n" + payload):
+        _count("write", kind)
+
+
+def write_file(kind: str, key: str, data: bytes) -> str | None:
+    """Store ``data`` as the plain side file of entry ``kind`` / ``key`` (for a reader that wants
+    a path, such as ``tokenizers``' ``from_file``); its SHA-256 to record in the entry, or None
+    when it could not be written.  Written before the entry that names it."""
+    if not _replace_atomically(entry_path(kind, key).with_suffix(".data"), kind, data):
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
+def checked_file(kind: str, key: str, sha256: Any) -> Path:
+    """The side file of entry ``kind`` / ``key``, once its content is checked against ``sha256``;
+    ValueError (the entry is then rebuilt) when it is missing or differs.  Concurrent writers
+    of one key write the same bytes, so the file a reader then opens is the one checked."""
+    path = entry_path(kind, key).with_suffix(".data")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"side file {path.name} unreadable ({exc})") from None
+    if not isinstance(sha256, str) or hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"side file {path.name} changed (checksum mismatch)")
+    return path
 
 
 def load_or_build(kind: str, key: str, build: Callable[[], _T], *,
-                  encode: Callable[[_T], Any], decode: Callable[[Any], _T]) -> _T:
+                  encode: Callable[[_T], Any], decode: Callable[[Any], _R]) -> _T | _R:
     """The value of entry ``kind`` / ``key``: decoded from the cache when a whole entry is there,
-    else built with ``build`` and stored (``encode`` makes it JSON; ``decode`` makes it back).
-    A payload ``decode`` rejects (it raises) counts as corrupt and is rebuilt."""
+    else built with ``build`` and stored (``encode`` makes it JSON; ``decode`` makes a value
+    back, usually the built one's equal).  A payload ``decode`` rejects (it raises) counts as
+    corrupt and is rebuilt."""
     if not enabled():
         return build()
     path = entry_path(kind, key)

@@ -2,45 +2,44 @@
 
 Rebuilding a tokenizer from a GGUF means parsing its header in Python (~0.6 s for SmolLM2's
 49k tokens and merges) and then the merges table (~0.3 s).  The cache keeps the result as the
-Rust tokenizer's own JSON plus the :class:`~afm_struct.models.gguf_tokenizer.TokenizerMeta`,
-keyed by the file (:func:`~afm_struct.models.disk_cache.file_digest`): a second start reads it
-back without opening the header.  The tokenizer read back is the one built (its serialized
-form, hence :meth:`Tokenizer.vocabulary_fingerprint`, is identical).
+Rust tokenizer's own JSON (a side file, which transformers parses once with ``from_file``;
+handed a tokenizer object instead, it would serialize and parse it again: ~0.3 s) and an entry
+with the :class:`~afm_struct.models.gguf_tokenizer.TokenizerMeta`, the special tokens' strings
+and the vocabulary size, keyed by the file (:func:`~afm_struct.models.disk_cache.file_digest`)
+and this code.  A second start reads it back without opening the header.  The tokenizer read
+back is the one built (its serialized form, hence :meth:`Tokenizer.vocabulary_fingerprint`, is
+identical).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import disk_cache, gguf_tokenizer
 from .gguf_tokenizer import TokenizerMeta, build_tokenizer, tokenizer_meta
-from .tokenizer import Tokenizer, from_rust_tokenizer
+from .tokenizer import Tokenizer, from_rust_tokenizer, gguf_facade
 
 KIND = "gguf-tokenizer"
+_SPECIALS = ("bos", "eos", "pad", "unk", "eot")
 
 
-def _encode(parts: tuple[Any, TokenizerMeta]) -> dict[str, Any]:
-    raw, meta = parts
-    return {"tokenizer": raw.to_str(), "ids": meta.ids, "template": meta.template, "add_bos": meta.add_bos}
+@dataclass(frozen=True)
+class _Stored:
+    """A cache hit: the tokenizer's JSON file and what the facade needs beside it."""
+
+    file: Path
+    meta: TokenizerMeta
+    names: dict[str, str | None]
+    vocab_size: int
 
 
-def _decode(stored: dict[str, Any]) -> tuple[Any, TokenizerMeta]:
-    from tokenizers import Tokenizer as RustTokenizer
-
-    ids = {name: (None if value is None else int(value)) for name, value in stored["ids"].items()}
-    for name in ("bos", "eos", "pad", "unk", "eot"):
-        ids.setdefault(name, None)
-    template = stored["template"]
-    if template is not None and not isinstance(template, str):
-        raise TypeError("template is not a string")
-    # tokenizers raises its own Exception subclass on a malformed JSON: a ValueError here.
-    try:
-        raw = RustTokenizer.from_str(stored["tokenizer"])
-    except Exception as exc:
-        raise ValueError(f"unreadable tokenizer: {exc}") from exc
-    return raw, TokenizerMeta(ids, template, bool(stored["add_bos"]))
+def _optional(value: Any, kind: type) -> Any:
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(f"{value!r} is not a {kind.__name__}")
+    return value
 
 
 def load_gguf_tokenizer(path: Path | str, contents: Callable[[], Any]) -> Tokenizer:
@@ -54,7 +53,23 @@ def load_gguf_tokenizer(path: Path | str, contents: Callable[[], Any]) -> Tokeni
     try:
         key = f"{disk_cache.file_digest(Path(path))}:{disk_cache.code_digest(gguf_tokenizer)}"
     except OSError:  # missing or unreadable: read_gguf says so in its own words
-        raw, meta = build()
-    else:
-        raw, meta = disk_cache.load_or_build(KIND, key, build, encode=_encode, decode=_decode)
-    return from_rust_tokenizer(raw, meta)
+        return from_rust_tokenizer(*build())
+
+    def encode(parts: tuple[Any, TokenizerMeta]) -> dict[str, Any]:
+        raw, meta = parts
+        return {"tokenizer_sha256": disk_cache.write_file(KIND, key, raw.to_str().encode()),
+                "ids": meta.ids, "template": meta.template, "add_bos": meta.add_bos,
+                "names": {k: (raw.id_to_token(i) if i is not None else None) for k, i in meta.ids.items()},
+                "vocab_size": raw.get_vocab_size(with_added_tokens=True)}
+
+    def decode(stored: dict[str, Any]) -> _Stored:
+        ids = {k: _optional(stored["ids"].get(k), int) for k in _SPECIALS}
+        names = {k: _optional(stored["names"].get(k), str) for k in _SPECIALS}
+        meta = TokenizerMeta(ids, _optional(stored["template"], str), bool(stored["add_bos"]))
+        file = disk_cache.checked_file(KIND, key, stored["tokenizer_sha256"])
+        return _Stored(file, meta, names, int(stored["vocab_size"]))
+
+    got = disk_cache.load_or_build(KIND, key, build, encode=encode, decode=decode)
+    if isinstance(got, _Stored):
+        return gguf_facade(got.meta, got.names, got.vocab_size, tokenizer_file=str(got.file))
+    return from_rust_tokenizer(*got)

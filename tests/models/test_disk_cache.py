@@ -117,10 +117,20 @@ def test_a_different_file_or_vocabulary_misses(cache: Path, tmp_path: Path) -> N
         _same_tokenizer(load_tokenizer(str(path)), from_gguf(read_gguf(path)))
         _same_tokenizer(tokenizer, from_gguf(read_gguf(path)))
     assert disk_cache.stats[("hit", GGUF)] == 2
+    # The tokenizer's JSON side file changed or gone: the entry is rebuilt, not trusted.
+    sides = set(cache.glob(f"{GGUF}-*.data"))
+    assert len(sides) == 2
+    for damage in (lambda side: side.write_bytes(side.read_bytes()[:-10]), Path.unlink):
+        for side in sides:
+            damage(side)
+        _same_tokenizer(load_tokenizer(str(paths[1])), from_gguf(read_gguf(paths[1])))
+    assert disk_cache.stats[("corrupt", GGUF)] == 2 and disk_cache.stats[("miss", GGUF)] == 4
+    _same_tokenizer(load_tokenizer(str(paths[1])), from_gguf(read_gguf(paths[1])))  # rewritten whole
+    assert disk_cache.stats[("hit", GGUF)] == 3
     # The same file rewritten (another mtime and size) is another entry.
     os.utime(paths[0], ns=(1, 1))
     load_tokenizer(str(paths[0]))
-    assert disk_cache.stats[("miss", GGUF)] == 3
+    assert disk_cache.stats[("miss", GGUF)] == 5
     # Two vocabularies: two closing-vocabulary entries, each read back as its own.
     vocabs = [cached_closing_vocab(t) for t in loaded]
     assert len(_entries(cache, "closing-vocab")) == 2
