@@ -20,6 +20,16 @@ from afm_struct.models.tokenizer import Tokenizer
 # Every 4xx from a live server names a place in its request (checked after each test).
 from .error_params import error_params_name_request_paths, record_error_responses  # noqa: F401
 
+# One disk cache (afm_struct/models/disk_cache.py) for the whole run, made by the first process
+# (the xdist controller) and inherited by its workers and every server they start: the
+# tokenizer and closing vocabulary are built once per run, then read back (~1 s saved per
+# `afm-struct serve` subprocess and per in-process load).  Never the user's own cache.
+_CACHE_ENV = "AFM_STRUCT_TEST_CACHE_DIR"
+_made_cache = _CACHE_ENV not in os.environ
+if _made_cache:
+    os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="afm-struct-test-cache-")
+os.environ["AFM_STRUCT_CACHE_DIR"] = os.environ[_CACHE_ENV]
+
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """``--dist loadfile`` (``make test``) hands out the longest files first (tests/suite_schedule.py)."""
@@ -28,6 +38,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from .suite_schedule import LongestFileFirstScheduling
 
     return LongestFileFirstScheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's disk cache is removed by the process that made it, once the run is over."""
+    if _made_cache and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import shutil
+
+        shutil.rmtree(os.environ[_CACHE_ENV], ignore_errors=True)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

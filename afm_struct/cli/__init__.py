@@ -15,8 +15,10 @@ from ..errors import AfmError
 _COMMANDS = ("serve", "cluster", "generate", "compile", "bench", "run_batch")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (subcommands registered from their modules)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full argument parser (subcommands registered from their modules).  ``command``: the
+    subcommand about to run, when known; the benchmark harness's modules (~1 s of imports) are
+    then imported only for ``bench``, and ``bench`` is listed without its kinds otherwise."""
     parser = argparse.ArgumentParser(prog="afm-struct", description=__doc__)
     parser.add_argument("--version", action="version", version=f"afm-struct {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -27,7 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name != f"{__name__}.{name}":
                 raise
             continue
-        module.register(sub)
+        if name == "bench":
+            module.register(sub, kinds=command in (None, "bench"))
+        else:
+            module.register(sub)
     return parser
 
 
@@ -41,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if argv is None:
             reexec_with_optimized_blas()
-    parser = build_parser()
+    parser = build_parser(args_list[0] if args_list and args_list[0] in _COMMANDS else None)
     args = parser.parse_args(args_list)
     if not getattr(args, "func", None):
         parser.print_help()

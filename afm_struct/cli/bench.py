@@ -9,10 +9,13 @@ import importlib
 BENCHMARKS = ("masks", "step", "decode", "extract", "serve", "soak", "report", "completions")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``bench`` and its benchmarks."""
+def register(sub: argparse._SubParsersAction, *, kinds: bool = True) -> None:
+    """Add ``bench`` and, with ``kinds``, its benchmarks (importing the harness: ~1 s, which
+    another subcommand's start need not pay)."""
     parser = sub.add_parser("bench", help="benchmarks (masks, decode, ...)")
-    kinds = parser.add_subparsers(dest="bench", metavar="KIND")
+    if not kinds:
+        return
+    kinds_sub = parser.add_subparsers(dest="bench", metavar="KIND")
     for name in BENCHMARKS:
         try:
             module = importlib.import_module(f"afm_struct_bench.{name}")
@@ -20,4 +23,4 @@ def register(sub: argparse._SubParsersAction) -> None:
             if exc.name != f"afm_struct_bench.{name}":
                 raise
             continue
-        module.register(kinds)
+        module.register(kinds_sub)

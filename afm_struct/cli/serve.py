@@ -155,6 +155,11 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
              "the replicas of one host may share, or a PostgreSQL URL for several hosts (also "
              f"{STORE_ENV}, which keeps a password off the command line; default "
              "$XDG_DATA_HOME/afm-struct/responses.sqlite3)")
+    add("--no-cache", dest="cache", action="store_false",
+        help="neither read nor write the disk cache of what is derived from the model's files "
+             "(its tokenizer, the closing vocabulary): rebuild them on this start; also "
+             "AFM_STRUCT_NO_CACHE=1.  The cache lives in $AFM_STRUCT_CACHE_DIR (default "
+             "$XDG_CACHE_HOME/afm-struct, i.e. ~/.cache/afm-struct)")
     add("--no-store", dest="store", action="store_false",
         help="keep no responses (requests asking to store them are answered, not stored)")
     add("--store-ttl", type=parse_duration, default=parse_duration(DEFAULT_STORE_TTL),
@@ -274,6 +279,10 @@ def run(args: argparse.Namespace) -> int:
         say(f"afm-struct: warning: serving on {settings.host} without an API key: anyone who can "
             f"reach port {settings.port} can use the model; set --api-key, --api-key-file or "
             f"{auth.ENV_VAR}", logging.WARNING)
+    if not args.cache:
+        from ..models import disk_cache
+
+        disk_cache.disable()
     # Before the model: a bad store path fails in a second, not after the load.
     store = open_response_store(args)
     say(f"afm-struct: responses stored in {store.description}" if store is not None else

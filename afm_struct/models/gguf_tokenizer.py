@@ -19,6 +19,7 @@ Two vocabulary kinds (``tokenizer.ggml.model``):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -173,3 +174,22 @@ def special_ids(contents: GGUFContents) -> dict[str, int | None]:
     return {"bos": get("bos_token_id"), "eos": get("eos_token_id"),
             "pad": get("padding_token_id"), "unk": get("unknown_token_id"),
             "eot": get("eot_token_id")}
+
+
+@dataclass(frozen=True)
+class TokenizerMeta:
+    """What the facade needs from a GGUF besides the Rust tokenizer: the special ids as stored
+    (:func:`special_ids`), the chat template and whether prompts start with BOS."""
+
+    ids: dict[str, int | None]
+    template: str | None
+    add_bos: bool
+
+
+def tokenizer_meta(contents: GGUFContents) -> TokenizerMeta:
+    """The :class:`TokenizerMeta` of a GGUF's metadata."""
+    template = contents.meta("tokenizer.chat_template")
+    add_bos = bool(contents.meta("tokenizer.ggml.add_bos_token", False))
+    if contents.meta("tokenizer.ggml.pre") in ("glm4", "chatglm-bpe"):
+        add_bos = False  # llama.cpp drops GLM-4's BOS: its template writes [gMASK]<sop> itself
+    return TokenizerMeta(special_ids(contents), str(template) if template else None, add_bos)

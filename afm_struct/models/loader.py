@@ -106,13 +106,13 @@ def _load_gguf(path: Path, mode: str, chosen: str,
                progress: Callable[[str], None]) -> tuple[nn.Module, Tokenizer, int, str, str, str]:
     """The model, tokenizer and context of a GGUF; the weights chosen, as stored, and why."""
     from .gguf import build_model, read_gguf
-    from .tokenizer import from_gguf
+    from .gguf_tokenizer_cache import load_gguf_tokenizer
 
     progress(f"reading {path.name}")
     contents = read_gguf(path)
     weights, reason = _gguf_weights(mode, chosen, contents)
     progress("building tokenizer")
-    tokenizer = from_gguf(contents)
+    tokenizer = load_gguf_tokenizer(path, lambda: contents)
     progress(f"mapping weights ({weights})")
     model, config = build_model(contents, dequantize=weights != "quantized")
     _cast(model, weights if weights != "quantized" else "")
@@ -225,9 +225,11 @@ def load_tokenizer(spec: str | None = None) -> Tokenizer:
     """Only the tokenizer of ``spec`` (or of the embedded model): fast, no weights mapped."""
     if spec is None or spec.endswith(".gguf"):
         from .gguf import read_gguf
-        from .tokenizer import from_gguf
+        from .gguf_tokenizer_cache import load_gguf_tokenizer
 
-        return from_gguf(read_gguf(embedded_model_path() if spec is None else spec))
+        # The disk cache holds the tokenizer of a GGUF read before: no header parsed then.
+        path = embedded_model_path() if spec is None else Path(spec)
+        return load_gguf_tokenizer(path, lambda: read_gguf(path))
     from mlx_lm.tokenizer_utils import load as load_tok  # type: ignore[attr-defined]
 
     try:

@@ -272,26 +272,30 @@ def _as_dict(message: Any) -> Any:
 
 def from_gguf(contents: Any) -> Tokenizer:
     """The tokenizer of a GGUF file (vocab, merges, specials and template from metadata)."""
+    from .gguf_tokenizer import build_tokenizer, tokenizer_meta
+
+    return from_rust_tokenizer(build_tokenizer(contents), tokenizer_meta(contents))
+
+
+def from_rust_tokenizer(tok: Any, meta: Any) -> Tokenizer:
+    """The facade over a ``tokenizers.Tokenizer`` rebuilt from a GGUF and its
+    :class:`~afm_struct.models.gguf_tokenizer.TokenizerMeta`."""
+    ids = meta.ids
+    names = {k: (tok.id_to_token(i) if i is not None else None) for k, i in ids.items()}
+    return gguf_facade(meta, names, tok.get_vocab_size(with_added_tokens=True), tokenizer_object=tok)
+
+
+def gguf_facade(meta: Any, names: dict[str, str | None], vocab_size: int, **source: Any) -> Tokenizer:
+    """The facade of a GGUF's tokenizer: ``source`` is ``tokenizer_object=`` (a
+    ``tokenizers.Tokenizer``, which transformers deep-copies: serialized and parsed again) or
+    ``tokenizer_file=`` (its JSON on disk, parsed once: how the disk cache reads it back);
+    ``names`` the special tokens' strings by :attr:`TokenizerMeta.ids` key."""
     from transformers import PreTrainedTokenizerFast
 
-    from .gguf_tokenizer import build_tokenizer, special_ids
-
-    tok = build_tokenizer(contents)
-    ids = special_ids(contents)
-    vocab = tok.get_vocab()
-    inv = {v: k for k, v in vocab.items()}
-
-    def name(i: int | None) -> str | None:
-        return inv.get(i) if i is not None else None
-
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=name(ids["bos"]), eos_token=name(ids["eos"]),
-        pad_token=name(ids["pad"]), unk_token=name(ids["unk"]), clean_up_tokenization_spaces=False)
-    template = contents.meta("tokenizer.chat_template")
-    if template:
-        hf.chat_template = template
-    add_bos = bool(contents.meta("tokenizer.ggml.add_bos_token", False))
-    if contents.meta("tokenizer.ggml.pre") in ("glm4", "chatglm-bpe"):
-        add_bos = False  # llama.cpp drops GLM-4's BOS: its template writes [gMASK]<sop> itself
-    eos = [i for i in (ids["eos"], ids["eot"]) if i is not None]
-    return Tokenizer(hf, eos_ids=eos, add_bos=add_bos, vocab_size=len(vocab))
+        **source, bos_token=names.get("bos"), eos_token=names.get("eos"),
+        pad_token=names.get("pad"), unk_token=names.get("unk"), clean_up_tokenization_spaces=False)
+    if meta.template:
+        hf.chat_template = meta.template
+    eos = [i for i in (meta.ids["eos"], meta.ids["eot"]) if i is not None]
+    return Tokenizer(hf, eos_ids=eos, add_bos=meta.add_bos, vocab_size=vocab_size)

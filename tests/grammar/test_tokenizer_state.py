@@ -36,6 +36,9 @@ def _counting(monkeypatch: Any) -> dict[str, int]:
     """Count the real constructions of the two costly parts (slowed a little, so that
     concurrent first uses overlap), whatever code path asks for them; the process's shared
     vocabulary parts start empty."""
+    # In-process sharing is what is counted: the disk cache (tested in tests/models/test_disk_cache.py)
+    # would read the closing vocabulary back instead of building it.
+    monkeypatch.setenv("AFM_STRUCT_NO_CACHE", "1")
     monkeypatch.setattr(derived_module, "_shared", derived_module.OrderedDict())
     monkeypatch.setattr(derived_module, "_shared_builds", {})
     counts = {"ll_tokenizer": 0, "closing_vocab": 0}

@@ -306,9 +306,36 @@ class ClosingVocab:
 
 def closing_vocab_for(tokenizer: Tokenizer) -> ClosingVocab:
     """The candidate vocabulary of ``tokenizer`` (the afm_struct facade), built once per
-    vocabulary (~0.3 s at 49k tokens, ~1.3 s at 200k) and kept in the tokenizer's derived parts."""
-    return tokenizer.derived.part("closing_vocab", "closing_vocab", lambda: build_closing_vocab(tokenizer),
+    vocabulary (~0.3 s at 49k tokens, ~1.3 s at 200k) and kept in the tokenizer's derived parts;
+    across processes, read back from the disk cache (models/disk_cache.py)."""
+    return tokenizer.derived.part("closing_vocab", "closing_vocab", lambda: cached_closing_vocab(tokenizer),
                                   shared=True)
+
+
+def cached_closing_vocab(tokenizer: Tokenizer) -> ClosingVocab:
+    """:func:`build_closing_vocab`, through the disk cache keyed by the vocabulary's fingerprint
+    (a vocabulary that cannot be fingerprinted is built every time).  What is stored are the
+    candidates, their texts and kinds, from which :class:`ClosingVocab` derives the rest in
+    milliseconds; building them is the HF decode of every short token."""
+    import sys
+
+    from ...models import disk_cache
+
+    fingerprint = tokenizer.vocabulary_fingerprint()
+    if not fingerprint:
+        return build_closing_vocab(tokenizer)
+    key = f"{fingerprint}:{disk_cache.code_digest(sys.modules[__name__])}"
+    return disk_cache.load_or_build(
+        "closing-vocab", key, lambda: build_closing_vocab(tokenizer),
+        encode=lambda v: {"tokens": v.tokens.tolist(), "texts": v.texts, "kinds": v.kinds.tolist()},
+        decode=_stored_vocab)
+
+
+def _stored_vocab(stored: dict[str, Any]) -> ClosingVocab:
+    tokens, texts, kinds = stored["tokens"], stored["texts"], stored["kinds"]
+    if not (len(tokens) == len(texts) == len(kinds)) or not all(isinstance(t, str) for t in texts):
+        raise ValueError("candidate lists of different lengths or kinds")
+    return ClosingVocab([int(t) for t in tokens], texts, [int(k) for k in kinds])
 
 
 def build_closing_vocab(tokenizer: Tokenizer) -> ClosingVocab:
