@@ -31,6 +31,34 @@ if _made_cache:
 os.environ["AFM_STRUCT_CACHE_DIR"] = os.environ[_CACHE_ENV]
 
 
+def _share_default_tls_context() -> None:
+    """Every ``httpx.Client()`` with default verification builds one ``ssl.SSLContext`` and
+    loads certifi's ~150 CA certificates into it (~20 ms of CPU).  The suite makes thousands
+    of one-shot ``httpx.post``/``httpx.stream`` calls to plain-HTTP servers, and a profile of
+    tests/server/test_responses_http.py put 20 % of its CPU there.  The tests share one
+    default context per environment (httpx documents passing a context as ``verify``; no
+    test changes one), every other ``verify`` goes through untouched."""
+    import functools
+
+    import httpx._transports.default as transport
+
+    build = transport.create_ssl_context
+
+    @functools.lru_cache(maxsize=4)
+    def default_context(trust_env: bool, cert_file: str | None, cert_dir: str | None) -> object:
+        return build(verify=True, cert=None, trust_env=trust_env)
+
+    def create_ssl_context(verify: object = True, cert: object = None, trust_env: bool = True) -> object:
+        if verify is True and cert is None:
+            return default_context(trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        return build(verify=verify, cert=cert, trust_env=trust_env)
+
+    transport.create_ssl_context = create_ssl_context  # type: ignore[assignment]
+
+
+_share_default_tls_context()
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """``--dist loadfile`` (``make test``) hands out the longest files first (tests/suite_schedule.py)."""
     if config.getvalue("dist") != "loadfile":
