@@ -21,16 +21,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ..errors import AfmError, GrammarLimitError, InvalidRequestError, SchemaError, UnsatisfiableError
+from ..errors import AfmError, GrammarLimitError, InvalidRequestError, SchemaError
 from .cache import LRUCache
 from .closer.lark_budget import check_grammar_budgets
 from .closer.literal_budget import check_forced_runs, longest_forced_run
 from .compile_memory import CompileMemory, estimate_compile_mb
 from .diagnostics import grammar_problem, regex_problem
+from .empty_language import check_some_output
 from .engines.llguidance_engine import EngineCompileError, EngineNumbersError, LLGuidanceEngine
-from .engines.protocol import CompiledGrammar, Matcher, mask_words
+from .engines.protocol import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
 from .patterns.classify import classify_pattern
 from .schema.check import check_schema, schema_limits_reason
@@ -202,7 +201,8 @@ class ConstraintCompiler:
             logger.exception("constraint compile failed unexpectedly; serving unconstrained")
             result = self._result(request, Rung.UNCONSTRAINED, None, f"internal_error:{type(exc).__name__}",
                                   schema=getattr(request, "schema", None))
-        _check_some_output(request, result, int(self.tokenizer.vocab_size))
+        check_some_output(request, result.grammar, int(self.tokenizer.vocab_size),
+                          self.llguidance.opening_tokens)
         result = dataclasses.replace(result, compile_ms=(time.perf_counter() - start) * 1e3)
         # Only a grammar of its own weighs (the generic rungs share theirs).
         own = result.grammar is not None and result.rung in (Rung.EXACT, Rung.RELAXED)
@@ -405,29 +405,6 @@ class ConstraintCompiler:
             raise SchemaError(f"invalid grammar: {grammar_problem(exc.message)}", path="$.grammar",
                               param="grammar") from exc
         return self._result(request, Rung.EXACT, grammar, None, backend="llguidance")
-
-
-def _check_some_output(request: ConstraintRequest, result: CompiledConstraint, vocab_size: int) -> None:
-    """Raise a 400 naming the constraint when its language is empty from the start (``root ::=
-    x; x ::= x``; ``multipleOf: 0.1`` within [0.25, 0.35]): the first mask allows nothing and
-    the empty text is not an answer.  Caught here, before any stream starts; one that empties
-    later is caught by the mask filler (decoding/next_mask.py)."""
-    if result.grammar is None:
-        return
-    matcher = result.grammar.new_matcher()
-    row = np.zeros(mask_words(vocab_size), dtype=np.int32)
-    matcher.fill_mask(row)
-    stuck = getattr(matcher, "dead_end", None)
-    if (stuck is not None and stuck()) or (not row.any() and not matcher.is_accepting()):
-        param = _EMPTY_PARAMS.get(request.kind, getattr(request, "param", None))
-        raise UnsatisfiableError(
-            "no output satisfies the constraint (at $): its language is empty, e.g. a grammar rule "
-            "that only refers to itself, or a numeric range that holds no multiple of multipleOf; "
-            "fix the constraint", param=param)
-
-
-# Where a constraint of each kind sits in the request (the schema kinds carry their own param).
-_EMPTY_PARAMS = {"regex": "pattern", "lark": "grammar"}
 
 
 def get_compiler(tokenizer: Tokenizer, options: CompileOptions | None = None) -> ConstraintCompiler:
