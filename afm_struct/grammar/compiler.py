@@ -286,14 +286,23 @@ class ConstraintCompiler:
                      prechecked: bool = False, text: str | None = None) -> CompiledConstraint:
         """``text``: ``schema`` as compact JSON, when the caller has it."""
         limits = schema_limits_reason(schema, self.options, text)
+        # Errors name where the caller's request holds the schema (JsonSchemaRequest.param).
+        param = getattr(request, "param", "tools")
+        # Where the rewrites usually change nothing, the original's exact compile starts first
+        # (llguidance builds without the GIL), so that the Python checks below run alongside it;
+        # it is dropped when they change the schema or refuse it.
+        triggers = mentioned_triggers(text) if text is not None and not limits and not prechecked else None
+        early = None
+        if triggers is not None and triggers <= _USUALLY_UNCHANGED:
+            early = self.engine.start_exact(schema, text)
         # A forced run the lexer cannot follow (literal_budget.py): refused for a strict
         # request, served without it otherwise; an invalid schema is told as such first.
         run = None if limits else longest_forced_run(schema, text)
-        # Errors name where the caller's request holds the schema (JsonSchemaRequest.param).
-        param = getattr(request, "param", "tools")
         if limits or run is not None:
+            if early is not None:
+                early.cancel()  # (if still queued; else it runs out, bounded, unread)
             if not prechecked:
-                check_schema(schema, param=param)
+                check_schema(schema, param=param, text=text)
             if run is not None:
                 if getattr(request, "strict", True):
                     raise run.error(param)
@@ -305,17 +314,10 @@ class ConstraintCompiler:
         if prechecked:
             rewritten = rewrite_schema(schema)
         else:
-            # The engine may start the exact compile now (llguidance: without the GIL) while the
-            # (pure Python) meta-schema check runs; an invalid schema just drops the result.
-            # Where the rewrites usually change nothing, the original's compile starts before
-            # them, so that they run alongside it too; it is dropped when they do change it.
-            early = None
-            if text is not None and mentioned_triggers(text) <= _USUALLY_UNCHANGED:
-                early = self.engine.start_exact(schema, text)
             try:
                 rewritten = rewrite_schema(schema, text)
             except Exception:  # junk input: the check below says what is wrong with it
-                check_schema(schema, param=param)
+                check_schema(schema, param=param, text=text)
                 raise
             if not rewritten.applied:
                 # The same schema (the walk's copy can carry an unused negated definition).
@@ -327,7 +329,8 @@ class ConstraintCompiler:
                     early.cancel()  # (if still queued; else it runs out, bounded, unread)
                 same = rewritten.schema is schema
                 future = self.engine.start_exact(rewritten.schema, text if same else None)
-            check_schema(schema, param=param)
+            # The meta-schema check, references and satisfiability: alongside the compile.
+            check_schema(schema, param=param, text=text)
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)
         applied, sites = rewritten.applied, rewritten.sites

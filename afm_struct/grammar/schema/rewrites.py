@@ -43,7 +43,7 @@ from . import rewrite_finite, rewrite_logic, rewrite_objects, rewrite_values
 from .drafts import draft_of, validator_class
 from .keywords import TABLE, TRIGGERS, rewrites_for
 from .negation import ATOMS, Negator
-from .paths import MISSING, escape_pointer_part, local_refs_resolve, resolve_pointer
+from .paths import MISSING, escape_pointer_part, local_refs_resolve, may_refer, resolve_pointer
 
 # Keywords whose value is one subschema / a map of subschemas / a list of subschemas.
 _ONE = ("additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
@@ -277,7 +277,7 @@ def rewrite_schema(schema: Any, text: str | None = None) -> RewriteResult:
         return RewriteResult(schema, ())
     if text is not None and not _TRIGGER_KEY.search(text):
         return RewriteResult(schema, ())
-    draft, refs = draft_of(schema), _ref_targets(schema)
+    draft, refs = draft_of(schema), (_ref_targets(schema) if may_refer(text) else set())
     taken = set(schema.get("$defs", {})) if isinstance(schema.get("$defs"), dict) else set()
     with regular.budget():
         return _rewrite(schema, draft, refs, taken)
