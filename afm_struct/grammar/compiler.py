@@ -315,7 +315,7 @@ class ConstraintCompiler:
             rewritten = rewrite_schema(schema)
         else:
             try:
-                rewritten = rewrite_schema(schema, text)
+                rewritten = rewrite_schema(schema, text, triggers)
             except Exception:  # junk input: the check below says what is wrong with it
                 check_schema(schema, param=param, text=text)
                 raise

@@ -267,15 +267,17 @@ def _walk(node: Any, path: str | None, ctx: RewriteContext) -> Any:
     return _rewrite_node(out, node, path, ctx)
 
 
-def rewrite_schema(schema: Any, text: str | None = None) -> RewriteResult:
+def rewrite_schema(schema: Any, text: str | None = None,
+                   mentioned: frozenset[str] | None = None) -> RewriteResult:
     """Apply every rewrite bottom-up over all subschemas; ``applied`` names those that fired.
 
     ``text``: ``schema`` as JSON (``json.dumps``, any separators): when no keyword that triggers
     a rewrite occurs in it as a key, ``schema`` itself is returned without a walk (a third of
-    the dev set's schemas; the walk copies every node)."""
+    the dev set's schemas; the walk copies every node).  ``mentioned``: what
+    :func:`mentioned_triggers` said of ``text``, when the caller has asked it already."""
     if not isinstance(schema, dict):
         return RewriteResult(schema, ())
-    if text is not None and not _TRIGGER_KEY.search(text):
+    if text is not None and not (_TRIGGER_KEY.search(text) if mentioned is None else mentioned):
         return RewriteResult(schema, ())
     draft, refs = draft_of(schema), (_ref_targets(schema) if may_refer(text) else set())
     taken = set(schema.get("$defs", {})) if isinstance(schema.get("$defs"), dict) else set()
