@@ -225,8 +225,9 @@ def _rewrite_node(node: dict[str, Any], original: dict[str, Any], path: str | No
                   ctx: RewriteContext) -> Any:
     if TRIGGERS.isdisjoint(node):
         return node
+    wanted = rewrites_for(node.keys())  # (asked again only when a rewrite changes the node)
     for name, (func, removes) in REGISTRY.items():
-        if name not in rewrites_for(node.keys()):
+        if name not in wanted:
             continue
         if path is not None and any(f"{path}/{k}" in ctx.refs for k in removes):
             continue
@@ -239,6 +240,7 @@ def _rewrite_node(node: dict[str, Any], original: dict[str, Any], path: str | No
             if not isinstance(new, dict):  # the node admits nothing (or everything)
                 return new
             node = new
+            wanted = rewrites_for(node.keys())
     return node
 
 
