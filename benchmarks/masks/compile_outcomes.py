@@ -2,13 +2,15 @@
 
     python benchmarks/masks/compile_outcomes.py dump OUT.jsonl [--vocab llama3_1] [--limit N]
     python benchmarks/masks/compile_outcomes.py compare BEFORE.jsonl AFTER.jsonl
+    python benchmarks/masks/compile_outcomes.py dump OUT.jsonl --timeout 120 --files NAME...
 
 ``dump`` compiles each MaskBench schema (``/work/shared/jsonschemabench/data`` by default) through
 the full constraint compiler and writes one line per schema: mode, rung, reason, rewrites and
 their sites, and the grammar the engine was given (its text), or the error a request would get.
 Run it once per build (``PYTHONPATH=<a copy of the other commit>`` for the other one);
 ``compare`` lists every schema whose outcome differs.  ``compile_timeout`` / ``compile_memory``
-outcomes depend on the host's load and are counted apart, not compared.
+outcomes depend on the host's load and are counted apart, not compared (``--files`` and a longer
+``--timeout`` compile those again, in both builds).
 """
 
 from __future__ import annotations
@@ -43,11 +45,13 @@ def dump(args: argparse.Namespace) -> int:
     from afm_struct_bench.vocabularies import fetch
 
     files = sorted(Path(args.schemas).glob("*.json"))
+    if args.files:  # (the load-bound ones of a comparison, again with a longer limit)
+        files = [f for f in files if f.name in set(args.files)]
     if args.limit:
         files = files[:: max(1, len(files) // args.limit)][: args.limit]
     tokenizer = load_tokenizer(str(fetch(args.vocab)) if args.vocab else None)
     compiler = ConstraintCompiler(tokenizer, CompileOptions(property_order=args.property_order,
-                                                            cache_size=16))
+                                                            cache_size=16, timeout_s=args.timeout))
     with open(args.out, "w") as out:
         for path in files:
             schema = json.loads(path.read_text())["schema"]
@@ -84,6 +88,8 @@ def main() -> int:
     d.add_argument("--schemas", default=str(DATA))
     d.add_argument("--vocab", default=None, help="a benchmark vocabulary (default: the embedded model's)")
     d.add_argument("--limit", type=int, default=0)
+    d.add_argument("--timeout", type=float, default=10.0, help="compile time limit (s)")
+    d.add_argument("--files", nargs="*", default=None, help="only these schema files (names)")
     d.add_argument("--property-order", default="schema", choices=("schema", "any"))
     d.set_defaults(func=dump)
     c = sub.add_parser("compare")
