@@ -21,16 +21,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ..errors import AfmError, GrammarLimitError, InvalidRequestError, SchemaError, UnsatisfiableError
+from ..errors import AfmError, GrammarLimitError, InvalidRequestError, SchemaError
 from .cache import LRUCache
 from .closer.lark_budget import check_grammar_budgets
 from .closer.literal_budget import check_forced_runs, longest_forced_run
 from .compile_memory import CompileMemory, estimate_compile_mb
 from .diagnostics import grammar_problem, regex_problem
+from .empty_language import check_some_output
 from .engines.llguidance_engine import EngineCompileError, EngineNumbersError, LLGuidanceEngine
-from .engines.protocol import CompiledGrammar, Matcher, mask_words
+from .engines.protocol import CompiledGrammar, Matcher
 from .ladder import LadderEngine, LLGuidanceLadder, OutlinesLadder, climb, failure_reason
 from .patterns.classify import classify_pattern
 from .schema.check import check_schema, schema_limits_reason
@@ -202,7 +201,8 @@ class ConstraintCompiler:
             logger.exception("constraint compile failed unexpectedly; serving unconstrained")
             result = self._result(request, Rung.UNCONSTRAINED, None, f"internal_error:{type(exc).__name__}",
                                   schema=getattr(request, "schema", None))
-        _check_some_output(request, result, int(self.tokenizer.vocab_size))
+        check_some_output(request, result.grammar, int(self.tokenizer.vocab_size),
+                          self.llguidance.opening_tokens)
         result = dataclasses.replace(result, compile_ms=(time.perf_counter() - start) * 1e3)
         # Only a grammar of its own weighs (the generic rungs share theirs).
         own = result.grammar is not None and result.rung in (Rung.EXACT, Rung.RELAXED)
@@ -286,14 +286,23 @@ class ConstraintCompiler:
                      prechecked: bool = False, text: str | None = None) -> CompiledConstraint:
         """``text``: ``schema`` as compact JSON, when the caller has it."""
         limits = schema_limits_reason(schema, self.options, text)
+        # Errors name where the caller's request holds the schema (JsonSchemaRequest.param).
+        param = getattr(request, "param", "tools")
+        # Where the rewrites usually change nothing, the original's exact compile starts first
+        # (llguidance builds without the GIL), so that the Python checks below run alongside it;
+        # it is dropped when they change the schema or refuse it.
+        triggers = mentioned_triggers(text) if text is not None and not limits and not prechecked else None
+        early = None
+        if triggers is not None and triggers <= _USUALLY_UNCHANGED:
+            early = self.engine.start_exact(schema, text)
         # A forced run the lexer cannot follow (literal_budget.py): refused for a strict
         # request, served without it otherwise; an invalid schema is told as such first.
         run = None if limits else longest_forced_run(schema, text)
-        # Errors name where the caller's request holds the schema (JsonSchemaRequest.param).
-        param = getattr(request, "param", "tools")
         if limits or run is not None:
+            if early is not None:
+                early.cancel()  # (if still queued; else it runs out, bounded, unread)
             if not prechecked:
-                check_schema(schema, param=param)
+                check_schema(schema, param=param, text=text)
             if run is not None:
                 if getattr(request, "strict", True):
                     raise run.error(param)
@@ -305,17 +314,10 @@ class ConstraintCompiler:
         if prechecked:
             rewritten = rewrite_schema(schema)
         else:
-            # The engine may start the exact compile now (llguidance: without the GIL) while the
-            # (pure Python) meta-schema check runs; an invalid schema just drops the result.
-            # Where the rewrites usually change nothing, the original's compile starts before
-            # them, so that they run alongside it too; it is dropped when they do change it.
-            early = None
-            if text is not None and mentioned_triggers(text) <= _USUALLY_UNCHANGED:
-                early = self.engine.start_exact(schema, text)
             try:
-                rewritten = rewrite_schema(schema, text)
+                rewritten = rewrite_schema(schema, text, triggers)
             except Exception:  # junk input: the check below says what is wrong with it
-                check_schema(schema, param=param)
+                check_schema(schema, param=param, text=text)
                 raise
             if not rewritten.applied:
                 # The same schema (the walk's copy can carry an unused negated definition).
@@ -327,7 +329,8 @@ class ConstraintCompiler:
                     early.cancel()  # (if still queued; else it runs out, bounded, unread)
                 same = rewritten.schema is schema
                 future = self.engine.start_exact(rewritten.schema, text if same else None)
-            check_schema(schema, param=param)
+            # The meta-schema check, references and satisfiability: alongside the compile.
+            check_schema(schema, param=param, text=text)
         result = climb(self.engine, rewritten.schema, start, self.options.timeout_s,
                        exact_future=future, generic_cache=self._generic)
         applied, sites = rewritten.applied, rewritten.sites
@@ -405,29 +408,6 @@ class ConstraintCompiler:
             raise SchemaError(f"invalid grammar: {grammar_problem(exc.message)}", path="$.grammar",
                               param="grammar") from exc
         return self._result(request, Rung.EXACT, grammar, None, backend="llguidance")
-
-
-def _check_some_output(request: ConstraintRequest, result: CompiledConstraint, vocab_size: int) -> None:
-    """Raise a 400 naming the constraint when its language is empty from the start (``root ::=
-    x; x ::= x``; ``multipleOf: 0.1`` within [0.25, 0.35]): the first mask allows nothing and
-    the empty text is not an answer.  Caught here, before any stream starts; one that empties
-    later is caught by the mask filler (decoding/next_mask.py)."""
-    if result.grammar is None:
-        return
-    matcher = result.grammar.new_matcher()
-    row = np.zeros(mask_words(vocab_size), dtype=np.int32)
-    matcher.fill_mask(row)
-    stuck = getattr(matcher, "dead_end", None)
-    if (stuck is not None and stuck()) or (not row.any() and not matcher.is_accepting()):
-        param = _EMPTY_PARAMS.get(request.kind, getattr(request, "param", None))
-        raise UnsatisfiableError(
-            "no output satisfies the constraint (at $): its language is empty, e.g. a grammar rule "
-            "that only refers to itself, or a numeric range that holds no multiple of multipleOf; "
-            "fix the constraint", param=param)
-
-
-# Where a constraint of each kind sits in the request (the schema kinds carry their own param).
-_EMPTY_PARAMS = {"regex": "pattern", "lark": "grammar"}
 
 
 def get_compiler(tokenizer: Tokenizer, options: CompileOptions | None = None) -> ConstraintCompiler:

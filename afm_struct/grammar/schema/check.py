@@ -25,7 +25,7 @@ from ..diagnostics import meta_schema_problem
 from ..spec import CompileOptions
 from .drafts import validator_class
 from .meta_schema import flattened_meta_schema
-from .paths import DATA_KEYWORDS, json_path, local_refs_resolve
+from .paths import DATA_KEYWORDS, json_path, local_refs_resolve, may_refer
 from .satisfiability import find_empty
 
 
@@ -44,19 +44,20 @@ def _fast_meta_validator(cls: Any) -> Any:
 
 
 def check_schema(schema: Any, *, param: str = "response_format.json_schema.schema",
-                 prefix: str = "$") -> None:
+                 prefix: str = "$", text: str | None = None) -> None:
     """Raise :class:`SchemaError` unless ``schema`` is a valid JSON Schema with resolvable refs
     and instances; ``param`` / ``prefix`` say where the request carries it (the error's
-    ``param`` and the start of its JSON path)."""
+    ``param`` and the start of its JSON path); ``text``: ``schema`` as ``json.dumps`` wrote it,
+    when the caller has it (no ``"$ref"`` in it: no walk for references)."""
     try:
-        _check_schema(schema, param)
+        _check_schema(schema, param, text)
     except SchemaError as exc:
         if exc.param == param and prefix == "$":
             raise
         raise exc.at(param, prefix) from None
 
 
-def _check_schema(schema: Any, param: str) -> None:
+def _check_schema(schema: Any, param: str, text: str | None = None) -> None:
     if not isinstance(schema, dict | bool):
         raise SchemaError(f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}",
                           path="$", param=param)
@@ -65,9 +66,9 @@ def _check_schema(schema: Any, param: str) -> None:
     # rejects, and rejects only 4 it accepts (Rust vs Python regex dialects in "format": "regex").
     # So its "valid" is final and its "invalid" is re-judged (and explained) by jsonschema.
     if _fast_meta_validator(cls).is_valid(schema):
-        if isinstance(schema, dict):
+        if isinstance(schema, dict) and may_refer(text):
             _check_refs(schema, cls, param)
-        check_satisfiable(schema, param=param)
+        check_satisfiable(schema, param=param, text=text)
         return
     with warnings.catch_warnings():  # jsonschema warns on odd-but-valid regexes in patterns
         warnings.simplefilter("ignore")
@@ -79,15 +80,16 @@ def _check_schema(schema: Any, param: str) -> None:
                 # jsonschema's own message prints Python reprs: say it in JSON terms instead.
                 raise SchemaError(f"invalid JSON Schema: {meta_schema_problem(exc)}",
                                   path=json_path(exc.absolute_path), param=param)
-    if isinstance(schema, dict):
+    if isinstance(schema, dict) and may_refer(text):
         _check_refs(schema, cls, param)
-    check_satisfiable(schema, param=param)
+    check_satisfiable(schema, param=param, text=text)
 
 
-def check_satisfiable(schema: Any, *, param: str, prefix: str = "$") -> None:
+def check_satisfiable(schema: Any, *, param: str, prefix: str = "$", text: str | None = None) -> None:
     """Raise :class:`SchemaError` (400) when ``schema`` provably has no instance; ``prefix`` is
-    where the schema sits in the request (for a tool's parameters)."""
-    empty = find_empty(schema)
+    where the schema sits in the request (for a tool's parameters); ``text`` as in
+    :func:`check_schema`."""
+    empty = find_empty(schema, text)
     if empty is not None:
         raise SchemaError(empty.message(), path=prefix + json_path(empty.path)[1:], param=param)
 

@@ -50,6 +50,13 @@ def escape_pointer_part(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def may_refer(text: str | None) -> bool:
+    """False when ``text``, a schema as ``json.dumps`` wrote it, holds no ``"$ref"`` string, so no
+    ``$ref`` key anywhere: the walks that look for references can be skipped (their result is
+    "none").  True when there is no text, or some ``"$ref"`` (a key, or a string: the walk decides)."""
+    return text is None or '"$ref"' in text
+
+
 def local_refs_resolve(schema: dict[str, Any]) -> bool:
     """True when every ``$ref`` is a JSON pointer into ``schema`` that resolves and no nested
     ``$id``/``id`` changes the base URI (the common case, no registry needed)."""

@@ -43,7 +43,7 @@ from . import rewrite_finite, rewrite_logic, rewrite_objects, rewrite_values
 from .drafts import draft_of, validator_class
 from .keywords import TABLE, TRIGGERS, rewrites_for
 from .negation import ATOMS, Negator
-from .paths import MISSING, escape_pointer_part, local_refs_resolve, resolve_pointer
+from .paths import MISSING, escape_pointer_part, local_refs_resolve, may_refer, resolve_pointer
 
 # Keywords whose value is one subschema / a map of subschemas / a list of subschemas.
 _ONE = ("additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
@@ -225,8 +225,9 @@ def _rewrite_node(node: dict[str, Any], original: dict[str, Any], path: str | No
                   ctx: RewriteContext) -> Any:
     if TRIGGERS.isdisjoint(node):
         return node
+    wanted = rewrites_for(node.keys())  # (asked again only when a rewrite changes the node)
     for name, (func, removes) in REGISTRY.items():
-        if name not in rewrites_for(node.keys()):
+        if name not in wanted:
             continue
         if path is not None and any(f"{path}/{k}" in ctx.refs for k in removes):
             continue
@@ -239,6 +240,7 @@ def _rewrite_node(node: dict[str, Any], original: dict[str, Any], path: str | No
             if not isinstance(new, dict):  # the node admits nothing (or everything)
                 return new
             node = new
+            wanted = rewrites_for(node.keys())
     return node
 
 
@@ -267,17 +269,19 @@ def _walk(node: Any, path: str | None, ctx: RewriteContext) -> Any:
     return _rewrite_node(out, node, path, ctx)
 
 
-def rewrite_schema(schema: Any, text: str | None = None) -> RewriteResult:
+def rewrite_schema(schema: Any, text: str | None = None,
+                   mentioned: frozenset[str] | None = None) -> RewriteResult:
     """Apply every rewrite bottom-up over all subschemas; ``applied`` names those that fired.
 
     ``text``: ``schema`` as JSON (``json.dumps``, any separators): when no keyword that triggers
     a rewrite occurs in it as a key, ``schema`` itself is returned without a walk (a third of
-    the dev set's schemas; the walk copies every node)."""
+    the dev set's schemas; the walk copies every node).  ``mentioned``: what
+    :func:`mentioned_triggers` said of ``text``, when the caller has asked it already."""
     if not isinstance(schema, dict):
         return RewriteResult(schema, ())
-    if text is not None and not _TRIGGER_KEY.search(text):
+    if text is not None and not (_TRIGGER_KEY.search(text) if mentioned is None else mentioned):
         return RewriteResult(schema, ())
-    draft, refs = draft_of(schema), _ref_targets(schema)
+    draft, refs = draft_of(schema), (_ref_targets(schema) if may_refer(text) else set())
     taken = set(schema.get("$defs", {})) if isinstance(schema.get("$defs"), dict) else set()
     with regular.budget():
         return _rewrite(schema, draft, refs, taken)

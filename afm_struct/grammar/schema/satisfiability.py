@@ -33,7 +33,7 @@ from typing import Any
 from jsonschema.exceptions import best_match
 
 from .drafts import validator_class
-from .paths import MISSING, json_path, local_refs_resolve, resolve_pointer
+from .paths import MISSING, json_path, local_refs_resolve, may_refer, resolve_pointer
 
 TYPES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
 _MAX_REFS = 2000  # beyond this many distinct refs, skip the analysis (cost bound)
@@ -60,13 +60,14 @@ class Empty:
         return f"the schema has no valid instance: {self.reason}"
 
 
-def find_empty(schema: Any) -> Empty | None:
-    """An explanation if ``schema`` provably has no instance, else None."""
+def find_empty(schema: Any, text: str | None = None) -> Empty | None:
+    """An explanation if ``schema`` provably has no instance, else None; ``text``: ``schema``
+    as ``json.dumps`` wrote it, when the caller has it (no ``"$ref"`` in it: no walk for them)."""
     if schema is False:
         return Empty([], "the schema is `false`")
     if not isinstance(schema, dict):
         return None
-    return _Analysis(schema).run()
+    return _Analysis(schema, may_refer(text)).run()
 
 
 def _type_of(value: Any) -> set[str]:
@@ -105,8 +106,9 @@ def _widen(types: set[str]) -> set[str]:
 
 
 class _Analysis:
-    def __init__(self, root: dict[str, Any]) -> None:
+    def __init__(self, root: dict[str, Any], refers: bool = True) -> None:
         self.root = root
+        self.refers = refers  # False: no $ref anywhere (nothing for _collect to find)
         self.ok: dict[str, bool] = {}  # ref -> has an instance (least fixpoint)
         self.targets: dict[str, Any] = {}
         self.gave_up = False
@@ -119,7 +121,8 @@ class _Analysis:
         self._validator: Any = None  # built on first use (enum values against their siblings)
 
     def run(self) -> Empty | None:
-        self._collect(self.root, 0)
+        if self.refers:
+            self._collect(self.root, 0)
         if self.gave_up:
             return None
         for ref in self.targets:
