@@ -78,10 +78,14 @@ class ServerSettings:
     # runner (a restart, another replica on the store) may take it over.
     batch_lines_in_flight: int = 4
     batch_lease_s: float = 30.0
+    # Lines in flight while live requests run (a new line starts only below it): each batch
+    # row adds its masks, sampling and event-loop work to every step a live request waits on.
+    batch_lines_with_live: int = 1
 
     def __post_init__(self) -> None:
-        if self.batch_lines_in_flight < 1 or not self.batch_lease_s > 0:
-            raise ValueError("batch_lines_in_flight must be >= 1 and batch_lease_s > 0")
+        if self.batch_lines_in_flight < 1 or not self.batch_lease_s > 0 or self.batch_lines_with_live < 0:
+            raise ValueError("batch_lines_in_flight must be >= 1, batch_lines_with_live >= 0 and "
+                             "batch_lease_s > 0")
         if not 0 < self.profile_interval_s <= 0.25:
             raise ValueError("profile_interval_s must be in (0, 0.25]")
         if self.reasoning not in ("auto", "think", "off"):

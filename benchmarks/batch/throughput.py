@@ -25,6 +25,7 @@ import asyncio
 import io
 import json
 import logging
+import os
 import platform
 import statistics
 import sys
@@ -166,8 +167,13 @@ def main() -> None:
             result["ttft_idle"] = summary(ttfts(live.url, args.probes))
             client, batch_id = start_batch(live, requests)
             time.sleep(1.0)  # the batch fills its rows
+            done_before = client.batches.retrieve(batch_id).request_counts.completed
+            started = time.perf_counter()
             during = ttfts(live.url, args.probes)
+            done = client.batches.retrieve(batch_id).request_counts.completed - done_before
             result["ttft_during_batch"] = summary(during)
+            # What the batch still gets while the probes run (they take rows and hold lines back).
+            result["batch_lines_per_s_during_probes"] = round(done / (time.perf_counter() - started), 2)
             result["batch_rows"] = ServerSettings().batch_lines_in_flight
             client.batches.cancel(batch_id)
             wait_batch(client, batch_id)
@@ -176,6 +182,8 @@ def main() -> None:
     speed = result["batch"]["lines_per_s"] / result["clients_run"]["lines_per_s"]
     result["batch_vs_clients"] = round(speed, 2)
     result["ttft_ratio_p50"] = round(result["ttft_during_batch"]["p50_ms"] / result["ttft_idle"]["p50_ms"], 2)
+    result["ttft_ratio_p90"] = round(result["ttft_during_batch"]["p90_ms"] / result["ttft_idle"]["p90_ms"], 2)
+    result["load_average"] = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: how busy
     text = json.dumps(result, indent=2)
     print(text)
     if args.out is not None:
