@@ -121,6 +121,8 @@ class Scheduler:
         self._live_waiting = 0
         # Background requests (batch lines) submitted and not finished: the rest of _pending is live.
         self._background = 0
+        # A live request started since the last iteration began (the scheduler thread's own).
+        self._live_started = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.join_wait = JoinWait(max_wait_s=self.limits.join_wait_ms / 1e3)
@@ -235,6 +237,11 @@ class Scheduler:
     def _iterate(self) -> None:
         """One iteration of the generator's phases, admitting replacements where rows left."""
         gen = self.generator
+        if self._live_started and self._background:
+            # A live request just started beside batch lines: its prompt is prefilled now, so
+            # this iteration samples its first token, rather than after the batch rows' step.
+            gen.prefill_some()
+        self._live_started = False
         gen.join_short_tails()
         freed = gen.sample_and_emit()
         if freed:  # the shared group runs on with free rows: fill them before its next pass
@@ -313,7 +320,9 @@ class Scheduler:
             self._waiting.remove(handle)
             self._start(handle)
         while self._waiting and len(self.generator.active) < self.limits.max_active:
-            self._start(self._waiting.pop(self._next_waiting()))
+            handle = self._waiting.pop(self._next_waiting())
+            self._live_started |= not handle.request.background
+            self._start(handle)
             started += 1
         return started
 
