@@ -293,7 +293,10 @@ class Scheduler:
         what waits now, and hold the pass briefly for replacements when clients send them fast."""
         started = self._admit(block=False)
         with self._lock:
-            wait = self.join_wait.wait_s(time.perf_counter())
+            # Live requests beside batch lines: the replacement is most likely the batch
+            # runner's next line, and holding the pass for it would stall the live rows.
+            mixed = 0 < self._background < self._pending
+            wait = 0.0 if mixed else self.join_wait.wait_s(time.perf_counter())
         deadline = time.perf_counter() + wait
         while started < freed and len(self.generator.active) < self.limits.max_active:
             left = deadline - time.perf_counter()
