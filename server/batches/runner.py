@@ -2,8 +2,11 @@
 
 Lines run on the same engine and scheduler as live requests, at a lower priority: the runner
 submits a line only while the scheduler has a spare row (``max_active`` minus the requests
-active or waiting), and keeps at most ``batch_lines_in_flight`` lines in flight in all, so live
-requests find rows free and a batch fills the ones they leave.  Each line is claimed under a
+active or waiting), and keeps at most ``batch_lines_in_flight`` lines in flight in all
+(``batch_lines_with_live`` while live requests run, none new while one waits for its first
+token), so live requests find rows free and a batch fills the ones they leave.  The lines are
+background requests to the scheduler (``GenerationRequest.background``): live ones start and
+prefill before them.  Each line is claimed under a
 lease in the store and its result written there as it completes (a durable commit), so a
 ``kill -9`` loses at most the lines running then: a restart (or another replica on the same
 store, once their lease ran out) runs those again, and never a line whose result is stored.
@@ -61,6 +64,7 @@ class BatchRunner:
         self._finalizing: set[str] = set()
         # Whether the last look held lines back for a live request (the next look comes soon).
         self._held = False
+        self._ticked = 0.0
         #: Lines this runner answered and stored (a replica's share of the batches it ran).
         self.lines_stored = 0
 
@@ -90,9 +94,10 @@ class BatchRunner:
 
     async def _loop(self) -> None:
         while True:
-            if self._held and self.state.scheduler.live_waiting:
-                await asyncio.sleep(HELD_POLL_S)  # still held: no need to read the store
+            if self._held and self.state.scheduler.live_waiting and time.monotonic() - self._ticked < POLL_S:
+                await asyncio.sleep(HELD_POLL_S)  # still held: no need to read the store yet
                 continue
+            self._ticked = time.monotonic()  # (a tick renews the leases: at least every POLL_S)
             active = True
             try:
                 active = await self._tick()
