@@ -93,7 +93,8 @@ class Records(logging.Handler):
         self.fields.append(getattr(record, "afm", {}))
 
 
-def test_each_line_is_counted_in_metrics_and_logged_with_its_batch(live: LiveServer, c: openai.OpenAI) -> None:
+def test_each_line_is_counted_in_metrics_and_logged_with_its_batch(live: LiveServer,
+                                                                   c: openai.OpenAI) -> None:
     logger, records = logging.getLogger("afm_struct.requests"), Records()
     logger.addHandler(records)
     level = logger.level
@@ -120,7 +121,8 @@ def test_each_line_is_counted_in_metrics_and_logged_with_its_batch(live: LiveSer
     assert after['afm_batches{status="in_progress"}'] == 0
     logged = {f["custom_id"]: f for f in records.fields if f.get("batch_id") == batch.id}
     assert sorted(logged) == ["good-1", "good-2", "other-url", "refused"]
-    output = {line["custom_id"]: line for line in jsonl(c, batch.output_file_id) + jsonl(c, batch.error_file_id)}
+    answers = jsonl(c, batch.output_file_id) + jsonl(c, batch.error_file_id)
+    output = {line["custom_id"]: line for line in answers}
     for custom_id, fields in logged.items():
         assert fields["method"] == "BATCH" and fields["tenant"] == "anonymous"
         response = output[custom_id]["response"]
@@ -134,7 +136,8 @@ def test_each_line_is_counted_in_metrics_and_logged_with_its_batch(live: LiveSer
     assert logged["other-url"]["endpoint"] == "/v1/completions"
 
 
-def test_a_batch_none_of_whose_lines_can_run_fails_with_its_errors(live: LiveServer, c: openai.OpenAI) -> None:
+def test_a_batch_none_of_whose_lines_can_run_fails_with_its_errors(live: LiveServer,
+                                                                   c: openai.OpenAI) -> None:
     before = metrics(live)
     created = create(c, ["not JSON", {**chat_line("elsewhere"), "url": "/v1/completions"},
                          {**chat_line("nowhere"), "url": "/v1/embeddings"}, {"custom_id": "no-body"}])
@@ -161,13 +164,15 @@ def test_a_batch_past_its_window_expires_with_its_lines_left_in_the_error_file(
     assert created.expires_at == created.created_at + 24 * 3600
     wait(c, created.id, "in_progress")
     # The window ends now (24 h are not waited for): the runner starts no line after it.
-    live.app.state.response_store.update_batch(created.id, "in_progress", {"expires_at": int(time.time()) - 1},
-                                               expect=("in_progress",))
+    store = live.app.state.response_store
+    past = {"expires_at": int(time.time()) - 1}
+    store.update_batch(created.id, "in_progress", past, expect=("in_progress",))
     batch = ended(c, created.id)
     assert batch.status == "expired" and batch.expired_at
     answered = jsonl(c, batch.output_file_id)
     left = jsonl(c, batch.error_file_id)
-    assert left and all(line["response"] is None and line["error"]["code"] == "batch_expired" for line in left)
+    assert left
+    assert all(line["response"] is None and line["error"]["code"] == "batch_expired" for line in left)
     assert {line["custom_id"] for line in answered}.isdisjoint(line["custom_id"] for line in left)
     assert len(answered) + len(left) == 80
     counts = batch.request_counts
