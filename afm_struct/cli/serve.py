@@ -173,8 +173,8 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
              f"live requests come first (default {d.batch_lines_in_flight})")
     add("--batch-lines-live", dest="batch_lines_with_live", type=int, default=d.batch_lines_with_live,
         metavar="N",
-        help="batch lines run at once while live requests run (no new line starts while a live "
-             f"request waits for its first token; default {d.batch_lines_with_live})")
+        help="batch lines run at once while live requests run (default: as --batch-lines); in "
+             "any case no new line starts while a live request waits for its first token")
     add("--batch-lease-s", type=float, default=d.batch_lease_s, metavar="SECONDS",
         help="a batch line a replica runs is its own this long (renewed while it runs); a line "
              "of a replica that died is run again after it (default "

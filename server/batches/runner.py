@@ -55,7 +55,8 @@ class BatchRunner:
         self.draining = draining
         self.store: Any = store
         self.lines_in_flight = state.settings.batch_lines_in_flight
-        self.lines_with_live = state.settings.batch_lines_with_live
+        with_live = state.settings.batch_lines_with_live
+        self.lines_with_live = self.lines_in_flight if with_live is None else with_live
         self.lease_s = state.settings.batch_lease_s
         self._tasks: dict[asyncio.Task[None], ClaimedLine] = {}
         self._wake = asyncio.Event()
