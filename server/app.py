@@ -85,7 +85,8 @@ def create_app(loaded: LoadedModel, settings: ServerSettings | None = None, *,
         app.state.started_at = time.time()
         # Batches left in progress by a stopped (or killed) server resume now.
         runner = app.state.batch_runner = (
-            BatchRunner(app.state.afm, response_store, draining=lambda: app.state.drain.draining)
+            BatchRunner(app.state.afm, response_store, draining=lambda: app.state.drain.draining,
+                        metrics=app.state.metrics)
             if response_store is not None else None)
         if runner is not None:
             runner.start()

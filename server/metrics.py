@@ -22,6 +22,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     ProcessCollector,
     generate_latest,
@@ -84,6 +85,16 @@ class ServerMetrics:
                                    ("type",))
         self.errors = counter("errors", "Error envelopes sent (HTTP status or in-band stream error)",
                               ("type",))
+        # Batch jobs (server/batches/): lines by the batch's endpoint, batches by status.
+        self.batch_lines_started = counter("batch_lines_started", "Batch lines this replica started, by "
+                                           "batch endpoint", ("endpoint",))
+        self.batch_lines_ended = counter("batch_lines_ended", "Batch lines this replica answered, by batch "
+                                         "endpoint and result (completed: a 200; failed: in the error file)",
+                                         ("endpoint", "result"))
+        self.batches_ended = counter("batches_ended", "Batches this replica ended, by final status "
+                                     "(completed, failed, cancelled, expired)", ("status",))
+        self.batches = Gauge(f"{PREFIX}_batches", "Batches not ended in the store, by status, as the "
+                             "batch runner last saw them", ("status",), registry=r)
         r.register(LoadCollector(load))
         # process_cpu_seconds_total, resident memory, open fds (Linux /proc; nothing elsewhere):
         # `bench serve` reads the CPU seconds to report the server's cost per generated token.
@@ -121,6 +132,19 @@ class ServerMetrics:
             if rec.completion_tokens > 1:
                 self.per_token.labels(mode).observe(
                     max(rec.latency_s - rec.ttft_s, 0.0) / (rec.completion_tokens - 1))
+
+    def observe_batch_line(self, rec: RequestRecord, endpoint: str) -> None:
+        """Count one answered batch line (``endpoint``: its batch's): its result, and its tokens
+        and finish reason as a request's (not the HTTP counters and histograms)."""
+        self.batch_lines_ended.labels(endpoint, "completed" if rec.status == 200 else "failed").inc()
+        if rec.finish_reason is None:
+            return
+        self.finishes.labels(rec.finish_reason).inc()
+        self.prompt_tokens.labels(rec.tenant).inc(rec.prompt_tokens)
+        self.completion_tokens.labels(rec.tenant).inc(rec.completion_tokens)
+        self.forced_tokens.inc(rec.forced_tokens)
+        self.cached_tokens.inc(rec.cached_tokens)
+        self.reasoning_tokens.labels(rec.tenant).inc(rec.reasoning_tokens)
 
     def render(self) -> bytes:
         """The exposition text of every metric."""

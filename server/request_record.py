@@ -6,6 +6,7 @@ Its own module so that :mod:`server.metrics` (which counts records) and :mod:`se
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,14 +43,18 @@ class RequestRecord:
     error_type: str | None = None
     compiles: list[tuple[str, float, bool]] = field(default_factory=list)
     content: dict[str, str] | None = None
+    # A batch line (not an HTTP request): its batch and custom_id (server/batches/line_log.py).
+    batch_id: str | None = None
+    custom_id: str | None = None
 
     def log_fields(self) -> dict[str, Any]:
         """The request log's fields (compile details stay in the metrics)."""
         out = asdict(self)
         out.pop("compiles")
         out.pop("downgraded_rung")
-        if out["content"] is None:
-            out.pop("content")
+        for key in ("content", "batch_id", "custom_id"):
+            if out[key] is None:
+                out.pop(key)
         out["latency_s"] = round(self.latency_s, 6)
         if self.ttft_s is not None:
             out["ttft_s"] = round(self.ttft_s, 6)
@@ -59,6 +64,8 @@ class RequestRecord:
         """The default (text) log line."""
         parts = [f"{self.method} {self.endpoint} {self.status}", self.request_id,
                  f"tenant={self.tenant}", f"client={self.client or '-'}"]
+        if self.batch_id is not None:
+            parts.append(f"batch={self.batch_id} custom_id={json.dumps(self.custom_id)}")
         if self.mode is not None:
             parts.append(f"mode={self.mode}" + (f"/{self.rung}" if self.rung else ""))
         if self.finish_reason is not None:

@@ -78,10 +78,18 @@ class ServerSettings:
     # runner (a restart, another replica on the store) may take it over.
     batch_lines_in_flight: int = 4
     batch_lease_s: float = 30.0
+    # Lines in flight while live requests run (a new line starts only below it; None: as
+    # batch_lines_in_flight): each batch row adds its masks, sampling and event-loop work to
+    # every step a live request waits on, but the lines held back start together once live
+    # traffic pauses, a burst the next live request meets (benchmarks/batch/README.md).
+    batch_lines_with_live: int | None = None
 
     def __post_init__(self) -> None:
-        if self.batch_lines_in_flight < 1 or not self.batch_lease_s > 0:
-            raise ValueError("batch_lines_in_flight must be >= 1 and batch_lease_s > 0")
+        live_lines = self.batch_lines_with_live
+        live_lines = self.batch_lines_in_flight if live_lines is None else live_lines
+        if self.batch_lines_in_flight < 1 or not self.batch_lease_s > 0 or live_lines < 0:
+            raise ValueError("batch_lines_in_flight must be >= 1, batch_lines_with_live >= 0 and "
+                             "batch_lease_s > 0")
         if not 0 < self.profile_interval_s <= 0.25:
             raise ValueError("profile_interval_s must be in (0, 0.25]")
         if self.reasoning not in ("auto", "think", "off"):

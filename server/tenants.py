@@ -76,6 +76,17 @@ class ApiKey:
         return Tenant(f"key:{digest}", f"key-{digest[:12]}")
 
 
+def owner_label(owner: str) -> str:
+    """The log label of the tenant whose owner identity is ``owner`` (as :attr:`ApiKey.tenant`
+    makes both): work done for a tenant outside its request (a batch line) is logged under it."""
+    kind, _, rest = owner.partition(":")
+    if kind == "name" and rest:
+        return rest
+    if kind == "key" and rest:
+        return f"key-{rest[:12]}"
+    return owner
+
+
 def as_api_key(key: str | ApiKey) -> ApiKey:
     """``key`` as an :class:`ApiKey` (a bare string is an unnamed key)."""
     return key if isinstance(key, ApiKey) else ApiKey(key)

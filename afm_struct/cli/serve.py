@@ -176,6 +176,10 @@ def add_serve_options(p: argparse.ArgumentParser, d: Any) -> list[argparse.Actio
         metavar="N",
         help="lines of batch jobs (/v1/batches) run at once, each only while a row is spare, so "
              f"live requests come first (default {d.batch_lines_in_flight})")
+    add("--batch-lines-live", dest="batch_lines_with_live", type=int, default=d.batch_lines_with_live,
+        metavar="N",
+        help="batch lines run at once while live requests run (default: as --batch-lines); in "
+             "any case no new line starts while a live request waits for its first token")
     add("--batch-lease-s", type=float, default=d.batch_lease_s, metavar="SECONDS",
         help="a batch line a replica runs is its own this long (renewed while it runs); a line "
              "of a replica that died is run again after it (default "
@@ -269,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
             api_keys=api_keys, drain_seconds=args.drain_seconds, log_format=args.log_format,
             log_content=args.log_content, store_quota_responses=args.store_quota_responses,
             store_quota_bytes=args.store_quota_bytes,
-            batch_lines_in_flight=args.batch_lines_in_flight, batch_lease_s=args.batch_lease_s)
+            batch_lines_in_flight=args.batch_lines_in_flight, batch_lease_s=args.batch_lease_s,
+            batch_lines_with_live=args.batch_lines_with_live)
     except ValueError as exc:
         raise AfmError(f"invalid server settings: {exc}") from None
     server_module("logging_json").configure(settings.log_format, settings.log_level,

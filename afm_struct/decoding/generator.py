@@ -180,7 +180,7 @@ class Generator:
         if request.logprobs is not None:
             seq.track = TokenTrack(request.logprobs, token_table(self.tokenizer))
         seq.usage.prompt_tokens = len(request.prompt_ids)
-        self.prefiller.waiting.append(seq)
+        self.prefiller.enqueue(seq)
 
     @property
     def active(self) -> list[SequenceState]:

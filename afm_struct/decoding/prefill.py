@@ -77,6 +77,14 @@ class Prefiller:
         # Admitted sequences not in the decode batch yet, in arrival order.
         self.waiting: list[SequenceState] = []
 
+    def enqueue(self, seq: SequenceState) -> None:
+        """Admit ``seq`` to wait for prefill: in arrival order, except that a live prompt goes
+        before the background ones (batch lines) that wait, so a batch cannot delay its prefill."""
+        at = len(self.waiting)
+        if not seq.request.background:
+            at = next((i for i, s in enumerate(self.waiting) if s.request.background), at)
+        self.waiting.insert(at, seq)
+
     def join_short_tails(self) -> None:
         """Waiting prompts whose uncached tail is short join the decode batch at once and feed
         that tail in the batch's next forward pass, instead of a forward pass of their own.

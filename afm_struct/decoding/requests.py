@@ -90,3 +90,7 @@ class GenerationRequest:
     # is a ContextOverflowError, never a silently smaller budget (the server, when the request
     # sets max_tokens: as OpenAI and vLLM answer).
     fit_to_context: bool = True
+    # Background work (a batch job's line): the scheduler starts and prefills live requests
+    # before it, and counts live requests waiting for their first token apart
+    # (:attr:`.scheduler.Scheduler.live_waiting`), so the batch runner holds back new lines.
+    background: bool = False

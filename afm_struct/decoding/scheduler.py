@@ -44,6 +44,9 @@ class Handle:
         self.cancel_event = threading.Event()
         self.finished = threading.Event()
         self.submitted = time.perf_counter()
+        # A live request counted in Scheduler.live_waiting until its first event (set and
+        # cleared under the scheduler's lock).
+        self.live_waiting = False
         self._loop = loop
         self._async_q: asyncio.Queue[GenerationEvent] | None = asyncio.Queue() if loop is not None else None
         # One wake-up of the loop carries every event posted since its last (all streams).
@@ -113,6 +116,13 @@ class Scheduler:
         self._waiting: list[Handle] = []
         self._lock = threading.Lock()
         self._pending = 0
+        # Live (not background) requests submitted whose first event has not come yet: while
+        # any wait, the batch runner starts no new line (server/batches/runner.py).
+        self._live_waiting = 0
+        # Background requests (batch lines) submitted and not finished: the rest of _pending is live.
+        self._background = 0
+        # A live request started since the last iteration began (the scheduler thread's own).
+        self._live_started = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.join_wait = JoinWait(max_wait_s=self.limits.join_wait_ms / 1e3)
@@ -156,6 +166,19 @@ class Scheduler:
             return self._pending, self.limits.max_active + self.limits.max_queue
 
     @property
+    def live_in_flight(self) -> int:
+        """Live (not background) requests submitted and not finished: running or waiting."""
+        with self._lock:
+            return self._pending - self._background
+
+    @property
+    def live_waiting(self) -> int:
+        """Live requests submitted and not yet answered their first event (a token, or the end):
+        background work holds back while this is positive."""
+        with self._lock:
+            return self._live_waiting
+
+    @property
     def active_rows(self) -> int:
         """Requests being generated now (the rest of :attr:`load`'s first number waits)."""
         # len() of a set another thread mutates is one atomic read in CPython: a gauge's value.
@@ -175,6 +198,11 @@ class Scheduler:
                     f"the server is busy ({self._pending} requests in flight, limit {capacity}); "
                     f"retry after {self.limits.retry_after_s}s", retry_after=self.limits.retry_after_s)
             self._pending += 1
+            if request.background:
+                self._background += 1
+            else:
+                handle.live_waiting = True
+                self._live_waiting += 1
             self.join_wait.arrived(time.perf_counter())
             # Queued under the lock: a thread that dies after this sees the handle and ends it.
             self._incoming.put(handle)
@@ -209,6 +237,11 @@ class Scheduler:
     def _iterate(self) -> None:
         """One iteration of the generator's phases, admitting replacements where rows left."""
         gen = self.generator
+        if self._live_started and self._background:
+            # A live request just started beside batch lines: its prompt is prefilled now, so
+            # this iteration samples its first token, rather than after the batch rows' step.
+            gen.prefill_some()
+        self._live_started = False
         gen.join_short_tails()
         with held_wakeups():  # the step's deltas for all streams: one wake-up per loop
             freed = gen.sample_and_emit()
@@ -261,7 +294,10 @@ class Scheduler:
         what waits now, and hold the pass briefly for replacements when clients send them fast."""
         started = self._admit(block=False)
         with self._lock:
-            wait = self.join_wait.wait_s(time.perf_counter())
+            # Live requests beside batch lines: the replacement is most likely the batch
+            # runner's next line, and holding the pass for it would stall the live rows.
+            mixed = 0 < self._background < self._pending
+            wait = 0.0 if mixed else self.join_wait.wait_s(time.perf_counter())
         deadline = time.perf_counter() + wait
         while started < freed and len(self.generator.active) < self.limits.max_active:
             left = deadline - time.perf_counter()
@@ -288,19 +324,31 @@ class Scheduler:
             self._waiting.remove(handle)
             self._start(handle)
         while self._waiting and len(self.generator.active) < self.limits.max_active:
-            handle = self._waiting.pop(0)
+            handle = self._waiting.pop(self._next_waiting())
+            self._live_started |= not handle.request.background
             self._start(handle)
             started += 1
         return started
+
+    def _next_waiting(self) -> int:
+        """The index of the waiting request to start next: the first live one, else the first
+        (a batch line takes a row only when no live request waits for it)."""
+        return next((i for i, h in enumerate(self._waiting) if not h.request.background), 0)
 
     def _sink_for(self, handle: Handle, *, admitted: bool) -> Callable[[GenerationEvent], None]:
         """The event sink of ``handle``: its end frees its place (and, when it was
         ``admitted`` to the generator, a slot in the batch)."""
         def sink(event: GenerationEvent) -> None:
+            if handle.live_waiting:  # a live request's first event ends its wait
+                with self._lock:
+                    if handle.live_waiting:
+                        handle.live_waiting = False
+                        self._live_waiting -= 1
             if isinstance(event, Finished):
                 self._running.discard(handle)
                 with self._lock:
                     self._pending -= 1
+                    self._background -= handle.request.background
                     if admitted:  # a slot in the batch is free (not a request refused at the door)
                         self.join_wait.finished(time.perf_counter())
                 event.timings.queued_s = time.perf_counter() - handle.submitted - (

@@ -4,20 +4,25 @@ A mixin of :class:`~.sql.SqlStore`: it uses the store's ``_transaction`` and ``_
 placeholders), so SQLite and PostgreSQL run the same statements.  Lines are claimed under a
 lease: a runner takes pending lines, or running ones whose lease ran out (their runner died),
 and records a result only while its claim stands (``runs`` unchanged), so a line taken over
-is recorded once.  On PostgreSQL the claim reads with ``FOR UPDATE SKIP LOCKED``
+is recorded once.  With the store's ttl (``--store-ttl``), files expire as responses do (by
+``created_at``; ``expires_at`` says when), and so do batches once ended (a batch still running
+is kept: its lines and answers are needed).  On PostgreSQL the claim reads with ``FOR UPDATE SKIP LOCKED``
 (:attr:`BatchQueries.claim_lock`): replicas sharing a batch take disjoint lines without
 waiting on each other; SQLite's ``BEGIN IMMEDIATE`` already serializes writers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from .batch_records import (
     ACTIVE_STATUSES,
+    ENDED_STATUSES,
     ClaimedLine,
     LineCounts,
     StoredFile,
@@ -26,6 +31,8 @@ from .batch_records import (
 )
 
 _FILE_COLUMNS = "id, owner, purpose, filename, bytes, created_at"
+# A batch that the ttl removed: ended, and created before the cutoff.
+_GONE = f"(status IN ({', '.join('?' * len(ENDED_STATUSES))}) AND created_at < ?)"
 
 
 class BatchQueries:
@@ -35,8 +42,12 @@ class BatchQueries:
     claim_lock = ""
     lock_row = ""
     placeholder = "?"
+    ttl_s: float | None = None
 
     def _transaction(self, *, write: bool) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _cutoff(self) -> int:
         raise NotImplementedError
 
     def _run(self, cursor: Any, sql: str, params: tuple[Any, ...] = ()) -> Any:
@@ -48,27 +59,28 @@ class BatchQueries:
         """Store ``file`` (its ``content`` must be set)."""
         assert file.content is not None
         with self._transaction(write=True) as cur:
+            self._purge_batch_jobs(cur, self._cutoff())
             self._run(cur, "INSERT INTO batch_files (id, owner, purpose, filename, bytes, created_at, "
                            "content) VALUES (?, ?, ?, ?, ?, ?, ?)",
                       (file.id, file.owner, file.purpose, file.filename, file.bytes, file.created_at,
                        file.content))
-        return file
+        return self._expiring(file)
 
     def get_file(self, owner: str, file_id: str, *, content: bool = False) -> StoredFile:
         """The owner's file ``file_id`` (with its text when ``content``); 404 otherwise."""
         columns = _FILE_COLUMNS + (", content" if content else "")
         with self._transaction(write=False) as cur:
-            row = self._run(cur, f"SELECT {columns} FROM batch_files WHERE owner = ? AND id = ?",
-                            (owner, file_id)).fetchone()
+            row = self._run(cur, f"SELECT {columns} FROM batch_files WHERE owner = ? AND id = ? "
+                                 "AND created_at >= ?", (owner, file_id, self._cutoff())).fetchone()
         if row is None:
             raise unknown_file(file_id)
-        return StoredFile(*row[:6], content=row[6] if content else None)
+        return self._expiring(StoredFile(*row[:6], content=row[6] if content else None))
 
     def list_files(self, owner: str, *, purpose: str | None = None, after: str | None = None,
                    limit: int = 100, order: str = "desc") -> tuple[list[StoredFile], bool]:
         """The owner's files, newest first (``order`` "asc": oldest), after the file ``after``;
         and whether more follow."""
-        where, params = "owner = ?", [owner]
+        where, params = "owner = ? AND created_at >= ?", [owner, self._cutoff()]
         if purpose is not None:
             where += " AND purpose = ?"
             params.append(purpose)
@@ -78,13 +90,13 @@ class BatchQueries:
             rows = self._run(cur, f"SELECT {_FILE_COLUMNS} FROM batch_files WHERE {where} "
                                   f"ORDER BY created_at {direction}, id {direction} LIMIT ?",
                              (*params, limit + 1)).fetchall()
-        return [StoredFile(*row) for row in rows[:limit]], len(rows) > limit
+        return [self._expiring(StoredFile(*row)) for row in rows[:limit]], len(rows) > limit
 
     def delete_file(self, owner: str, file_id: str) -> None:
         """Delete the owner's file; 404 when the owner has none of that id."""
         with self._transaction(write=True) as cur:
-            gone = self._run(cur, "DELETE FROM batch_files WHERE owner = ? AND id = ?",
-                             (owner, file_id)).rowcount
+            gone = self._run(cur, "DELETE FROM batch_files WHERE owner = ? AND id = ? AND created_at >= ?",
+                             (owner, file_id, self._cutoff())).rowcount
         if not gone:
             raise unknown_file(file_id)
 
@@ -94,6 +106,7 @@ class BatchQueries:
         """Store the batch object ``batch`` and its lines ((line index in the file, custom_id,
         request text)), in one transaction."""
         with self._transaction(write=True) as cur:
+            self._purge_batch_jobs(cur, self._cutoff())
             self._run(cur, "INSERT INTO batches (owner, id, status, created_at, body) VALUES (?, ?, ?, ?, ?)",
                       (owner, batch["id"], batch["status"], batch["created_at"], json.dumps(batch)))
             rows = [(batch["id"], n, custom_id, request, "pending") for n, custom_id, request in lines]
@@ -103,8 +116,8 @@ class BatchQueries:
     def get_batch(self, owner: str, batch_id: str) -> dict[str, Any]:
         """The owner's batch object as stored (status included, counts not); 404 otherwise."""
         with self._transaction(write=False) as cur:
-            row = self._run(cur, "SELECT status, body FROM batches WHERE owner = ? AND id = ?",
-                            (owner, batch_id)).fetchone()
+            sql = f"SELECT status, body FROM batches WHERE owner = ? AND id = ? AND NOT {_GONE}"
+            row = self._run(cur, sql, (owner, batch_id, *ENDED_STATUSES, self._cutoff())).fetchone()
         if row is None:
             raise unknown_batch(batch_id)
         return {**json.loads(row[1]), "status": row[0]}
@@ -113,7 +126,8 @@ class BatchQueries:
                      limit: int = 20) -> tuple[list[dict[str, Any]], bool]:
         """The owner's batches, newest first, after the batch ``after``; and whether more follow."""
         with self._transaction(write=False) as cur:
-            where, params = self._after(cur, "batches", owner, after, "desc", "owner = ?", [owner])
+            where, params = self._after(cur, "batches", owner, after, "desc", f"owner = ? AND NOT {_GONE}",
+                                        [owner, *ENDED_STATUSES, self._cutoff()])
             rows = self._run(cur, f"SELECT status, body FROM batches WHERE {where} "
                                   "ORDER BY created_at DESC, id DESC LIMIT ?",
                              (*params, limit + 1)).fetchall()
@@ -213,6 +227,13 @@ class BatchQueries:
                                   "AND state = 'done' ORDER BY line", (batch_id,)).fetchall()
         return [(int(line), bool(ok), result) for line, ok, result in rows]
 
+    def skipped_lines(self, batch_id: str) -> list[tuple[int, str]]:
+        """(line, custom_id) of every line skipped (never answered), in line order."""
+        with self._transaction(write=False) as cur:
+            rows = self._run(cur, "SELECT line, custom_id FROM batch_lines WHERE batch_id = ? "
+                                  "AND state = 'skipped' ORDER BY line", (batch_id,)).fetchall()
+        return [(int(line), custom_id) for line, custom_id in rows]
+
     def line_runs(self, batch_id: str) -> list[tuple[int, str, int]]:
         """(line, state, runs) of every line: how often each was started (tests, operators)."""
         with self._transaction(write=False) as cur:
@@ -221,6 +242,23 @@ class BatchQueries:
         return [(int(line), state, int(runs)) for line, state, runs in rows]
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _expiring(self, file: StoredFile) -> StoredFile:
+        """``file`` with the time the ttl deletes it (none without a ttl)."""
+        if self.ttl_s is None:
+            return file
+        # Gone once its created_at (whole seconds) is before the cutoff: within a second after.
+        return dataclasses.replace(file, expires_at=file.created_at + math.ceil(self.ttl_s) + 1)
+
+    def _purge_batch_jobs(self, cur: Any, cutoff: int) -> None:
+        """Delete the files, and the ended batches with their lines, created before ``cutoff``
+        (inside a write transaction; nothing without a ttl)."""
+        if self.ttl_s is None:
+            return
+        self._run(cur, "DELETE FROM batch_files WHERE created_at < ?", (cutoff,))
+        self._run(cur, f"DELETE FROM batch_lines WHERE batch_id IN (SELECT id FROM batches WHERE {_GONE})",
+                  (*ENDED_STATUSES, cutoff))
+        self._run(cur, f"DELETE FROM batches WHERE {_GONE}", (*ENDED_STATUSES, cutoff))
 
     def _after(self, cur: Any, table: str, owner: str, after: str | None, order: str, where: str,
                params: list[Any]) -> tuple[str, list[Any]]:

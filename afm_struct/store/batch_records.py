@@ -15,6 +15,8 @@ from ..errors import NotFoundError
 
 # Statuses of a batch in which a runner still has work (finalizing: its output files are made).
 ACTIVE_STATUSES = ("validating", "in_progress", "finalizing", "cancelling")
+# Final statuses: such a batch expires with the store's ttl (a batch still running does not).
+ENDED_STATUSES = ("completed", "failed", "cancelled", "expired")
 
 
 @dataclass(frozen=True)
@@ -28,12 +30,14 @@ class StoredFile:
     bytes: int
     created_at: int
     content: str | None = None
+    # When the store's ttl deletes it (Unix seconds; None: kept until deleted).
+    expires_at: int | None = None
 
     def wire(self) -> dict[str, Any]:
         """The OpenAI file object."""
         return {"id": self.id, "object": "file", "bytes": self.bytes, "created_at": self.created_at,
                 "filename": self.filename, "purpose": self.purpose, "status": "processed",
-                "expires_at": None, "status_details": None}
+                "expires_at": self.expires_at, "status_details": None}
 
 
 @dataclass(frozen=True)

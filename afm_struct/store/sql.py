@@ -227,6 +227,7 @@ class SqlStore(BatchQueries):
             self._run(cur, "DELETE FROM response_items WHERE response_seq IN "
                            "(SELECT seq FROM responses WHERE created_at < ?)", (cutoff,))
             self._run(cur, "DELETE FROM responses WHERE created_at < ?", (cutoff,))
+            self._purge_batch_jobs(cur, cutoff)  # files and ended batches age alike
         return cutoff
 
     def _live_seq(self, cur: Any, owner: str, response_id: str) -> Any:

@@ -13,7 +13,9 @@ server and SQLite store.  Runs:
 2. ``clients``: the same LINES requests from CLIENTS concurrent clients (httpx, non-streaming);
 3. ``ttft``: PROBES streamed chat requests one after another, time to the first content
    chunk, on an idle server and while a batch of the same lines runs (default
-   ``--batch-lines``, 4 of 8 rows).
+   ``--batch-lines``, 4 of 8 rows), in alternating blocks of ``--block`` probes on the one
+   server (idle, then a batch created and the probes sent while it runs, then cancelled, ...):
+   on a shared machine whose load drifts, each idle block is measured beside a busy one.
 
     .venv/bin/python benchmarks/batch/throughput.py --out benchmarks/batch/throughput.json
 """
@@ -25,6 +27,7 @@ import asyncio
 import io
 import json
 import logging
+import os
 import platform
 import statistics
 import sys
@@ -131,6 +134,27 @@ def ttfts(url: str, probes: int) -> list[float]:
     return out
 
 
+def ttfts_interleaved(live: LiveServer, requests: list[dict[str, Any]], probes: int,
+                      block: int) -> tuple[list[float], list[float], float]:
+    """TTFTs idle and during a batch, in alternating blocks; and the batch's lines per second
+    while the probes ran beside it."""
+    idle: list[float] = []
+    during: list[float] = []
+    lines, seconds = 0, 0.0
+    while len(idle) < probes:
+        idle += ttfts(live.url, block)
+        client, batch_id = start_batch(live, requests)
+        time.sleep(1.0)  # the batch fills its rows
+        done_before = client.batches.retrieve(batch_id).request_counts.completed
+        started = time.perf_counter()
+        during += ttfts(live.url, block)
+        lines += client.batches.retrieve(batch_id).request_counts.completed - done_before
+        seconds += time.perf_counter() - started
+        client.batches.cancel(batch_id)
+        wait_batch(client, batch_id)
+    return idle, during, lines / seconds
+
+
 def summary(values: list[float]) -> dict[str, float]:
     ms = sorted(v * 1000 for v in values)
     return {"p50_ms": round(statistics.median(ms), 1), "p90_ms": round(ms[int(0.9 * (len(ms) - 1))], 1),
@@ -144,6 +168,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="forward passes per second")
     parser.add_argument("--max-active", type=int, default=8)
     parser.add_argument("--probes", type=int, default=20)
+    parser.add_argument("--block", type=int, default=5, help="probes per idle or busy block")
+    parser.add_argument("--skip-clients", action="store_true", help="no 32-client run (TTFT A/B runs)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     # The clients' run fills the queue on purpose (503, retried): not worth a line each.
@@ -162,20 +188,22 @@ def main() -> None:
             live.stop()
         live = serve(tokenizer, args.rate, tmp, max_active=args.max_active)
         try:
-            result["clients_run"] = asyncio.run(run_clients(live.url, requests, args.clients))
-            result["ttft_idle"] = summary(ttfts(live.url, args.probes))
-            client, batch_id = start_batch(live, requests)
-            time.sleep(1.0)  # the batch fills its rows
-            during = ttfts(live.url, args.probes)
+            if not args.skip_clients:
+                result["clients_run"] = asyncio.run(run_clients(live.url, requests, args.clients))
+            ttft_idle, during, lines_per_s = ttfts_interleaved(live, requests, args.probes, args.block)
+            result["ttft_idle"] = summary(ttft_idle)
             result["ttft_during_batch"] = summary(during)
+            # What the batch still gets while the probes run (they take rows and hold lines back).
+            result["batch_lines_per_s_during_probes"] = round(lines_per_s, 2)
             result["batch_rows"] = ServerSettings().batch_lines_in_flight
-            client.batches.cancel(batch_id)
-            wait_batch(client, batch_id)
         finally:
             live.stop()
-    speed = result["batch"]["lines_per_s"] / result["clients_run"]["lines_per_s"]
-    result["batch_vs_clients"] = round(speed, 2)
+    if "clients_run" in result:
+        speed = result["batch"]["lines_per_s"] / result["clients_run"]["lines_per_s"]
+        result["batch_vs_clients"] = round(speed, 2)
     result["ttft_ratio_p50"] = round(result["ttft_during_batch"]["p50_ms"] / result["ttft_idle"]["p50_ms"], 2)
+    result["ttft_ratio_p90"] = round(result["ttft_during_batch"]["p90_ms"] / result["ttft_idle"]["p90_ms"], 2)
+    result["load_average"] = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: how busy
     text = json.dumps(result, indent=2)
     print(text)
     if args.out is not None:

@@ -98,10 +98,23 @@ def duplicate_ids(lines: list[RequestLine]) -> InvalidRequestError | None:
     return None
 
 
-def listed_error(line: RequestLine) -> dict[str, Any]:
-    """A bad line as the batch object's ``errors.data`` lists it."""
-    assert line.problem is not None
-    return {"code": line.problem.code, "message": line.problem.message, "param": None, "line": line.number}
+def listed_error(line: RequestLine, problem: InvalidRequestError | None = None) -> dict[str, Any]:
+    """A bad line as the batch object's ``errors.data`` lists it (``problem``: its own, by default)."""
+    problem = problem or line.problem
+    assert problem is not None
+    return {"code": problem.code, "message": problem.message, "param": None, "line": line.number}
+
+
+def refusal(line: RequestLine, endpoint: str) -> InvalidRequestError | None:
+    """Why ``line`` cannot run in a batch of ``endpoint`` (None: it can): its own problem, or a
+    ``url`` that is not the batch's endpoint.  A batch none of whose lines can run fails at once."""
+    if line.problem is not None or line.url == endpoint:
+        return line.problem
+    if line.url in ENDPOINTS:
+        return InvalidRequestError(f"line {line.number}: url {line.url!r} is not this batch's endpoint "
+                                   f"{endpoint!r}; a batch runs one endpoint", code="mismatched_url")
+    return InvalidRequestError(f"line {line.number}: url {line.url!r} is not a batch endpoint; send "
+                               + ", ".join(ENDPOINTS), code="invalid_url")
 
 
 def output_line(custom_id: str | None, *, status_code: int | None = None, request_id: str | None = None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -50,28 +50,32 @@ class LineAnswer:
     status: int
     body: dict[str, Any]
     downgraded: bool = False
+    # What the request log reads of a run, as of a live request's state (``afm_prepared``,
+    # ``afm_run``: server/observe.py); empty for a line refused before it was prepared.
+    handled: dict[str, Any] = field(default_factory=dict)
 
 
 async def answer_line(state: ServerState, store: ResponseStore | None, owner: str, url: str,
                       body: dict[str, Any], request_id: str) -> LineAnswer:
     """What the endpoint ``url`` answers ``body`` with, run for ``owner``.  Raises
     :class:`OverloadedError` when the engine is full (nothing ran)."""
+    handled: dict[str, Any] = {}
     try:
         handler = _HANDLERS.get(url)
         if handler is None:
             raise NotFoundError(f"no such route: POST {url}; a batch line's url is one of "
                                 + ", ".join(_HANDLERS), param="url")
-        result, prepared = await handler(state, store, owner, body, request_id)
-        return LineAnswer(200, result, prepared.downgraded)
+        result, prepared = await handler(state, store, owner, body, request_id, handled)
+        return LineAnswer(200, result, prepared.downgraded, handled)
     except OverloadedError:
         raise
     except AfmError as err:
-        return LineAnswer(err.status, error_json(err, url))
+        return LineAnswer(err.status, error_json(err, url), handled=handled)
     except Exception as exc:  # a server bug: the line fails with an opaque error, the batch goes on
         log.error("batch line %s failed", request_id, exc_info=exc)
         err = GenerationError("internal server error; the server log has the details under this "
                               "request's ID", code="internal_error")
-        return LineAnswer(err.status, error_json(err, url))
+        return LineAnswer(err.status, error_json(err, url), handled=handled)
 
 
 def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
@@ -87,9 +91,12 @@ def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
     return request
 
 
-async def _run(state: ServerState, prepared: Prepared, owner: str,
-               encoder: BodyEncoder) -> tuple[dict[str, Any], Prepared]:
-    run = admit(state, prepared, owner=owner)
+async def _run(state: ServerState, prepared: Prepared, owner: str, encoder: BodyEncoder,
+               handled: dict[str, Any]) -> tuple[dict[str, Any], Prepared]:
+    # Background work: live requests start and prefill first (afm_struct/decoding/scheduler.py).
+    prepared.generation.background = True
+    handled["afm_prepared"] = prepared
+    run = handled["afm_run"] = admit(state, prepared, owner=owner)
     try:
         return await collect(run, encoder), prepared
     finally:
@@ -97,26 +104,26 @@ async def _run(state: ServerState, prepared: Prepared, owner: str,
 
 
 async def _chat(state: ServerState, _store: ResponseStore | None, owner: str, body: dict[str, Any],
-                request_id: str) -> tuple[dict[str, Any], Prepared]:
+                request_id: str, handled: dict[str, Any]) -> tuple[dict[str, Any], Prepared]:
     request = _validated(ChatCompletionRequest, body)
     plan = await plan_chat(state, request, request_id=request_id, profile_key=None)
     prepared = await prepare(state, plan)
     encoder = ChatCompletion(prepared.ident, logprobs=plan.logprobs is not None)
-    return await _run(state, prepared, owner, encoder)
+    return await _run(state, prepared, owner, encoder, handled)
 
 
 async def _completion(state: ServerState, _store: ResponseStore | None, owner: str, body: dict[str, Any],
-                      request_id: str) -> tuple[dict[str, Any], Prepared]:
+                      request_id: str, handled: dict[str, Any]) -> tuple[dict[str, Any], Prepared]:
     request = _validated(CompletionRequest, body)
     plan = await plan_completion(state, request, request_id=request_id, profile_key=None)
     prepared = await prepare(state, plan)
     echo = plan.conversation.prompt if request.echo else None
     return await _run(state, prepared, owner,
-                      TextCompletion(prepared.ident, logprobs=plan.logprobs is not None, echo=echo))
+                      TextCompletion(prepared.ident, logprobs=plan.logprobs is not None, echo=echo), handled)
 
 
 async def _response(state: ServerState, store: ResponseStore | None, owner: str, body: dict[str, Any],
-                    request_id: str) -> tuple[dict[str, Any], Prepared]:
+                    request_id: str, handled: dict[str, Any]) -> tuple[dict[str, Any], Prepared]:
     # As the route does (server/responses/routes.py), but the response is not kept: a batch's
     # answers live in its output file.
     request = _validated(ResponsesRequest, body)
@@ -132,10 +139,10 @@ async def _response(state: ServerState, store: ResponseStore | None, owner: str,
     prepared, _ = await prepare_fitting(state, plan, auto=request.truncation == "auto")
     stream = ResponsesStream(prepared.ident, echo.fields, custom_tools=echo.custom_tools,
                              new_id=state.ids.new_id)
-    return await _run(state, prepared, owner, ResponsesBody(stream))
+    return await _run(state, prepared, owner, ResponsesBody(stream), handled)
 
 
-Handler = Callable[[ServerState, "ResponseStore | None", str, dict[str, Any], str],
+Handler = Callable[[ServerState, "ResponseStore | None", str, dict[str, Any], str, dict[str, Any]],
                    Awaitable[tuple[dict[str, Any], Prepared]]]
 _HANDLERS: dict[str, Handler] = {"/v1/chat/completions": _chat, "/v1/responses": _response,
                                  "/v1/completions": _completion}

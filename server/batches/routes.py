@@ -33,6 +33,7 @@ from .batch_lines import (
     duplicate_ids,
     listed_error,
     read_line,
+    refusal,
     split_lines,
 )
 from .runner import MODEL_KEY, BatchRunner, request_counts
@@ -174,6 +175,12 @@ async def create_batch(body: CreateBatch, request: Request) -> dict[str, Any]:
     if duplicate is not None:
         raise duplicate
     bad = [listed_error(line) for line in lines if line.problem is not None]
+    refused = [(line, refusal(line, body.endpoint)) for line in lines]
+    # No line can run (each is not a request, or not for this endpoint): the batch fails its
+    # validation as a whole, as OpenAI's does, with every line's reason in ``errors``.
+    failed = all(problem is not None for _, problem in refused)
+    if failed:
+        bad = [listed_error(line, problem) for line, problem in refused]
     now = int(time.time())
     batch = {"id": f"batch_{secrets.token_hex(12)}", "object": "batch", "endpoint": body.endpoint,
              "errors": {"object": "list", "data": bad[:MAX_LISTED_ERRORS]} if bad else None,
@@ -187,6 +194,13 @@ async def create_batch(body: CreateBatch, request: Request) -> dict[str, Any]:
              # Run only by servers of this model: servers of other models may share the store
              # (the default SQLite file is one per user).
              MODEL_KEY: request.app.state.afm.loaded.info.id}
+    if failed:  # nothing to run: no line is kept, and no output or error file is made
+        batch.update(status="failed", failed_at=now, request_counts={"total": 0, "completed": 0, "failed": 0})
+        await asyncio.to_thread(store.create_batch, owner, batch, [])
+        metrics = getattr(request.app.state, "metrics", None)
+        if metrics is not None:
+            metrics.batches_ended.labels("failed").inc()
+        return await _wire(store, batch)
     await asyncio.to_thread(store.create_batch, owner, batch,
                             [(n, line.custom_id or "", text)
                              for line, (n, text) in zip(lines, texts, strict=True)])

@@ -2,8 +2,11 @@
 
 Lines run on the same engine and scheduler as live requests, at a lower priority: the runner
 submits a line only while the scheduler has a spare row (``max_active`` minus the requests
-active or waiting), and keeps at most ``batch_lines_in_flight`` lines in flight in all, so live
-requests find rows free and a batch fills the ones they leave.  Each line is claimed under a
+active or waiting), and keeps at most ``batch_lines_in_flight`` lines in flight in all
+(``batch_lines_with_live`` while live requests run, none new while one waits for its first
+token), so live requests find rows free and a batch fills the ones they leave.  The lines are
+background requests to the scheduler (``GenerationRequest.background``): live ones start and
+prefill before them.  Each line is claimed under a
 lease in the store and its result written there as it completes (a durable commit), so a
 ``kill -9`` loses at most the lines running then: a restart (or another replica on the same
 store, once their lease ran out) runs those again, and never a line whose result is stored.
@@ -22,17 +25,22 @@ from typing import Any
 
 from afm_struct.errors import AfmError, InvalidRequestError, OverloadedError
 from afm_struct.store import ResponseStore
-from afm_struct.store.batch_records import ClaimedLine, LineCounts, StoredFile
+from afm_struct.store.batch_records import ACTIVE_STATUSES, ClaimedLine, LineCounts, StoredFile
 
+from ..metrics import ServerMetrics
 from ..state import ServerState
-from .batch_lines import ENDPOINTS, output_line, read_line
-from .line_run import answer_line
+from .batch_lines import output_line, read_line, refusal
+from .line_log import line_record, report_line
+from .line_run import LineAnswer, answer_line
 
 log = logging.getLogger("afm_struct.server")
 # Seconds between looks at the store when nothing woke the runner (a batch another replica
 # created, a lease running out): while a batch is active, and while none is.
 POLL_S = 0.5
 IDLE_POLL_S = 2.0
+# Seconds between looks while lines are held back for a live request (its first token comes
+# within a few steps; the batch resumes right after).
+HELD_POLL_S = 0.01
 # The batch object's field naming the model whose servers run it (not on the wire).
 MODEL_KEY = "_model"
 
@@ -41,17 +49,23 @@ class BatchRunner:
     """Runs the store's active batches on ``state``'s engine (start/stop with the app)."""
 
     def __init__(self, state: ServerState, store: ResponseStore, *,
-                 draining: Callable[[], bool] = lambda: False) -> None:
+                 draining: Callable[[], bool] = lambda: False, metrics: ServerMetrics | None = None) -> None:
         self.state = state
+        self.metrics = metrics
         self.draining = draining
         self.store: Any = store
         self.lines_in_flight = state.settings.batch_lines_in_flight
+        with_live = state.settings.batch_lines_with_live
+        self.lines_with_live = self.lines_in_flight if with_live is None else with_live
         self.lease_s = state.settings.batch_lease_s
         self._tasks: dict[asyncio.Task[None], ClaimedLine] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._renewed = 0.0
         self._finalizing: set[str] = set()
+        # Whether the last look held lines back for a live request (the next look comes soon).
+        self._held = False
+        self._ticked = 0.0
         #: Lines this runner answered and stored (a replica's share of the batches it ran).
         self.lines_stored = 0
 
@@ -81,6 +95,10 @@ class BatchRunner:
 
     async def _loop(self) -> None:
         while True:
+            if self._held and self.state.scheduler.live_waiting and time.monotonic() - self._ticked < POLL_S:
+                await asyncio.sleep(HELD_POLL_S)  # still held: no need to read the store yet
+                continue
+            self._ticked = time.monotonic()  # (a tick renews the leases: at least every POLL_S)
             active = True
             try:
                 active = await self._tick()
@@ -89,19 +107,29 @@ class BatchRunner:
             except Exception as exc:  # a store outage: logged, tried again on the next tick
                 log.error("batch runner: %s", getattr(exc, "message", None) or repr(exc))
             try:
-                await asyncio.wait_for(self._wake.wait(), POLL_S if active else IDLE_POLL_S)
+                wait = HELD_POLL_S if self._held else POLL_S if active else IDLE_POLL_S
+                await asyncio.wait_for(self._wake.wait(), wait)
             except TimeoutError:
                 pass
             self._wake.clear()
 
     def _spare(self) -> int:
         """How many more lines may start now: spare engine rows, within the runner's bound
-        (none while the server drains: it is about to stop)."""
+        (``--batch-lines``; ``--batch-lines-live`` while live requests run; none while one
+        waits for its first token, nor while the server drains: it is about to stop)."""
+        self._held = False
+        scheduler = self.state.scheduler
         if self.draining():
             return 0
-        pending, _capacity = self.state.scheduler.load
-        rows = self.state.scheduler.limits.max_active - pending
-        return max(0, min(rows, self.lines_in_flight - len(self._tasks)))
+        if scheduler.live_waiting:
+            # A live request waits for its first token: a line starting now would plan,
+            # prefill and take a row in the very steps that answer it.
+            self._held = True
+            return 0
+        pending, _capacity = scheduler.load
+        rows = scheduler.limits.max_active - pending
+        bound = self.lines_with_live if scheduler.live_in_flight else self.lines_in_flight
+        return max(0, min(rows, bound - len(self._tasks)))
 
     async def _tick(self) -> bool:
         """Advance every active batch; whether there was one."""
@@ -110,6 +138,9 @@ class BatchRunner:
             await asyncio.to_thread(self.store.renew_lines, list(self._tasks.values()), now + self.lease_s)
             self._renewed = now
         batches = await asyncio.to_thread(self.store.active_batches)
+        if self.metrics is not None:
+            for status in ACTIVE_STATUSES:
+                self.metrics.batches.labels(status).set(sum(b["status"] == status for _, b in batches))
         for owner, batch in batches:
             await self._advance(owner, batch)
         return bool(batches)
@@ -162,13 +193,15 @@ class BatchRunner:
         """Run one claimed line and store its output line (``ok``: the endpoint answered 200)."""
         line = read_line(claim.request, claim.line + 1)
         request_id = self.state.ids.new_id("batchreq-")
-        if line.problem is not None:
-            ok, out = False, output_line(line.custom_id, error=line.problem)
-        elif line.url != batch["endpoint"] and line.url in ENDPOINTS:
-            err = InvalidRequestError(f"line {line.number}: url {line.url!r} is not this batch's endpoint "
-                                      f"{batch['endpoint']!r}; a batch runs one endpoint",
-                                      code="mismatched_url")
-            ok, out = False, output_line(line.custom_id, error=err)
+        started, endpoint = time.perf_counter(), batch["endpoint"]
+        if self.metrics is not None:
+            self.metrics.batch_lines_started.labels(endpoint).inc()
+        refused = refusal(line, endpoint)
+        if refused is not None and refused.code == "invalid_url":
+            refused = None  # an unknown url: the 404 a live POST there gets (answer_line)
+        if refused is not None:
+            ok, out = False, output_line(line.custom_id, error=refused)
+            answer = LineAnswer(refused.status, {}, handled={})
         else:
             assert line.url is not None and line.body is not None
             try:
@@ -179,6 +212,13 @@ class BatchRunner:
             ok = answer.status == 200
             out = output_line(line.custom_id, status_code=answer.status, request_id=request_id,
                               body=answer.body)
+        error = answer.body.get("error") if answer.status != 200 else None
+        settings = self.state.settings
+        report_line(self.metrics, line_record(
+            request_id=request_id, url=line.url or endpoint, owner=owner, status=answer.status,
+            started=started, handled=answer.handled, batch_id=claim.batch_id, custom_id=line.custom_id,
+            error_type=error.get("type") if isinstance(error, dict) else refused and refused.type,
+            log_content=settings.log_content, tokenizer=self.state.loaded.tokenizer), endpoint)
         try:
             if await asyncio.to_thread(self.store.finish_line, claim, ok, json.dumps(out)):
                 self.lines_stored += 1
@@ -201,13 +241,22 @@ class BatchRunner:
         try:
             results = await asyncio.to_thread(store.line_results, batch_id)
             counts: LineCounts = await asyncio.to_thread(store.line_counts, batch_id)
-            fields: dict[str, Any] = {"request_counts": request_counts(counts),
-                                      f"{final}_at": int(time.time())}
+            tally = request_counts(counts)
+            if final == "expired":
+                # As OpenAI does: each line the window left unanswered is in the error file.
+                skipped = await asyncio.to_thread(store.skipped_lines, batch_id)
+                results = sorted([*results, *((n, False, json.dumps(output_line(custom_id or None,
+                                                                                error=batch_expired())))
+                                              for n, custom_id in skipped)])
+                tally["failed"] += len(skipped)
+            fields: dict[str, Any] = {"request_counts": tally, f"{final}_at": int(time.time())}
             for key, ok in (("output_file_id", True), ("error_file_id", False)):
                 lines = [text for _, good, text in results if good is ok]
                 if lines:
                     fields[key] = await asyncio.to_thread(self._put_output, owner, batch_id, key, lines)
-            await asyncio.to_thread(store.update_batch, batch_id, final, fields, expect=(stage,))
+            ended = await asyncio.to_thread(store.update_batch, batch_id, final, fields, expect=(stage,))
+            if ended is not None and self.metrics is not None:
+                self.metrics.batches_ended.labels(final).inc()
             log.info("batch %s %s: %d lines, %d failed", batch_id, final, counts.total, counts.failed)
         finally:
             self._finalizing.discard(batch_id)
@@ -219,6 +268,12 @@ class BatchRunner:
                             filename=f"{batch_id}_{kind}.jsonl", bytes=len(content.encode()),
                             created_at=int(time.time()), content=content)
         return self.store.put_file(stored).id
+
+
+def batch_expired() -> InvalidRequestError:
+    """The error of a line its batch's completion window ended before it ran (OpenAI's)."""
+    return InvalidRequestError("This request could not be executed before the completion window expired.",
+                               code="batch_expired")
 
 
 def request_counts(counts: LineCounts) -> dict[str, int]:

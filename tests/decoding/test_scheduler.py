@@ -108,3 +108,25 @@ def test_events_arrive_in_order_per_request(tokenizer, prompt):
         assert isinstance(events[-1], Finished) and events[-1].reason == "stop"
     finally:
         sched.stop()
+
+
+def test_a_live_request_starts_before_background_ones_that_waited_longer(tokenizer, prompt):
+    # One row, held by a long request; two batch lines (background) queue, then a live one.
+    sched = make(tokenizer, Script("word " * 40, delay_s=0.01), max_active=1)
+    try:
+        first = sched.submit(GenerationRequest(prompt, SamplingParams(temperature=0)))
+        background = [sched.submit(GenerationRequest(prompt, SamplingParams(temperature=0, max_tokens=4),
+                                                     background=True)) for _ in range(2)]
+        assert sched.live_in_flight == 1 and sched.live_waiting == 1
+        next(iter(first))  # its first token: it no longer waits
+        assert sched.live_waiting == 0
+        live = sched.submit(GenerationRequest(prompt, SamplingParams(temperature=0, max_tokens=4)))
+        assert sched.live_waiting == 1 and sched.live_in_flight == 2
+        first.cancel()
+        assert final(live).reason == "length"
+        # The row went to the live request: neither batch line has run to its end yet.
+        assert not any(h.finished.is_set() for h in background)
+        assert [final(h).reason for h in background] == ["length", "length"]
+        assert sched.live_waiting == 0 and sched.live_in_flight == 0 and sched.load[0] == 0
+    finally:
+        sched.stop()
