@@ -43,11 +43,18 @@ def _counting(monkeypatch: Any) -> dict[str, int]:
     monkeypatch.setattr(derived_module, "_shared_builds", {})
     counts = {"ll_tokenizer": 0, "closing_vocab": 0}
     from_tokenizer, build = llguidance.hf.from_tokenizer, ClosingVocab.build.__func__
+    construct = llguidance.LLTokenizer
 
     def counted_ll(*args: Any, **kwargs: Any) -> Any:
         counts["ll_tokenizer"] += 1
         time.sleep(0.05)
         return from_tokenizer(*args, **kwargs)
+
+    def counted_construct(*args: Any, **kwargs: Any) -> Any:
+        # ll_tokenizer_for builds from the tokenizer's JSON directly where it can.
+        counts["ll_tokenizer"] += 1
+        time.sleep(0.05)
+        return construct(*args, **kwargs)
 
     def counted_build(cls: Any, *args: Any) -> Any:
         counts["closing_vocab"] += 1
@@ -55,6 +62,7 @@ def _counting(monkeypatch: Any) -> dict[str, int]:
         return build(cls, *args)
 
     monkeypatch.setattr(llguidance.hf, "from_tokenizer", counted_ll)
+    monkeypatch.setattr(llguidance, "LLTokenizer", counted_construct)
     monkeypatch.setattr(ClosingVocab, "build", classmethod(counted_build))
     return counts
 

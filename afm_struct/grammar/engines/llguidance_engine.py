@@ -62,9 +62,16 @@ def ll_tokenizer_for(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
     """llguidance's view of ``tokenizer`` (its token trie), built once per vocabulary (it takes
     ~1 s at 49k tokens, ~4 s at 200k) and kept in the tokenizer's derived parts."""
     def build() -> llguidance.LLTokenizer:
-        import llguidance.hf
+        backend = getattr(tokenizer.hf, "backend_tokenizer", None)
+        if backend is not None and backend.padding is None and backend.truncation is None:
+            # What llguidance.hf.from_tokenizer does, less its defensive copy of the Rust
+            # tokenizer (a serialize + parse, ~45 % of the build) made only to switch padding
+            # and truncation off: they are off already.
+            return llguidance.LLTokenizer(backend.to_str(), n_vocab=int(tokenizer.vocab_size),
+                                          eos_token=tokenizer.hf.eos_token_id)
+        from llguidance.hf import from_tokenizer
 
-        return llguidance.hf.from_tokenizer(tokenizer.hf, n_vocab=int(tokenizer.vocab_size))
+        return from_tokenizer(tokenizer.hf, n_vocab=int(tokenizer.vocab_size))
     return tokenizer.derived.part("ll_tokenizer", "ll_tokenizer", build, shared=True)
 
 
