@@ -297,14 +297,10 @@ class RandomModel:
         self.vocab_size = tokenizer.vocab_size
         self.args = SimpleNamespace(vocab_size=self.vocab_size)
         self._rng = np.random.default_rng(seed)
-        favoured = np.zeros(self.vocab_size, dtype=np.float32)
-        for i in range(self.vocab_size):
-            piece = tokenizer.decode([i])
-            if 0 < len(piece.strip()) <= 2 and all(ch in '"{}[],:0123456789.-' for ch in piece.strip()):
-                favoured[i] = bonus
-            elif piece.strip() in ("true", "false", "null"):
-                favoured[i] = bonus
-        self._favoured = favoured
+        # Decoding every token costs ~0.3 s at 49k: once per tokenizer and bonus, not per model
+        # (the tests make a random model per seed).
+        self._favoured = tokenizer.derived.part(("random_model_bonus", bonus), "random_model_bonus",
+                                                lambda: _json_bonus(tokenizer, self.vocab_size, bonus))
         self.cache_ops = ScriptedCacheOps()
         self.fixed_cost_positions = 8.0
 
@@ -320,6 +316,17 @@ class RandomModel:
         b, n = inputs.shape
         noise = self._rng.standard_normal((b, n, self.vocab_size)).astype(np.float32) * 2.0
         return mx.array(noise + self._favoured)
+
+
+def _json_bonus(tokenizer: Tokenizer, vocab_size: int, bonus: float) -> np.ndarray:
+    favoured = np.zeros(vocab_size, dtype=np.float32)
+    for i in range(vocab_size):
+        piece = tokenizer.decode([i]).strip()
+        if (0 < len(piece) <= 2 and all(ch in '"{}[],:0123456789.-' for ch in piece)) \
+                or piece in ("true", "false", "null"):
+            favoured[i] = bonus
+    favoured.setflags(write=False)  # shared by every random model of this tokenizer
+    return favoured
 
 
 def random_loaded_model(tokenizer: Tokenizer, seed: int) -> LoadedModel:

@@ -31,14 +31,22 @@ def markup_texts() -> frozenset[str]:
 def build_hidden_tokens(tokenizer: Tokenizer, keep: frozenset[str]) -> frozenset[int]:
     """Compute :func:`hidden_token_ids` (use that: the tokenizer's state keeps each set)."""
     hf = tokenizer.hf
-    vocab = hf.get_vocab()
     special = {i for i, added in hf.added_tokens_decoder.items() if added.special}
     special.update(getattr(hf, "all_special_ids", None) or ())
-    markup = {vocab[t] for t in markup_texts() if t in vocab}
-    hidden = special | markup
+    backend = getattr(hf, "backend_tokenizer", None)
+    if backend is not None:
+        # The Rust tokenizer answers each lookup; the whole vocabulary as a dict (get_vocab)
+        # costs ~0.5 s at 200k tokens, for a few dozen texts and ids.
+        markup = {i for t in markup_texts() if (i := backend.token_to_id(t)) is not None}
+        hidden = special | markup
+        texts = {i: t for i in hidden if (t := backend.id_to_token(i)) is not None}
+    else:
+        vocab = hf.get_vocab()
+        markup = {vocab[t] for t in markup_texts() if t in vocab}
+        hidden = special | markup
+        texts = {i: t for t, i in vocab.items() if i in hidden}
     # A kept marker may span several tokens (Harmony's '<|channel|>commentary to=functions.'):
     # every special or markup token inside one is read by the parser, so it keeps its text.
-    texts = {i: t for t, i in vocab.items() if i in hidden}
     kept = {i for i, t in texts.items() if any(t in marker for marker in keep)}
     return frozenset(hidden - kept)
 
