@@ -9,17 +9,23 @@ import threading
 from afm_struct.decoding.loop_mailbox import LoopMailbox, held_wakeups, mailbox_for
 
 
-def test_posts_from_a_thread_arrive_in_order_with_one_wake_up():
+def _counting_loop() -> tuple[asyncio.AbstractEventLoop, list[int]]:
+    """A new event loop whose cross-thread wake-ups (call_soon_threadsafe) are counted."""
     loop = asyncio.new_event_loop()
+    wakeups: list[int] = []
+    real = loop.call_soon_threadsafe
+
+    def counting(*args):
+        wakeups.append(1)
+        return real(*args)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    return loop, wakeups
+
+
+def test_posts_from_a_thread_arrive_in_order_with_one_wake_up():
+    loop, wakeups = _counting_loop()
     try:
-        wakeups = []
-        real = loop.call_soon_threadsafe
-
-        def counting(*args):
-            wakeups.append(1)
-            return real(*args)
-
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
         box = LoopMailbox(loop)
         queues = [asyncio.Queue() for _ in range(4)]
 
@@ -66,16 +72,8 @@ def test_held_posts_wake_each_loop_once_when_the_block_ends():
     """A step's posts inside held_wakeups reach a loop that keeps up in one wake-up (without the
     block, a loop that drains between posts is woken once per post), in order, and none is
     delivered before the block ends."""
-    loop = asyncio.new_event_loop()
+    loop, wakeups = _counting_loop()
     try:
-        wakeups = []
-        real = loop.call_soon_threadsafe
-
-        def counting(*args):
-            wakeups.append(1)
-            return real(*args)
-
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
         box = LoopMailbox(loop)
         queues = [asyncio.Queue() for _ in range(4)]
         with held_wakeups():
