@@ -28,7 +28,7 @@ from afm_struct.decoding.sampling import SamplingParams
 from afm_struct.errors import AfmError
 from afm_struct.grammar.compiler import compile_constraint
 from afm_struct.grammar.spec import JsonSchemaRequest
-from afm_struct.testing import random_loaded_model, served_scripted_model
+from afm_struct.testing import random_loaded_model, scripted_loaded_model, served_scripted_model
 from afm_struct_bench.serve import PROMPTS, SCHEMAS
 
 STR = {"type": "string", "maxLength": 12}
@@ -130,3 +130,26 @@ def test_the_served_stand_in_leaves_its_plan_without_far_searches(tokenizer) -> 
     jsonschema.validate(json.loads(fin.text), schema)
     assert kept, kept
     assert 0 not in searches, searches  # no rough search: far from the cut the repairs answered
+
+
+# One token can make the shortest completion much longer: an optional key whose value has many
+# required keys.  Far from the cut by the old plan (``}``: room > twice it + slack), the token
+# that opens ``"big`` still needs the check: a closer that skipped it there would find the
+# completion (~50 tokens) longer than the room left and cut the output invalid.
+BIG = {"type": "object", "properties": {
+    "x": STR, "big": _obj(**{f"k{i}": {"type": "integer"} for i in range(12)})},
+    "required": ["x"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("room", [20, 30, 45, 60])
+def test_a_key_that_opens_many_required_keys_is_checked_far_from_the_cut(tokenizer, room) -> None:
+    script = '{"x": "a", "big": {' + ", ".join(f'"k{i}": {i}' for i in range(12)) + "}}"
+    constraint = compile_constraint(tokenizer, JsonSchemaRequest(BIG, strict=True))
+    max_tokens = len(tokenizer.encode('{"x": "a", "big')) + room
+    gen = Generator.from_loaded(scripted_loaded_model(tokenizer, script))
+    prompt = tokenizer.encode_chat([{"role": "user", "content": "JSON"}])
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    request = GenerationRequest(prompt, params, constraint=constraint, loop_guard=False)
+    fin = list(gen.generate(request))[-1]
+    assert isinstance(fin, Finished) and fin.usage.completion_tokens <= max_tokens, fin
+    jsonschema.validate(json.loads(fin.text), BIG)  # cut or not, an instance
