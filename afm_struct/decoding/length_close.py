@@ -284,7 +284,10 @@ class BudgetCloser:
         if self.spent:  # no time left to search where ``token`` leads: close now, valid
             self.plan, self.closed = None, True
             return plan
-        after = self._search(matcher, tokens, prefix=[token], refinements=0 if rough else None)
+        # Near the cut only a completion that fits matters: none longer is searched for (a
+        # search that proves none fits stops early; the known one is fed then, as before).
+        limit = room if not rough and room <= _ample(plan) else None
+        after = self._search(matcher, tokens, prefix=[token], refinements=0 if rough else None, limit=limit)
         if rough and after is not None and len(after) > room:
             rough, after = False, self._search(matcher, tokens, prefix=[token])  # harder, before closing
         if after is None and room > 2 * len(plan) + SLACK:
