@@ -20,7 +20,8 @@ When to search (a search costs ~1-6 ms, a forward pass 10-50 ms, a mask ~6 µs):
   follows ``P``, or when ``P`` still completes after ``t`` (string or number content: checked
   with a cheap probe), or when the run the grammar forces after ``t`` and a tail of ``P``
   complete it within the room (a *repair*: ``"`` where ``P`` had ``",``, the comma forced and
-  ``P``'s rest after it; ``ti`` where ``P`` spelled ``title``), and ``P`` is reused across steps
+  ``P``'s rest after it; ``ti`` where ``P`` spelled ``title``; far from the cut also ``P``'s
+  text re-tokenized, :func:`~.plan_repair.text_repaired_plan`), and ``P`` is reused across steps
   while it stays valid.  Every plan kept is walked on a fork of the matcher to a complete
   state, as a search's result is, so a shortcut never costs validity; a repair is not always
   the shortest completion after ``t``, which only matters near the cut: there a repair that
@@ -60,7 +61,7 @@ from ..grammar.closer.vocab import START, ClosingVocab, Depth, follow
 from ..grammar.engines.protocol import Matcher
 from .masking import allows_most
 from .output_floor import length_floor, output_floor
-from .plan_repair import repaired_plan
+from .plan_repair import repaired_plan, text_repaired_plan
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
@@ -98,28 +99,9 @@ class BudgetCloser:
     """The closing policy of one sequence (see the module docstring)."""
 
     __slots__ = (
-        "_content",
-        "_decode",
-        "_failures",
-        "_near",
-        "_retry_at",
-        "_rough",
-        "_scanned",
-        "_span",
-        "_start",
-        "_state",
-        "_token_bytes",
-        "_utf8",
-        "_vocab",
-        "_vocab_size",
-        "closed",
-        "closing",
-        "estimate",
-        "in_zone",
-        "limit_s",
-        "plan",
-        "search_cpu_s",
-        "search_wall_s",
+        "_content", "_decode", "_failures", "_near", "_retry_at", "_rough", "_scanned",
+        "_span", "_start", "_state", "_token_bytes", "_utf8", "_vocab", "_vocab_size", "closed",
+        "closing", "estimate", "in_zone", "limit_s", "plan", "search_cpu_s", "search_wall_s",
         "searches",
     )
 
@@ -292,17 +274,20 @@ class BudgetCloser:
         room = max_tokens - len(tokens) - 1  # after ``token``
         if len(plan) <= room and self._still_completes(matcher, token, plan):
             return None  # content inside a string or number: the same completion follows it
-        repaired = self._repair(matcher, token, plan, room)
+        # Far from the cut only the length bound matters: the first completion found is enough
+        # (a search without refinements, ~1/3 of its time, or the plan's text re-tokenized).
+        rough = not self._near and room > _ample(plan)
+        repaired = self._repair(matcher, token, plan, room, rough)
         if repaired is not None:
-            self.plan = repaired
+            self.plan, self._rough = repaired[0], self._rough or repaired[1]
             return None
         if self.spent:  # no time left to search where ``token`` leads: close now, valid
             self.plan, self.closed = None, True
             return plan
-        # Far from the cut only the length bound matters: the first completion found is enough
-        # (no refinements: ~1/3 of a search's time; they only run once one is found).
-        rough = not self._near and room > _ample(plan)
-        after = self._search(matcher, tokens, prefix=[token], refinements=0 if rough else None)
+        # Near the cut only a completion that fits matters: none longer is searched for (a
+        # search that proves none fits stops early; the known one is fed then, as before).
+        limit = room if not rough and room <= _ample(plan) else None
+        after = self._search(matcher, tokens, prefix=[token], refinements=0 if rough else None, limit=limit)
         if rough and after is not None and len(after) > room:
             rough, after = False, self._search(matcher, tokens, prefix=[token])  # harder, before closing
         if after is None and room > 2 * len(plan) + SLACK:
@@ -338,11 +323,17 @@ class BudgetCloser:
             return True
         return all(probe.advance(t) for t in plan) and (probe.is_accepting() or probe.is_finished())
 
-    def _repair(self, matcher: Matcher, token: int, plan: list[int], room: int) -> list[int] | None:
-        """:func:`~.plan_repair.repaired_plan`, its time counted as a search's."""
+    def _repair(self, matcher: Matcher, token: int, plan: list[int], room: int,
+                rough: bool) -> tuple[list[int], bool] | None:
+        """:func:`~.plan_repair.repaired_plan`, else (``rough``: far from the cut) its text
+        repair (rough: an upper bound, refined near the cut), its time counted as a search's."""
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            return repaired_plan(matcher, token, plan, room)
+            found = repaired_plan(matcher, token, plan, room)
+            if found is not None:
+                return found, False
+            found = text_repaired_plan(matcher, token, plan, room, self._vocab) if rough else None
+            return None if found is None else (found, True)
         finally:
             self.search_wall_s += time.perf_counter() - wall
             self.search_cpu_s += time.thread_time() - cpu
