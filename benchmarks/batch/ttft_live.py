@@ -40,6 +40,7 @@ import openai
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
                                            "city": {"type": "string"}},
           "required": ["name", "age", "city"], "additionalProperties": False}
+ENDED = ("cancelled", "completed", "failed")
 PROBE = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 16, "stream": True}
 
 
@@ -158,8 +159,8 @@ def main() -> None:
                     for side in ("idle", "busy"):
                         batch_id = None
                         if side == "busy":
-                            batch_id = sdk.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions",
-                                                          completion_window="24h").id
+                            batch_id = sdk.batches.create(input_file_id=file_id, completion_window="24h",
+                                                          endpoint="/v1/chat/completions").id
                             time.sleep(args.settle)
                             before = sdk.batches.retrieve(batch_id).request_counts.completed
                             started = time.perf_counter()
@@ -173,7 +174,7 @@ def main() -> None:
                             busy_seconds += time.perf_counter() - started
                             lines_done += sdk.batches.retrieve(batch_id).request_counts.completed - before
                             sdk.batches.cancel(batch_id)
-                            while sdk.batches.retrieve(batch_id).status not in ("cancelled", "completed", "failed"):
+                            while sdk.batches.retrieve(batch_id).status not in ENDED:
                                 time.sleep(0.1)
             cpu = server.cpu_seconds() - cpu_start
         finally:

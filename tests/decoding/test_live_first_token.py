@@ -15,27 +15,30 @@ from afm_struct.testing import Script, scripted_loaded_model
 def test_a_live_first_token_goes_out_before_the_batch_rows_of_its_step(tokenizer):
     gen = Generator.from_loaded(scripted_loaded_model(tokenizer, Script("word " * 60)))
     order: list[tuple[int, str]] = []  # (step, who) for every text delta, in emission order
-    step = 0
+    steps = [0]
 
     def sink(who: str):
         def put(event) -> None:
             if isinstance(event, TextDelta) and event.text:
-                order.append((step, who))
+                order.append((steps[0], who))
         return put
+
+    def step() -> None:
+        steps[0] += 1
+        gen.step()
 
     prompt = tokenizer.encode_chat([{"role": "user", "content": "a batch line"}])
     for i in range(3):
         gen.add(GenerationRequest(prompt, SamplingParams(temperature=0, max_tokens=40), background=True),
                 sink(f"batch{i}"))
-    for step in range(1, 5):  # the batch rows decode; each has emitted by now
-        gen.step()
+    for _ in range(4):  # the batch rows decode; each has emitted by now
+        step()
     assert {who for _, who in order} == {"batch0", "batch1", "batch2"}
     live_prompt = tokenizer.encode_chat([{"role": "user", "content": "a live question"}])
     gen.add(GenerationRequest(live_prompt, SamplingParams(temperature=0, max_tokens=8)), sink("live"))
     while not any(who == "live" for _, who in order):
-        step += 1
-        gen.step()
-        assert step < 40, "the live request never produced a token"
+        step()
+        assert steps[0] < 40, "the live request never produced a token"
     first_step = next(s for s, who in order if who == "live")
     same_step = [who for s, who in order if s == first_step]
     # The batch rows also emitted in that step, after the live row's first token.
