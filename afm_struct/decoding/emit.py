@@ -83,6 +83,17 @@ def send_outbox(seq: SequenceState) -> None:
         emit_text(seq, text, events=events, last=last)
 
 
+def emit_runs(runs: list[tuple[SequenceState, list[int]]]) -> None:
+    """Emit each row's run (:func:`emit_run`); a row whose emission fails ends alone.  Text goes
+    out before the next forward pass, not after it: a client sees each token one forward pass
+    (a whole batch step) sooner, and a row a stop string ends leaves the batch before that pass."""
+    for seq, run in runs:
+        try:
+            emit_run(seq, run)
+        except Exception as exc:
+            fail(seq, exc)
+
+
 def emit_run(seq: SequenceState, run: list[int]) -> None:
     """Emit the text read for a sampled token and its forced run; finish the row if it ended."""
     send_outbox(seq)

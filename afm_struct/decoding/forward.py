@@ -69,3 +69,30 @@ def calibrate_fixed_cost(model: Any, head: Head | None, make_cache: Callable[[],
     one, sixteen = timed(1), timed(16)
     per_position = max((sixteen - one) / 15, 1e-9)
     return max((one - per_position) / per_position, 1.0)
+
+
+# A packed ragged step feeds each row at most this many pending tokens (bounds a step's time
+# when a row has a long forced run or prompt tail).
+PACKED_FEED_MAX = 32
+
+
+def feed_length(lengths: list[int], *, packed: bool, fixed: Callable[[], float]) -> int:
+    """How many pending tokens each row feeds this step.
+
+    A forward pass costs about ``fixed + rows * length`` (in positions): its fixed part
+    (reading the weights) is what fast-forward amortizes, but padding rows to the longest
+    forced run costs compute.  Pick the length that maximizes useful tokens per cost.
+    ``fixed()`` is called only where the choice needs it (its first call measures the model).
+    """
+    longest = max(lengths)
+    if len(lengths) == 1 or longest == 1 or len(set(lengths)) == 1:
+        return longest
+    if packed:  # a packed pass costs the tokens fed, not rows x longest
+        return min(longest, PACKED_FEED_MAX)
+    cost = fixed()
+    best, best_rate = 1, 0.0
+    for cand in sorted(set(lengths)):
+        rate = sum(min(n, cand) for n in lengths) / (cost + len(lengths) * cand)
+        if rate > best_rate:
+            best, best_rate = cand, rate
+    return best

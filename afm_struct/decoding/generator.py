@@ -41,12 +41,13 @@ from ..turn.turn import Turn
 from .batch_cache import CacheOps, MLXCacheOps, cache_ops_for
 from .decode_batch import DecodeBatch
 from .detokenizer import StreamingDetokenizer
-from .emit import emit_run, fail, finish, read_token
-from .forward import calibrate_fixed_cost, split_head
+from .emit import emit_runs, fail, finish, read_token
+from .forward import calibrate_fixed_cost, feed_length, split_head
 from .grammar_budget import GrammarBudget
 from .host_argmax import take_row
 from .length_close import BudgetCloser, known_shortest_output
 from .logprobs import RowStats, TokenTrack, token_table
+from .loop_mailbox import flush_held
 from .next_mask import MaskFiller
 from .packed import enable_packing
 from .prefill import PREFILL_CHUNK, Prefiller, mark_prefilled
@@ -71,10 +72,6 @@ from .tokenizer_parts import build_tokenizer_parts
 
 if TYPE_CHECKING:
     from ..models.tokenizer import Tokenizer
-
-# A packed ragged step feeds each row at most this many pending tokens (bounds a step's time
-# when a row has a long forced run or prompt tail).
-PACKED_FEED_MAX = 32
 
 __all__ = ["Constraint", "FinishReason", "Finished", "GenerationEvent", "GenerationRequest", "Generator",
            "LanguageModel", "TextDelta", "Timings", "Usage"]
@@ -262,44 +259,48 @@ class Generator:
                 finish(seq, FinishReason.CANCELLED)
         # Rows with logits sample now; rows still feeding a long forced run wait their turn.
         ready = [r for r in group.rows if not r.done and r.logits is not None]
-        runs = []
-        if ready:
-            if self._settle is not None:
-                self._settle()
-            # Each row's own steps are its own: a failure there ends that row (fail), and the
-            # others carry on as if it had never been in the batch.
-            tokens, stats = sample_rows(ready, on_error=lambda i, exc: fail(ready[i], exc),
-                                        bitmask=group.bitmask)
-            for seq, token, st in zip(ready, tokens, stats, strict=True):
-                if seq.done:
-                    continue
-                try:
-                    t0 = time.perf_counter()
-                    searched = seq.closer.search_wall_s if seq.closer is not None else 0.0
-                    run = self._advance(seq, token, st)
-                    seq.pending = list(run)
-                    if seq.matcher is not None:  # the advance and forced run: grammar work
-                        # (the closer's searches have a budget of their own: length_close.py)
-                        closing = seq.closer.search_wall_s - searched if seq.closer is not None else 0.0
-                        seq.grammar.charge(time.perf_counter() - t0 - closing, len(seq.tokens))
-                except Exception as exc:
-                    fail(seq, exc)
-                    continue
-                runs.append((seq, run))
-        # Text goes out before the next forward pass, not after it: a client sees each token
-        # one forward pass (a whole batch step) sooner, and a row a stop string ends leaves
-        # the batch before that pass.
-        for seq, run in runs:
-            try:
-                emit_run(seq, run)
-            except Exception as exc:
-                fail(seq, exc)
+        first = [r for r in ready if not r.tokens and not r.request.background]
+        if first and any(r.request.background for r in ready):
+            # A live request's first token beside batch lines: sampled, sent and its loop woken
+            # before the batch rows' sampling and grammar work (its TTFT; issue 42).
+            emit_runs(self._sample_ready(first, group))
+            flush_held()
+            ready = [r for r in ready if r not in first]
+        emit_runs(self._sample_ready(ready, group) if ready else [])
         alive = [i for i, s in enumerate(group.rows) if not s.done and self._continues(s)]
         # Rows that ended (here, or by a stop string or cancel) leave the batch now.
         left = len(group.rows) - len(alive)
         if left:
             self.batch.leave(group, alive)
         return left
+
+    def _sample_ready(self, ready: list[SequenceState],
+                      group: BatchGroup) -> list[tuple[SequenceState, list[int]]]:
+        """Sample the ``ready`` rows (not empty) and advance their matchers; the runs to emit."""
+        runs = []
+        if self._settle is not None:
+            self._settle()
+        # Each row's own steps are its own: a failure there ends that row (fail), and the
+        # others carry on as if it had never been in the batch.
+        tokens, stats = sample_rows(ready, on_error=lambda i, exc: fail(ready[i], exc),
+                                    bitmask=group.bitmask)
+        for seq, token, st in zip(ready, tokens, stats, strict=True):
+            if seq.done:
+                continue
+            try:
+                t0 = time.perf_counter()
+                searched = seq.closer.search_wall_s if seq.closer is not None else 0.0
+                run = self._advance(seq, token, st)
+                seq.pending = list(run)
+                if seq.matcher is not None:  # the advance and forced run: grammar work
+                    # (the closer's searches have a budget of their own: length_close.py)
+                    closing = seq.closer.search_wall_s - searched if seq.closer is not None else 0.0
+                    seq.grammar.charge(time.perf_counter() - t0 - closing, len(seq.tokens))
+            except Exception as exc:
+                fail(seq, exc)
+                continue
+            runs.append((seq, run))
+        return runs
 
     def _advance(self, seq: SequenceState, token: int, stats: RowStats | None = None) -> list[int]:
         """Feed the sampled token to the matcher; return it plus the forced run.  Each token's
@@ -391,24 +392,8 @@ class Generator:
                 mark_prefilled(seq, time.perf_counter())
 
     def _feed_length(self, lengths: list[int]) -> int:
-        """How many pending tokens each row feeds this step.
-
-        A forward pass costs about ``fixed + rows * length`` (in positions): its fixed part
-        (reading the weights) is what fast-forward amortizes, but padding rows to the longest
-        forced run costs compute.  Pick the length that maximizes useful tokens per cost.
-        """
-        longest = max(lengths)
-        if len(lengths) == 1 or longest == 1 or len(set(lengths)) == 1:
-            return longest
-        if self.ragged.packed:  # a packed pass costs the tokens fed, not rows x longest
-            return min(longest, PACKED_FEED_MAX)
-        fixed = self.fixed_cost_positions()
-        best, best_rate = 1, 0.0
-        for cand in sorted(set(lengths)):
-            rate = sum(min(n, cand) for n in lengths) / (fixed + len(lengths) * cand)
-            if rate > best_rate:
-                best, best_rate = cand, rate
-        return best
+        """How many pending tokens each row feeds this step (:func:`feed_length`)."""
+        return feed_length(lengths, packed=self.ragged.packed, fixed=self.fixed_cost_positions)
 
     # -- setup and convenience ---------------------------------------------------------------
 

@@ -106,6 +106,15 @@ def held_wakeups() -> Iterator[None]:
             box.flush()
 
 
+def flush_held() -> None:
+    """Inside :func:`held_wakeups`: wake the loops for what was posted so far, now."""
+    boxes = getattr(_held, "boxes", None)
+    if boxes:
+        for box in boxes.values():
+            box.flush()
+        boxes.clear()
+
+
 _boxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopMailbox] = weakref.WeakKeyDictionary()
 _boxes_lock = threading.Lock()
 

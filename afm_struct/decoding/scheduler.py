@@ -247,7 +247,11 @@ class Scheduler:
             freed = gen.sample_and_emit()
         if freed:  # the shared group runs on with free rows: fill them before its next pass
             self._refill(freed)
-            gen.join_short_tails()
+        else:
+            # What arrived while this step sampled joins the pass launched now, not the one
+            # after: beside busy rows that is a whole iteration sooner to a first token.
+            self._admit(block=False)
+        gen.join_short_tails()
         gen.launch_forward()
         gen.prefill_some()
 
