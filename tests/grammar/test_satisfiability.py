@@ -159,3 +159,12 @@ def test_one_subschema_object_in_two_places_is_judged_in_both() -> None:
     has_one = {"type": "integer"}
     assert find_empty({"type": "object", "required": ["a", "b"],
                        "properties": {"a": has_one, "b": {"anyOf": [has_one, empty]}}}) is None
+
+
+def test_nested_allof_depth_reached_is_kept() -> None:
+    """The analysis recurses one frame per ``allOf`` level (a helper frame per level halved the
+    depth it reaches before Python's recursion limit: 600 levels failed with it)."""
+    schema: dict = {"type": "string"}
+    for _ in range(600):
+        schema = {"allOf": [schema]}
+    assert find_empty(schema) is None

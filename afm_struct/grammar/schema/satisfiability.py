@@ -176,39 +176,36 @@ class _Analysis:
         if not isinstance(node, dict) or id(node) in seen:
             return None
         seen.add(id(node))
-        try:
-            return self._explain_node(node, path, seen)
+        try:  # (in this frame, not a helper's: a frame per level would lower the depth reached)
+            ref = node.get("$ref")
+            if isinstance(ref, str) and not self.ok.get(ref, True):
+                return Empty([*path, "$ref"], f"`$ref` {json.dumps(ref)} has no valid instance: every way "
+                             "through it refers back to itself (a cycle with no base case)")
+            if isinstance(ref, str) and self.ref_overrides:
+                return None  # draft 7 and older ignore a $ref's siblings: the ref alone decides
+            for i, sub in enumerate(node.get("allOf") or []):
+                why = self._explain(sub, [*path, "allOf", i], seen)
+                if why is not None:
+                    return why
+            for key in ("anyOf", "oneOf"):
+                branches = node.get(key)
+                if isinstance(branches, list):
+                    found = [self._explain(b, [*path, key, i], seen) for i, b in enumerate(branches)]
+                    if all(f is not None for f in found):
+                        if not found:
+                            return Empty([*path, key], f"`{key}` is empty")
+                        return Empty([*path, key], f"no branch of `{key}` has a valid instance "
+                                     f"(first: {found[0].reason} at {json_path(found[0].path)})")
+            implied = _implied_branches(node)
+            if len(implied) > 1:
+                return Empty([*path, "oneOf"], f"`oneOf` allows exactly one matching branch, but "
+                             f"branches {implied[0]} and {implied[1]} both hold for every value the "
+                             "rest of the schema allows (their `required`/`type` are already implied)")
+            if node.get("not") is True or node.get("not") == {}:
+                return Empty([*path, "not"], "`not` of a schema that allows everything")
+            return self._types(node, path, seen)
         finally:
             seen.discard(id(node))
-
-    def _explain_node(self, node: dict[str, Any], path: list[Any], seen: set[int]) -> Empty | None:
-        ref = node.get("$ref")
-        if isinstance(ref, str) and not self.ok.get(ref, True):
-            return Empty([*path, "$ref"], f"`$ref` {json.dumps(ref)} has no valid instance: every way "
-                         "through it refers back to itself (a cycle with no base case)")
-        if isinstance(ref, str) and self.ref_overrides:
-            return None  # draft 7 and older ignore a $ref's siblings: the ref alone decides
-        for i, sub in enumerate(node.get("allOf") or []):
-            why = self._explain(sub, [*path, "allOf", i], seen)
-            if why is not None:
-                return why
-        for key in ("anyOf", "oneOf"):
-            branches = node.get(key)
-            if isinstance(branches, list):
-                found = [self._explain(b, [*path, key, i], seen) for i, b in enumerate(branches)]
-                if all(f is not None for f in found):
-                    if not found:
-                        return Empty([*path, key], f"`{key}` is empty")
-                    return Empty([*path, key], f"no branch of `{key}` has a valid instance "
-                                 f"(first: {found[0].reason} at {json_path(found[0].path)})")
-        implied = _implied_branches(node)
-        if len(implied) > 1:
-            return Empty([*path, "oneOf"], f"`oneOf` allows exactly one matching branch, but "
-                         f"branches {implied[0]} and {implied[1]} both hold for every value the "
-                         "rest of the schema allows (their `required`/`type` are already implied)")
-        if node.get("not") is True or node.get("not") == {}:
-            return Empty([*path, "not"], "`not` of a schema that allows everything")
-        return self._types(node, path, seen)
 
     def _types(self, node: dict[str, Any], path: list[Any], seen: set[int]) -> Empty | None:
         allowed = set(TYPES)
