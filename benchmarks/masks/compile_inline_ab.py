@@ -10,6 +10,11 @@ it is a measurement, never a way to serve (the limit is why the thread exists).
 
 ``serial_thread``: the exact compile still on a compile thread (the time limit kept) but started
 only after the Python checks (no overlap).
+
+Superseded (round 2, compile43_round2.md): each variant here has its own pass, so a load that
+drifts between passes reads as a difference between variants, and the inline and serial
+variants compile the exact rung without the schema's text (the engine's side dumps the schema
+three more times).  ``compile_handoff_ab.py`` pairs the variants schema by schema instead.
 """
 
 from __future__ import annotations

@@ -148,3 +148,23 @@ def test_llguidance_unsatisfiable_is_a_400_only_when_proved(tokenizer, name, emp
     if name == "Github_hard---o10346.json":
         assert validator_class(schema)(schema).is_valid(1)  # the witness
         assert compiled.validate("1").ok  # and the grammar takes it
+
+
+def test_one_subschema_object_in_two_places_is_judged_in_both() -> None:
+    """A Python caller may put one dict in two places; the analysis's set of nodes being
+    explained (shared down the recursion) must not carry one place's visit into the other."""
+    empty = {"type": "string", "minLength": 5, "maxLength": 2}
+    found = find_empty({"anyOf": [empty, empty]})
+    assert found is not None and "no branch of `anyOf`" in found.reason
+    has_one = {"type": "integer"}
+    assert find_empty({"type": "object", "required": ["a", "b"],
+                       "properties": {"a": has_one, "b": {"anyOf": [has_one, empty]}}}) is None
+
+
+def test_nested_allof_depth_reached_is_kept() -> None:
+    """The analysis recurses one frame per ``allOf`` level (a helper frame per level halved the
+    depth it reaches before Python's recursion limit: 600 levels failed with it)."""
+    schema: dict = {"type": "string"}
+    for _ in range(600):
+        schema = {"allOf": [schema]}
+    assert find_empty(schema) is None
