@@ -52,6 +52,7 @@ class Negator(KindNegations):
     ref: Callable[[str, frozenset[str], frozenset[str] | None], dict[str, Any] | None]
     positive: Callable[[Any], Any]
     name_check: Callable[[Any, str], bool | None] = lambda names, key: None
+    spend: Callable[[], None] = lambda: None  # charges one visit to the rewrites' work budget
     depth: int = 0
 
     def negate(self, schema: Any, allowed: frozenset[str] = ATOMS,
@@ -66,6 +67,7 @@ class Negator(KindNegations):
             return type_schema(allowed) if allowed != ATOMS else True
         if not isinstance(schema, dict) or self.depth > 12 or self.draft == 3:
             return None
+        self.spend()
         self.depth += 1
         try:
             pieces = self._pieces(schema, allowed, keys)

@@ -33,6 +33,7 @@ schema is rewritten again with that reference left un-negated.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from .keywords import TABLE, TRIGGERS, rewrites_for
 from .negation import ATOMS, Negator
 from .paths import MISSING, escape_pointer_part, local_refs_resolve, may_refer, resolve_pointer
 
+log = logging.getLogger("afm_struct")
+
 # Keywords whose value is one subschema / a map of subschemas / a list of subschemas.
 _ONE = ("additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
         "propertyNames", "unevaluatedProperties", "unevaluatedItems")
@@ -53,10 +56,22 @@ _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 # The same, for readers that walk a schema as the rewrites do (the enforcement report).
 SUBSCHEMA_ONE, SUBSCHEMA_MAP, SUBSCHEMA_LIST = _ONE, _MAP, _LIST
 _MAX_RETRIES = 6
+# Work allowed to one schema's rewrites, in subschemas visited (walked or negated), over all its
+# attempts: a fixed floor plus a multiple of the schema's own size.  Negating a subschema can
+# mean rewriting it again, so nested ``not``/``if``/``oneOf`` cost 2^depth visits: 28 nested
+# ``not`` took 21 s of Python, 30 took 85 s, holding the GIL (the dev set's largest use is
+# ~4,200 visits).  Past the budget the schema is compiled as written (the ladder downgrades
+# what the engine cannot enforce, and says so).
+WALK_BUDGET_FLOOR = 50_000
+WALK_BUDGET_PER_NODE = 20
 NEGATED_PREFIX = "afm-not-"
 # Keys next to a ``$ref`` that do not change what it accepts.
 _INERT_NEAR_REF = frozenset({"title", "description", "$comment", "default", "examples", "$schema",
                              "$id", "id", "definitions", "$defs", "deprecated", "readOnly", "writeOnly"})
+
+
+class RewriteTooLarge(Exception):
+    """The rewrites of one schema spent their work budget (:data:`WALK_BUDGET_FLOOR`)."""
 
 
 @dataclass(frozen=True)
@@ -83,11 +98,19 @@ class RewriteContext:
     taken: set[str] = field(default_factory=set)
     negate_refs: bool = True
     path: str | None = None  # the node being rewritten (None: a copy, not part of the document)
+    # Subschema visits left to this schema's rewrites (a list: shared by the retries' contexts).
+    work: list[int] = field(default_factory=lambda: [WALK_BUDGET_FLOOR])
     negator: Negator = field(init=False)
     _validator: Any = None
 
     def __post_init__(self) -> None:
-        self.negator = Negator(self.draft, self.negated_ref, self.positive, self.name_valid)
+        self.negator = Negator(self.draft, self.negated_ref, self.positive, self.name_valid, spend=self.spend)
+
+    def spend(self) -> None:
+        """Charge one subschema visit; :class:`RewriteTooLarge` once the budget is spent."""
+        self.work[0] -= 1
+        if self.work[0] < 0:
+            raise RewriteTooLarge
 
     def resolve(self, ref: str) -> Any:
         """The target of a local ``$ref`` in the original schema, or None."""
@@ -247,6 +270,7 @@ def _rewrite_node(node: dict[str, Any], original: dict[str, Any], path: str | No
 def _walk(node: Any, path: str | None, ctx: RewriteContext) -> Any:
     if not isinstance(node, dict):
         return node
+    ctx.spend()
 
     def sub(key: str) -> str | None:
         return None if path is None else f"{path}/{key}"
@@ -283,20 +307,41 @@ def rewrite_schema(schema: Any, text: str | None = None,
         return RewriteResult(schema, ())
     draft, refs = draft_of(schema), (_ref_targets(schema) if may_refer(text) else set())
     taken = set(schema.get("$defs", {})) if isinstance(schema.get("$defs"), dict) else set()
-    with regular.budget():
-        return _rewrite(schema, draft, refs, taken)
+    budget = WALK_BUDGET_FLOOR + WALK_BUDGET_PER_NODE * _count_nodes(schema)
+    try:
+        with regular.budget():
+            return _rewrite(schema, draft, refs, taken, [budget])
+    except (RewriteTooLarge, RecursionError) as exc:
+        log.warning("schema rewrites skipped (%s): the schema is compiled as written",
+                    f"over {budget} subschema visits" if isinstance(exc, RewriteTooLarge) else "too deep")
+        return RewriteResult(schema, ())
 
 
-def _rewrite(schema: dict[str, Any], draft: int, refs: set[str], taken: set[str]) -> RewriteResult:
+def _count_nodes(schema: Any) -> int:
+    """Objects in ``schema`` (iterative: a deep schema cannot overflow the stack)."""
+    count, stack = 0, [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            count += 1
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
+def _rewrite(schema: dict[str, Any], draft: int, refs: set[str], taken: set[str],
+             work: list[int]) -> RewriteResult:
     blocked: set[str] = set()
     for _attempt in range(_MAX_RETRIES):
-        ctx = RewriteContext(draft=draft, root=schema, refs=refs, blocked=blocked, taken=set(taken))
+        ctx = RewriteContext(draft=draft, root=schema, refs=refs, blocked=blocked, taken=set(taken),
+                             work=work)
         out = _walk(schema, "", ctx)
         failed = _add_negated_definitions(out, ctx)
         if failed is None:
             return RewriteResult(out, tuple(sorted(ctx.applied)), tuple(ctx.sites))
         blocked.add(failed)
-    ctx = RewriteContext(draft=draft, root=schema, refs=refs, taken=set(taken), negate_refs=False)
+    ctx = RewriteContext(draft=draft, root=schema, refs=refs, taken=set(taken), negate_refs=False, work=work)
     out = _walk(schema, "", ctx)
     return RewriteResult(out, tuple(sorted(ctx.applied)), tuple(ctx.sites))
 
