@@ -230,7 +230,7 @@ def test_hub_id_through_an_offline_cache(built, tmp_path: Path) -> None:
     proc = start_serve(["--model", "someorg/tiny-qwen3", "--no-store"], env=env, log_dir=tmp_path)
     try:
         proc.wait_ready(timeout=180)
-        ids = [m["id"] for m in httpx.get(f"{proc.url}/v1/models").json()["data"]]
+        ids = [m["id"] for m in httpx.get(f"{proc.url}/v1/models", timeout=60).json()["data"]]
         assert ids == ["someorg/tiny-qwen3", "tiny-qwen3"]
         for model in ids:
             r = _chat(proc.url, model=model, max_tokens=80, response_format=_schema_format(PERSON))
