@@ -66,7 +66,7 @@ PROPERTY_TESTS := tests/grammar/test_formats.py tests/grammar/test_rewrites.py \
 	tests/grammar/test_rewrite_soundness.py tests/grammar/test_regular.py tests/grammar/test_negation.py \
 	tests/grammar/test_json_escapes.py tests/grammar/test_engine_numbers.py tests/grammar/test_any_order_properties.py \
 	tests/decoding/test_randomized_real.py tests/decoding/test_random_traffic.py \
-	tests/decoding/test_close_on_length.py tests/decoding/test_row_isolation.py
+	tests/decoding/test_close_on_length.py tests/decoding/test_row_isolation.py tests/models/test_prompt_injection.py
 fuzz: setup fuzz-grammar
 	AFM_STRUCT_RANDOM_EXAMPLES=$(FUZZ_EXAMPLES) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q tests/fuzz/test_contract_fuzz.py $(PYTEST_ARGS)
 	AFM_STRUCT_RANDOM_EXAMPLES=$(PROPERTY_EXAMPLES) AFM_STRUCT_DEV_EVERY=1 LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(PROPERTY_TESTS) $(PYTEST_ARGS)

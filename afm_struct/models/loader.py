@@ -130,18 +130,15 @@ class ChatTemplateOptions:
 
 def _load_mlx(path: Path, mode: str, templates: ChatTemplateOptions,
               progress: Callable[[str], None]) -> tuple[nn.Module, Tokenizer, int, WeightChoice]:
-    import mlx_lm
-
     from . import mlx_dir
     from . import weights as weights_mod
 
     mlx_dir.check_files(path)
     progress(f"loading {path} with mlx_lm")
     try:
-        model, wrapper, config = mlx_lm.load(str(path), return_config=True)
+        model, hf, eos, config = mlx_dir.load(path)
     except Exception as exc:  # mlx_lm raises many kinds: unreadable files, architectures
         raise ModelLoadError(f"cannot load model {str(path)!r}: {mlx_dir._one_line(exc)}") from exc
-    hf = wrapper._tokenizer
     mlx_dir.check_tokenizer(hf, path, chat_template=templates.template,
                             default_template=templates.default, say=progress)
     device = device_name()
@@ -157,7 +154,6 @@ def _load_mlx(path: Path, mode: str, templates: ChatTemplateOptions,
         if cast:
             choice = WeightChoice(choice.weights, choice.stored,
                                   f"{choice.reason}; cast to fp32: {', '.join(cast)}")
-    eos = list(getattr(wrapper, "eos_token_ids", []) or [])
     tokenizer = Tokenizer(hf, eos_ids=eos, add_bos=bool(getattr(hf, "add_bos_token", False)),
                           vocab_size=config.get("vocab_size"))
     ctx = int(config.get("max_position_embeddings") or config.get("context_length") or 4096)

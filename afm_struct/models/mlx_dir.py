@@ -52,6 +52,32 @@ def locate(spec: str) -> Path:
                              f"hub (or its offline cache) has no such repo: {_one_line(exc)}") from exc
 
 
+def load(path: Path) -> tuple[Any, Any, list[int], dict[str, Any]]:
+    """The model, its Hugging Face tokenizer, its end-of-turn ids and its config, read as
+    ``mlx_lm.load`` reads them (``mlx_lm.utils.load_model``, then ``AutoTokenizer`` and the eos
+    ids of config.json or the architecture's defaults plus the tokenizer's own eos token).
+
+    Not through ``mlx_lm.load``: it wraps the tokenizer in a ``TokenizerWrapper`` this package
+    never uses (only the Hugging Face tokenizer and the eos ids were taken from it), and on
+    large vocabularies building the wrapper costs about what the tokenizer does: tokenizer.json
+    parsed a second time in Python to pick a streaming detokenizer, every token mapped for that
+    detokenizer, and the whole vocabulary read three times to guess thinking and tool-call
+    markers (~1-1.5 s of CPU a load at 128-200k tokens)."""
+    import mlx_lm.utils
+    from transformers import AutoTokenizer
+
+    model, config = mlx_lm.utils.load_model(path)
+    hf = AutoTokenizer.from_pretrained(path)
+    ids = config.get("eos_token_id")
+    if ids is None:
+        defaults = getattr(mlx_lm.utils, "_tokenizer_defaults", lambda _path: None)(path) or {}
+        ids = defaults.get("eos_token_ids")
+    eos = {ids} if isinstance(ids, int) else set(ids or [])
+    if hf.eos_token_id is not None:
+        eos.add(hf.eos_token_id)
+    return model, hf, sorted(eos), config
+
+
 def check_files(path: Path) -> None:
     """Refuse a directory that lacks what mlx-lm and a tokenizer need, naming the files."""
     if not (path / "config.json").is_file():

@@ -112,6 +112,19 @@ def test_truncated_file(tmp_path):
         read_gguf(cut)
 
 
+def test_a_header_cut_inside_the_vocabulary_is_refused(tmp_path):
+    """The header's string arrays (tokens, merges) are stepped over, not decoded: a file that
+    ends inside one, in a string or in a string's length, is still refused by the header check."""
+    from afm_struct.models.gguf_header import read_header
+
+    data = embedded_model_path().read_bytes()
+    cut = tmp_path / "cut.gguf"
+    for size in range(400_000, 400_016):  # SmolLM2's tokens array spans bytes ~1k-763k
+        cut.write_bytes(data[:size])
+        with pytest.raises(ModelLoadError, match="truncated or corrupt"):
+            read_header(cut)
+
+
 def test_not_a_gguf(tmp_path):
     bad = tmp_path / "model.gguf"
     bad.write_text("hello, I am a text file")

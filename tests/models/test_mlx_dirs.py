@@ -161,15 +161,22 @@ def test_cancel(served) -> None:
     assert finishes == ["cancelled"]
 
 
+def _packed(path: Path) -> Any:
+    """The directory's model as mlx-lm loads it (packed 4-bit layers), without its tokenizer:
+    ``mlx_lm.load`` would also build the 151k-token tokenizer these tests never use (~2 s)."""
+    from mlx_lm.utils import load_model as mlx_load_model
+
+    model, _config = mlx_load_model(path)
+    return model
+
+
 def test_float32_really_dequantizes(built) -> None:
     """``--weights float32`` on a 4-bit directory: no packed layer is left, the fp32 model is
     larger than the packed one, and its logits are the packed model's computed in fp32."""
-    import mlx_lm
-
     path = built["qwen3-4bit"]
     dense = load_model(str(path), weights="float32")
     assert not weights._quantized_modules(dense.model)
-    reference, _ = mlx_lm.load(str(path))
+    reference = _packed(path)
     assert weights.stored_format(reference) == "4-bit affine"
     packed_bytes = sum(v.nbytes for _, v in tree_flatten(reference.parameters()))
     assert dense.info.weight_bytes > 3 * packed_bytes
@@ -191,9 +198,7 @@ def test_bf16_gpt_oss_kept_as_stored_runs_on_the_cpu(built) -> None:
 
 
 def test_auto_keeps_stored_weights_on_gpus_and_when_fp32_does_not_fit(built) -> None:
-    import mlx_lm
-
-    model, _ = mlx_lm.load(str(built["qwen3-4bit"]))
+    model = _packed(built["qwen3-4bit"])
     need = weights.float32_bytes(model)
     assert weights.choose("auto", model, "cpu", 4 * need).weights == "float32"
     tight = weights.choose("auto", model, "cpu", int(1.5 * need))
@@ -225,7 +230,7 @@ def test_hub_id_through_an_offline_cache(built, tmp_path: Path) -> None:
     proc = start_serve(["--model", "someorg/tiny-qwen3", "--no-store"], env=env, log_dir=tmp_path)
     try:
         proc.wait_ready(timeout=180)
-        ids = [m["id"] for m in httpx.get(f"{proc.url}/v1/models").json()["data"]]
+        ids = [m["id"] for m in httpx.get(f"{proc.url}/v1/models", timeout=60).json()["data"]]
         assert ids == ["someorg/tiny-qwen3", "tiny-qwen3"]
         for model in ids:
             r = _chat(proc.url, model=model, max_tokens=80, response_format=_schema_format(PERSON))

@@ -61,7 +61,7 @@ def test_a_user_cannot_forge_a_system_turn(tokenizer: Tokenizer) -> None:
 def test_request_text_never_becomes_a_special_token(families: dict[str, Family], name: str) -> None:
     family = families[name]
 
-    @settings(machine_settings(25, 1))
+    @settings(machine_settings(12, 1))  # `make fuzz` runs PROPERTY_EXAMPLES (200)
     @given(chats(family.strings))
     def check(chat) -> None:  # type: ignore[no-untyped-def]
         ids, rendered = prompt_of(family.tokenizer, chat.messages, chat.tools)
@@ -80,7 +80,7 @@ def test_request_text_never_becomes_a_special_token(families: dict[str, Family],
 def test_ordinary_chats_keep_their_old_ids(families: dict[str, Family], name: str) -> None:
     family = families[name]
 
-    @settings(machine_settings(10, 1))
+    @settings(machine_settings(5, 1))  # `make fuzz`: PROPERTY_EXAMPLES
     @given(chats(family.strings, special=False))
     def check(chat) -> None:  # type: ignore[no-untyped-def]
         ids, rendered = prompt_of(family.tokenizer, chat.messages, chat.tools)

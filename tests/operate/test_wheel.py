@@ -66,7 +66,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                     "--wheel-dir", str(dist), str(src)], check=True, timeout=300, env=_env())
     (wheel,) = dist.glob("afm_struct-*.whl")
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=_env())
+    # No pip of its own (ensurepip installs one from its bundled wheel: ~6 s of CPU): the pip
+    # that installs and checks below is the test venv's, seen through the dependencies' links,
+    # and run by the new venv's interpreter it installs into the new venv.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120,
+                   env=_env())
     python = venv / "bin" / "python"
     # The dependencies: the test venv's site-packages, appended to the new venv's path by a
     # plain .pth line (its own .pth files, such as an editable install's finder, are not run),
