@@ -257,8 +257,8 @@ def test_client_sends_a_schema_digest_that_keeps_a_schema_on_one_replica(cluster
 
 
 # 3 s a stream at 50 tokens a second (conftest TOKENS_PER_S): the kill comes as soon as every
-# slot streams, well inside the first streams' time; a longer stream (300 tokens until session 13, ~9,000 tokens served in
-# all) only made every surviving stream run longer.
+# slot streams, well inside the first streams' time; a longer stream (300 tokens until session
+# 13, ~9,000 tokens served in all) only made every surviving stream run longer.
 KILL_STREAM_TOKENS = 150
 
 
