@@ -53,9 +53,14 @@ XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfil
 # 21 min 34 s with 1 thread against 26 min 24 s with OpenBLAS's default; user+sys CPU 37 min
 # against 48; benchmarks/suite/README.md).  `make serve` keeps the default.
 TEST_BLAS_THREADS ?= 1
+# Bytecode on for the suite, whatever the shell says: with PYTHONDONTWRITEBYTECODE set (as on
+# the shared VM) every process of a run (the workers, each `afm-struct serve`, CLI and snippet
+# subprocess) compiled the project's sources again, and pytest re-rewrote every test module on
+# every run.  Written to __pycache__ (git-ignored) by the first process that imports a module.
+TEST_BYTECODE_ENV = PYTHONDONTWRITEBYTECODE=
 
 test: setup
-	OPENBLAS_NUM_THREADS=$(TEST_BLAS_THREADS) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS)
+	$(TEST_BYTECODE_ENV) OPENBLAS_NUM_THREADS=$(TEST_BLAS_THREADS) LD_PRELOAD=$(BLAS_PRELOAD) $(BIN)/python -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS)
 
 # The random-weight fuzzer at length (tests/fuzz; `make test` runs 80 examples), the property
 # and randomized tests `make test` runs short (PROPERTY_EXAMPLES each; benchmarks/suite/README.md),

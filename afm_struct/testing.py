@@ -292,8 +292,10 @@ class RandomModel:
     so that masked generation finishes in a reasonable number of steps; everything else is noise.
     """
 
-    def __init__(self, tokenizer: Tokenizer, seed: int, *, bonus: float = 4.0) -> None:
+    def __init__(self, tokenizer: Tokenizer, seed: int, *, bonus: float = 4.0,
+                 row_noise: bool = False) -> None:
         self.tokenizer = tokenizer
+        self.row_noise = row_noise
         self.vocab_size = tokenizer.vocab_size
         self.args = SimpleNamespace(vocab_size=self.vocab_size)
         self._rng = np.random.default_rng(seed)
@@ -314,6 +316,12 @@ class RandomModel:
 
     def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
         b, n = inputs.shape
+        if self.row_noise and n > 1:
+            # One draw a row, the same at every position: the generator reads one position a
+            # row (decoding/forward.py ``logits_at``), and drawing noise for every prompt
+            # position cost ~1.5 s of CPU for a 300-token prompt at a 150k vocabulary.
+            row = self._rng.standard_normal((b, 1, self.vocab_size)).astype(np.float32) * 2.0
+            return mx.broadcast_to(mx.array(row + self._favoured), (b, n, self.vocab_size))
         noise = self._rng.standard_normal((b, n, self.vocab_size)).astype(np.float32) * 2.0
         return mx.array(noise + self._favoured)
 
@@ -329,11 +337,16 @@ def _json_bonus(tokenizer: Tokenizer, vocab_size: int, bonus: float) -> np.ndarr
     return favoured
 
 
-def random_loaded_model(tokenizer: Tokenizer, seed: int) -> LoadedModel:
-    """A :class:`LoadedModel` with seeded random logits."""
+def random_loaded_model(tokenizer: Tokenizer, seed: int, *, row_noise: bool = False) -> LoadedModel:
+    """A :class:`LoadedModel` with seeded random logits.
+
+    ``row_noise`` draws one noise vector a row per forward pass instead of one a position
+    (cheap prefill of long prompts over large vocabularies; a different random stream, so
+    tests pinned to a seed's outputs keep the default)."""
     info = ModelInfo(id="random", path="<random>", source="random", context_length=8192,
                      weights="none", weight_bytes=0, device="cpu", load_seconds=0.0)
-    return LoadedModel(model=RandomModel(tokenizer, seed), tokenizer=tokenizer, info=info)  # type: ignore[arg-type]
+    return LoadedModel(model=RandomModel(tokenizer, seed, row_noise=row_noise), tokenizer=tokenizer,
+                       info=info)  # type: ignore[arg-type]
 
 
 # ``afm-struct serve --model scripted[:TOKENS_PER_S]``: the scripted model over HTTP, so cluster and

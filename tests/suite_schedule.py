@@ -27,6 +27,18 @@ DURATIONS = Path(__file__).with_name("suite_durations.json")
 # A file the table does not know: above most files (the median is a few seconds), so a new slow
 # file is not left for the end; a new fast one costs nothing by starting early.
 UNKNOWN_FILE_S = 30.0
+# Files whose tests share one package-scoped fixture of real processes: the three scripted
+# replicas behind HAProxy of tests/cluster/conftest.py (``cluster``).  pytest keeps a package's
+# fixture only while consecutive tests are in that package, so as separate work units these
+# files each started their own cluster on whichever worker took them (3 ``serve`` starts and an
+# HAProxy each).  One unit: one worker runs them one after another, on one cluster, as
+# ``TEST_WORKERS=0`` always did.  tests/test_suite_schedule.py checks that the list names every
+# file taking the fixture.
+SHARED_FIXTURE_UNITS: dict[str, str] = {
+    path: "tests/cluster/conftest.py::cluster"
+    for path in ("tests/cluster/test_balancer.py", "tests/cluster/test_responses_cancel.py",
+                 "tests/cluster/test_tenancy.py")
+}
 
 
 def file_weights(path: Path = DURATIONS) -> dict[str, float]:
@@ -47,8 +59,14 @@ class LongestFileFirstScheduling(LoadFileScheduling):
         self._sorted = False
 
     def weight(self, scope: str) -> float:
-        """The recorded seconds of a file (a work unit of ``loadfile``)."""
-        return self.weights.get(scope.replace("\\", "/"), UNKNOWN_FILE_S)
+        """The recorded seconds of a work unit: a file, or the files of a shared fixture."""
+        members = [f for f, unit in SHARED_FIXTURE_UNITS.items() if unit == scope] or [scope]
+        return sum(self.weights.get(f.replace("\\", "/"), UNKNOWN_FILE_S) for f in members)
+
+    def _split_scope(self, nodeid: str) -> str:
+        # A file, or the unit of the files sharing a package fixture (SHARED_FIXTURE_UNITS).
+        scope = super()._split_scope(nodeid)
+        return SHARED_FIXTURE_UNITS.get(scope.replace("\\", "/"), scope)
 
     def _assign_work_unit(self, node: Any) -> None:
         # The base class fills ``workqueue`` (ordered by test count) just before the first

@@ -26,7 +26,10 @@ the ones below it):
 
 from __future__ import annotations
 
-from .import_graph import cycles, find_cycle, graph
+import functools
+
+from .import_graph import cycles, find_cycle
+from .import_graph import graph as read_graph
 
 LAYERS: list[tuple[str, ...]] = [
     ("afm_struct.errors", "afm_struct.resources", "afm_struct.lazy_exports", "afm_struct.deferred_imports"),
@@ -55,6 +58,17 @@ def layer_of(module: str) -> int | None:
             if under and (best is None or len(entry) > best[0]):
                 best = (len(entry), index)
     return None if best is None else best[1]
+
+
+@functools.cache
+def _tree_graph() -> dict[str, frozenset[str]]:
+    # Read once per module (~1.4 s of CPU: every file of the three packages parsed), not per test.
+    return {name: frozenset(deps) for name, deps in read_graph().items()}
+
+
+def graph() -> dict[str, set[str]]:
+    """The tree's import graph, a copy each test may change."""
+    return {name: set(deps) for name, deps in _tree_graph().items()}
 
 
 def upward_arrows(edges: dict[str, set[str]]) -> list[str]:

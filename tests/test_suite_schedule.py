@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from .suite_schedule import (
+    SHARED_FIXTURE_UNITS,
     UNKNOWN_FILE_S,
     LongestFileFirstScheduling,
     durations_from_junit,
@@ -41,13 +43,13 @@ COLLECTION = [
 ]
 
 
-def files_sent(worker: FakeWorker) -> list[str]:
+def files_sent(worker: FakeWorker, collection: list[str] = COLLECTION) -> list[str]:
     """The files of each batch sent to ``worker``, in order."""
-    return [COLLECTION[batch[0]].split("::")[0] for batch in worker.sent]
+    return [collection[batch[0]].split("::")[0] for batch in worker.sent]
 
 
 def schedule(pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch, weights: dict[str, float],
-             workers: int) -> list[FakeWorker]:
+             workers: int, collection: list[str] = COLLECTION) -> list[FakeWorker]:
     """The batches a scheduler sends to ``workers`` fake workers of the same collection."""
     # The scheduler counts its workers from ``--tx`` (``-n N`` sets it to ``N*popen``).
     monkeypatch.setattr(pytestconfig.option, "tx", [f"{workers}*popen"])
@@ -57,7 +59,7 @@ def schedule(pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch, weigh
     for node in nodes:
         scheduler.add_node(node)  # type: ignore[arg-type]
     for node in nodes:
-        scheduler.add_node_collection(node, COLLECTION)  # type: ignore[arg-type]
+        scheduler.add_node_collection(node, collection)  # type: ignore[arg-type]
     scheduler.schedule()
     # Each worker runs what it was sent, one test at a time, in turn; the scheduler sends more
     # as they complete, until every test is done.
@@ -117,3 +119,41 @@ def test_durations_sum_per_file_from_a_log_and_from_junit(tmp_path: Path) -> Non
         '<testcase classname="tests.test_b" name="t" time="4"/>'
         '</testsuite></testsuites>')
     assert durations_from_junit(junit) == {"tests/test_b.py": 4.0, "tests/x/test_a.py": 2.0}
+
+
+CLUSTER_COLLECTION = [
+    "tests/a/test_many_fast.py::test_1",
+    "tests/cluster/test_balancer.py::test_1", "tests/cluster/test_balancer.py::test_2",
+    "tests/cluster/test_cluster_cli.py::test_1",
+    "tests/cluster/test_responses_cancel.py::test_1",
+    "tests/cluster/test_tenancy.py::test_1", "tests/cluster/test_tenancy.py::test_2",
+    "tests/d/test_new.py::test_1",
+]
+
+
+def test_the_files_sharing_the_cluster_fixture_run_on_one_worker_one_after_another(
+        pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    weights = {"tests/cluster/test_balancer.py": 80.0, "tests/cluster/test_cluster_cli.py": 30.0,
+               "tests/cluster/test_responses_cancel.py": 20.0, "tests/cluster/test_tenancy.py": 27.0,
+               "tests/a/test_many_fast.py": 100.0, "tests/d/test_new.py": 1.0}
+    nodes = schedule(pytestconfig, monkeypatch, weights, workers=2, collection=CLUSTER_COLLECTION)
+    shared = [i for i, nodeid in enumerate(CLUSTER_COLLECTION)
+              if nodeid.split("::")[0] in SHARED_FIXTURE_UNITS]
+    batches = [batch for node in nodes for batch in node.sent]
+    # One batch, in collection order, nothing else between: pytest keeps the package's fixture.
+    assert shared in batches
+    # Weighed as their sum (127 s), the unit goes out before the 100 s file.
+    assert any(node.sent[0] == shared for node in nodes)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(CLUSTER_COLLECTION)))
+    assert [b for b in batches if b != shared and any(i in shared for i in b)] == []
+
+
+def test_every_file_taking_the_cluster_fixture_is_in_its_unit() -> None:
+    cluster_dir = Path(__file__).parent / "cluster"
+    takers = set()
+    for path in sorted(cluster_dir.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") \
+                    and "cluster" in [a.arg for a in node.args.args]:
+                takers.add(f"tests/cluster/{path.name}")
+    assert takers == set(SHARED_FIXTURE_UNITS)

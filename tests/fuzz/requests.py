@@ -11,6 +11,7 @@ a tool-call history; some streams are cancelled after a few events.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,9 @@ class FuzzCase:
     cancel_after: int | None = None
 
 
+# The schema strategies below are made once (functools.cache): a strategy made inside a draw is
+# validated again on every draw, and hypothesis's validation of a recursive strategy walks it
+# whole; the same strategy object draws the same examples.
 def _leaf() -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(
         st.builds(
@@ -72,6 +76,7 @@ def _object(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[di
     )
 
 
+@functools.cache
 def generated_schema() -> st.SearchStrategy[dict[str, Any]]:
     """A small random schema, nested up to a few levels."""
     return st.recursive(
@@ -89,6 +94,7 @@ def generated_schema() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+@functools.cache
 def object_schema() -> st.SearchStrategy[dict[str, Any]]:
     """A tool's parameters: a generated object, or a dev-set schema that is an object."""
     dev = (
@@ -99,6 +105,7 @@ def object_schema() -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(_object(generated_schema()), dev)
 
 
+@functools.cache
 def any_schema() -> st.SearchStrategy[Any]:
     """A response schema: from the dev set or generated."""
     return st.one_of(st.integers(0, 1 << 20).map(lambda i: dev_doc(i)["schema"]), generated_schema())

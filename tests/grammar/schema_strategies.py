@@ -3,6 +3,7 @@ negation, rewrite and regular-language tests."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -26,27 +27,37 @@ TYPES = st.sampled_from(["null", "boolean", "integer", "number", "string", "arra
                           ["string", "null"], ["integer", "string"], ["object", "array"]])
 
 
+# Built once: a strategy made inside a draw is validated again on every draw (hypothesis walks
+# it to decide whether it can be empty), which was most of the CPU of the files drawing leaves.
+_N, _K = st.integers(-3, 3), st.integers(0, 3)
+_WORD = st.one_of(
+    st.builds(lambda t: {"type": t}, TYPES),
+    st.builds(lambda v: {"const": v}, SCALARS),
+    st.builds(lambda vs: {"enum": vs}, st.lists(SCALARS, min_size=1, max_size=3, unique_by=json.dumps)),
+    st.builds(lambda v: {"minimum": v}, _N), st.builds(lambda v: {"exclusiveMaximum": v}, _N),
+    st.builds(lambda v: {"minLength": v}, _K), st.builds(lambda v: {"maxLength": v}, _K),
+    st.builds(lambda p: {"pattern": p}, st.sampled_from(PATTERNS)),
+    st.builds(lambda r: {"required": r},
+              st.lists(st.sampled_from(KEYS), min_size=1, max_size=2, unique=True)),
+    st.builds(lambda v: {"minItems": v}, _K), st.builds(lambda v: {"maxItems": v}, _K),
+    st.builds(lambda v: {"maxProperties": v}, _K),
+)
+
+
 def word(draw: Any) -> dict[str, Any]:
     """One constraint: a keyword and its value."""
-    n = st.integers(-3, 3)
-    k = st.integers(0, 3)
-    return draw(st.one_of(
-        st.builds(lambda t: {"type": t}, TYPES),
-        st.builds(lambda v: {"const": v}, SCALARS),
-        st.builds(lambda vs: {"enum": vs}, st.lists(SCALARS, min_size=1, max_size=3, unique_by=json.dumps)),
-        st.builds(lambda v: {"minimum": v}, n), st.builds(lambda v: {"exclusiveMaximum": v}, n),
-        st.builds(lambda v: {"minLength": v}, k), st.builds(lambda v: {"maxLength": v}, k),
-        st.builds(lambda p: {"pattern": p}, st.sampled_from(PATTERNS)),
-        st.builds(lambda r: {"required": r},
-                  st.lists(st.sampled_from(KEYS), min_size=1, max_size=2, unique=True)),
-        st.builds(lambda v: {"minItems": v}, k), st.builds(lambda v: {"maxItems": v}, k),
-        st.builds(lambda v: {"maxProperties": v}, k),
-    ))
+    return draw(_WORD)
+
+
+@functools.cache
+def leaf(depth: int = 0) -> st.SearchStrategy[Any]:
+    """A small schema: one to three constraints, sometimes with subschemas (one strategy
+    object per depth, made once: see ``_WORD``)."""
+    return _leaf(depth)
 
 
 @st.composite
-def leaf(draw: Any, depth: int = 0) -> Any:
-    """A small schema: one to three constraints, sometimes with subschemas."""
+def _leaf(draw: Any, depth: int) -> Any:
     out: dict[str, Any] = {}
     for _ in range(draw(st.integers(1, 3))):
         out.update(word(draw))

@@ -12,6 +12,7 @@ key's compact dump, made once per compile): each shortcut must answer as the wal
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -39,9 +40,15 @@ ATOMS = ["a", "Z", "0", "-", '"', "\\\\", "\\.", "\\n", "\\t", "\\x01", "\\u0007
          "\x7f", "é", "€", "😀", "\\/", "[ab]", ".", "\\d", "[^x]"]
 
 
+@functools.cache
+def patterns(depth: int = 0) -> st.SearchStrategy[str]:
+    """A regex without counted repeats: atoms, groups, alternations and ``+ * ?`` (one
+    strategy object per depth: a new one in every draw was validated again each time)."""
+    return _patterns(depth)
+
+
 @st.composite
-def patterns(draw: Any, depth: int = 0) -> str:
-    """A regex without counted repeats: atoms, groups, alternations and ``+ * ?``."""
+def _patterns(draw: Any, depth: int) -> str:
     parts = []
     for _ in range(draw(st.integers(1, 6))):
         if depth < 2 and draw(st.integers(0, 4)) == 0:
