@@ -37,6 +37,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from afm_struct.decoding import emit as emit_module
 from afm_struct.decoding import generator as generator_module
 from afm_struct.testing import Script
 
@@ -76,8 +77,10 @@ class PhaseFaults:
         monkeypatch.setattr(filler, "_finish_row", self.wrap("mask", filler._finish_row))
         # A group's (or a prefill pass's) masks as one call, failing as a whole.
         monkeypatch.setattr(filler, "fill_rows", self.wrap("masks", filler.fill_rows))
-        for name, phase in (("sample_rows", "sample"), ("emit_run", "emit")):
-            monkeypatch.setattr(generator_module, name, self.wrap(phase, getattr(generator_module, name)))
+        # (each where the generator's steps look it up: emit_run by emit_runs, in its module)
+        for module, name, phase in ((generator_module, "sample_rows", "sample"),
+                                    (emit_module, "emit_run", "emit")):
+            monkeypatch.setattr(module, name, self.wrap(phase, getattr(module, name)))
         # Failing after they changed their state: a batch cache half through rows joining or
         # leaving; prompts prefilled together whose pass ran and whose rows joined the batch.
         for attr in ("append", "extend", "filter"):

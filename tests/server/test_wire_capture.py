@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 import server.middleware
-from afm_struct.decoding import generator as generator_module
+from afm_struct.decoding import emit as emit_module
 from afm_struct.testing import Script
 from server.live import LiveServer, start_server
 from server.settings import ServerSettings
@@ -311,7 +311,7 @@ both("error_chunk_model_failure_json", {"messages": user("person"), "response_fo
 @case("error_chunk_emit_fault", "faults")
 def _(t: Transcript, live: LiveServer) -> None:
     calls = {"n": 0}
-    real = generator_module.emit_run
+    real = emit_module.emit_run
 
     def failing_emit(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
@@ -320,7 +320,7 @@ def _(t: Transcript, live: LiveServer) -> None:
         return real(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(generator_module, "emit_run", failing_emit)
+        patch.setattr(emit_module, "emit_run", failing_emit)  # (emit_runs calls it there)
         body = {"messages": user("person"), "response_format": json_schema(True), "stream": True,
                 "stream_options": {"include_usage": True}}
         chat(t, body, rid="fault-s")
