@@ -37,7 +37,7 @@ def test_other_nesting_stays_within_the_budget(keyword):
     # (if/then/else and oneOf nest without doubling: rewritten, or left alone, as before)
     schema = nested(keyword, 12)
     assert rewrite_schema(schema).applied == rewrites._rewrite(
-        schema, 0, set(), set(), [10**9]).applied
+        schema, 0, set(), set(), rewrites.WalkBudget(10**9)).applied
 
 
 def test_shallow_nesting_is_still_rewritten():

@@ -57,7 +57,8 @@ _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 SUBSCHEMA_ONE, SUBSCHEMA_MAP, SUBSCHEMA_LIST = _ONE, _MAP, _LIST
 _MAX_RETRIES = 6
 # Work allowed to one schema's rewrites, in subschemas visited (walked or negated), over all its
-# attempts: a fixed floor plus a multiple of the schema's own size.  Negating a subschema can
+# attempts: a fixed floor plus a multiple of the schema's own size (counted only when the floor
+# is spent: no extra walk for the schemas that stay under it, all of the dev set).  Negating a subschema can
 # mean rewriting it again, so nested ``not``/``if``/``oneOf`` cost 2^depth visits: 28 nested
 # ``not`` took 21 s of Python, 30 took 85 s, holding the GIL (the dev set's largest use is
 # ~4,200 visits).  Past the budget the schema is compiled as written (the ladder downgrades
@@ -71,7 +72,27 @@ _INERT_NEAR_REF = frozenset({"title", "description", "$comment", "default", "exa
 
 
 class RewriteTooLarge(Exception):
-    """The rewrites of one schema spent their work budget (:data:`WALK_BUDGET_FLOOR`)."""
+    """The rewrites of one schema spent their work budget (:class:`WalkBudget`)."""
+
+
+@dataclass
+class WalkBudget:
+    """Subschema visits left to one schema's rewrites (shared by the retries' contexts)."""
+
+    left: int = field(default_factory=lambda: WALK_BUDGET_FLOOR)
+    sized: bool = False  # the schema's own size was added (once the floor was spent)
+
+    def spend(self, root: Any) -> None:
+        """Charge one visit; :class:`RewriteTooLarge` once the floor and ``root``'s share are spent."""
+        self.left -= 1
+        if self.left >= 0:
+            return
+        if not self.sized:
+            self.sized = True
+            self.left += WALK_BUDGET_PER_NODE * _count_nodes(root)
+            if self.left >= 0:
+                return
+        raise RewriteTooLarge
 
 
 @dataclass(frozen=True)
@@ -98,8 +119,7 @@ class RewriteContext:
     taken: set[str] = field(default_factory=set)
     negate_refs: bool = True
     path: str | None = None  # the node being rewritten (None: a copy, not part of the document)
-    # Subschema visits left to this schema's rewrites (a list: shared by the retries' contexts).
-    work: list[int] = field(default_factory=lambda: [WALK_BUDGET_FLOOR])
+    work: WalkBudget = field(default_factory=WalkBudget)
     negator: Negator = field(init=False)
     _validator: Any = None
 
@@ -108,9 +128,7 @@ class RewriteContext:
 
     def spend(self) -> None:
         """Charge one subschema visit; :class:`RewriteTooLarge` once the budget is spent."""
-        self.work[0] -= 1
-        if self.work[0] < 0:
-            raise RewriteTooLarge
+        self.work.spend(self.root)
 
     def resolve(self, ref: str) -> Any:
         """The target of a local ``$ref`` in the original schema, or None."""
@@ -307,13 +325,12 @@ def rewrite_schema(schema: Any, text: str | None = None,
         return RewriteResult(schema, ())
     draft, refs = draft_of(schema), (_ref_targets(schema) if may_refer(text) else set())
     taken = set(schema.get("$defs", {})) if isinstance(schema.get("$defs"), dict) else set()
-    budget = WALK_BUDGET_FLOOR + WALK_BUDGET_PER_NODE * _count_nodes(schema)
     try:
         with regular.budget():
-            return _rewrite(schema, draft, refs, taken, [budget])
+            return _rewrite(schema, draft, refs, taken, WalkBudget())
     except (RewriteTooLarge, RecursionError) as exc:
         log.warning("schema rewrites skipped (%s): the schema is compiled as written",
-                    f"over {budget} subschema visits" if isinstance(exc, RewriteTooLarge) else "too deep")
+                    "over their work budget" if isinstance(exc, RewriteTooLarge) else "too deep")
         return RewriteResult(schema, ())
 
 
@@ -331,7 +348,7 @@ def _count_nodes(schema: Any) -> int:
 
 
 def _rewrite(schema: dict[str, Any], draft: int, refs: set[str], taken: set[str],
-             work: list[int]) -> RewriteResult:
+             work: WalkBudget) -> RewriteResult:
     blocked: set[str] = set()
     for _attempt in range(_MAX_RETRIES):
         ctx = RewriteContext(draft=draft, root=schema, refs=refs, blocked=blocked, taken=set(taken),
